@@ -1,0 +1,235 @@
+package occ
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/tidwall/btree"
+
+	"github.com/txnfs/txnfs/kv"
+)
+
+// CheckKey reports kv.ErrInvalid for an empty or oversized key.
+func CheckKey(op string, key []byte) error {
+	if len(key) == 0 {
+		return fmt.Errorf("%s: empty key: %w", op, kv.ErrInvalid)
+	}
+	if len(key) > kv.MaxKeySize {
+		return fmt.Errorf("%s: key of %d bytes exceeds %d: %w", op, len(key), kv.MaxKeySize, kv.ErrInvalid)
+	}
+	return nil
+}
+
+// CheckValue reports kv.ErrInvalid for an oversized value.
+func CheckValue(op string, value []byte) error {
+	if len(value) > kv.MaxValueSize {
+		return fmt.Errorf("%s: value of %d bytes exceeds %d: %w", op, len(value), kv.MaxValueSize, kv.ErrInvalid)
+	}
+	return nil
+}
+
+// Entry is one pending write of a transaction. Deleted entries are
+// tombstones that hide the snapshot's value.
+type Entry struct {
+	Key, Value []byte
+	Deleted    bool
+}
+
+func entryLess(a, b Entry) bool { return bytes.Compare(a.Key, b.Key) < 0 }
+
+// Buffer holds a transaction's pending writes in key order. The buffer owns
+// the bytes it stores (Set and Delete copy their arguments). It is not safe
+// for concurrent use, like the Txn that owns it.
+type Buffer struct {
+	tree  *btree.BTreeG[Entry]
+	bytes int
+}
+
+// NewBuffer returns an empty write buffer.
+func NewBuffer() *Buffer {
+	return &Buffer{tree: btree.NewBTreeGOptions(entryLess, btree.Options{NoLocks: true})}
+}
+
+// Set records key=value, copying both.
+func (b *Buffer) Set(key, value []byte) {
+	b.put(Entry{Key: bytes.Clone(key), Value: append([]byte{}, value...)})
+}
+
+// Delete records a tombstone for key, copying it.
+func (b *Buffer) Delete(key []byte) {
+	b.put(Entry{Key: bytes.Clone(key), Deleted: true})
+}
+
+func (b *Buffer) put(e Entry) {
+	if old, ok := b.tree.Set(e); ok {
+		b.bytes -= len(old.Key) + len(old.Value)
+	}
+	b.bytes += len(e.Key) + len(e.Value)
+}
+
+// Get returns the pending write for key, if any. The entry's bytes are owned
+// by the buffer.
+func (b *Buffer) Get(key []byte) (Entry, bool) {
+	return b.tree.Get(Entry{Key: key})
+}
+
+// Len returns the number of distinct keys written.
+func (b *Buffer) Len() int { return b.tree.Len() }
+
+// Bytes returns the total size of the keys and values written.
+func (b *Buffer) Bytes() int { return b.bytes }
+
+// Entries returns the pending writes in ascending key order. The entries'
+// bytes are owned by the buffer.
+func (b *Buffer) Entries() []Entry {
+	out := make([]Entry, 0, b.tree.Len())
+	b.tree.Scan(func(e Entry) bool {
+		out = append(out, e)
+		return true
+	})
+	return out
+}
+
+// Keys returns the written keys (sets and deletes) in ascending order,
+// without duplicates. The keys are owned by the buffer.
+func (b *Buffer) Keys() [][]byte {
+	out := make([][]byte, 0, b.tree.Len())
+	b.tree.Scan(func(e Entry) bool {
+		out = append(out, e.Key)
+		return true
+	})
+	return out
+}
+
+// Span is the key range [Start, End); a nil End means no upper bound.
+type Span struct {
+	Start, End []byte
+}
+
+// ReadSet records what a transaction read from its snapshot: point keys
+// (including misses) and scanned spans. It is not safe for concurrent use.
+type ReadSet struct {
+	keys   [][]byte
+	spans  []Span
+	sorted bool
+}
+
+// AddKey records a point read of key, copying it.
+func (r *ReadSet) AddKey(key []byte) {
+	r.keys = append(r.keys, bytes.Clone(key))
+	r.sorted = false
+}
+
+// AddSpan records a scan of [start, end), copying the bounds.
+func (r *ReadSet) AddSpan(start, end []byte) {
+	s := Span{Start: bytes.Clone(start)}
+	if end != nil {
+		s.End = bytes.Clone(end)
+	}
+	r.spans = append(r.spans, s)
+}
+
+// Empty reports whether nothing was read.
+func (r *ReadSet) Empty() bool { return len(r.keys) == 0 && len(r.spans) == 0 }
+
+// Intersects reports whether any of writes (ascending, as Buffer.Keys
+// returns them) was read: equals a read key or falls in a scanned span.
+func (r *ReadSet) Intersects(writes [][]byte) bool {
+	if len(writes) == 0 {
+		return false
+	}
+	if !r.sorted {
+		slices.SortFunc(r.keys, bytes.Compare)
+		r.keys = slices.CompactFunc(r.keys, bytes.Equal)
+		r.sorted = true
+	}
+	for _, s := range r.spans {
+		i := sort.Search(len(writes), func(i int) bool { return bytes.Compare(writes[i], s.Start) >= 0 })
+		if i < len(writes) && (s.End == nil || bytes.Compare(writes[i], s.End) < 0) {
+			return true
+		}
+	}
+	if len(r.keys) == 0 {
+		return false
+	}
+	// Probe the smaller list against the larger one.
+	small, large := writes, r.keys
+	if len(small) > len(large) {
+		small, large = large, small
+	}
+	for _, k := range small {
+		if _, found := slices.BinarySearchFunc(large, k, bytes.Compare); found {
+			return true
+		}
+	}
+	return false
+}
+
+// Iter walks a snapshot's pairs in ascending key order, already bounded to
+// the scanned span. The returned slices are valid until the next call.
+type Iter interface {
+	Next() (key, value []byte, ok bool, err error)
+}
+
+// Scan merges the snapshot pairs from base with the pending writes of buf in
+// [start, end) (nil end = unbounded) and returns at most limit pairs when
+// limit > 0. All returned bytes are fresh copies owned by the caller. It
+// also returns the span that the scan read, following the limit rule of
+// kv.Txn.Scan: [start, end) when fewer than limit pairs were returned, else
+// [start, last returned key].
+func Scan(ctx context.Context, base Iter, buf *Buffer, start, end []byte, limit int) ([]kv.Pair, Span, error) {
+	var pending []Entry
+	buf.tree.Ascend(Entry{Key: start}, func(e Entry) bool {
+		if end != nil && bytes.Compare(e.Key, end) >= 0 {
+			return false
+		}
+		pending = append(pending, e)
+		return true
+	})
+	var out []kv.Pair
+	bk, bv, bok, err := base.Next()
+	if err != nil {
+		return nil, Span{}, err
+	}
+	for n := 0; limit <= 0 || len(out) < limit; n++ {
+		if n%256 == 255 {
+			if err := ctx.Err(); err != nil {
+				return nil, Span{}, err
+			}
+		}
+		pok := len(pending) > 0
+		if !bok && !pok {
+			break
+		}
+		if pok && (!bok || bytes.Compare(pending[0].Key, bk) <= 0) {
+			p := pending[0]
+			pending = pending[1:]
+			if bok && bytes.Equal(p.Key, bk) {
+				if bk, bv, bok, err = base.Next(); err != nil {
+					return nil, Span{}, err
+				}
+			}
+			if !p.Deleted {
+				out = append(out, kv.Pair{Key: bytes.Clone(p.Key), Value: append([]byte{}, p.Value...)})
+			}
+			continue
+		}
+		out = append(out, kv.Pair{Key: bytes.Clone(bk), Value: append([]byte{}, bv...)})
+		if bk, bv, bok, err = base.Next(); err != nil {
+			return nil, Span{}, err
+		}
+	}
+	span := Span{Start: start, End: end}
+	if limit > 0 && len(out) == limit {
+		span.End = append(bytes.Clone(out[len(out)-1].Key), 0)
+	}
+	return out, span, nil
+}
+
+// EmptyRange reports whether [start, end) contains no key.
+func EmptyRange(start, end []byte) bool {
+	return end != nil && bytes.Compare(start, end) >= 0
+}
