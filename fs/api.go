@@ -1,0 +1,183 @@
+package fs
+
+import (
+	"time"
+)
+
+// Ino is an inode number. Inode numbers are never reused.
+type Ino uint64
+
+// RootIno is the root directory's inode number.
+const RootIno Ino = 1
+
+// FileType is the type of an inode.
+type FileType uint8
+
+// File types.
+const (
+	TypeRegular FileType = iota + 1
+	TypeDirectory
+	TypeSymlink
+	TypeFIFO
+	TypeSocket
+	TypeChar
+	TypeBlock
+)
+
+func (t FileType) String() string {
+	switch t {
+	case TypeRegular:
+		return "file"
+	case TypeDirectory:
+		return "dir"
+	case TypeSymlink:
+		return "symlink"
+	case TypeFIFO:
+		return "fifo"
+	case TypeSocket:
+		return "socket"
+	case TypeChar:
+		return "char"
+	case TypeBlock:
+		return "block"
+	}
+	return "invalid"
+}
+
+// Limits.
+const (
+	MaxNameLen  = 255
+	MaxLinks    = 1 << 16
+	MaxFileSize = 1 << 60
+	MaxSymlink  = 4096
+)
+
+// Permission bits accepted in Attr.Mode (including setuid, setgid, sticky).
+const (
+	ModePerm   = 0o7777
+	ModeSetuid = 0o4000
+	ModeSetgid = 0o2000
+	ModeSticky = 0o1000
+)
+
+// Attr holds an inode's attributes.
+type Attr struct {
+	Ino   Ino
+	Gen   uint64 // random per inode, for unforgeable file handles
+	Type  FileType
+	Mode  uint32 // permission bits (ModePerm)
+	Nlink uint32
+	Uid   uint32
+	Gid   uint32
+	Size  uint64
+	// Used is the number of bytes of storage the file's data references
+	// (holes excluded).
+	Used uint64
+	Rdev uint64 // device number of char/block devices: major<<32 | minor
+	// Change increases on every change to the inode's data or attributes;
+	// it is usable as the NFSv4 change attribute.
+	Change                     uint64
+	Atime, Mtime, Ctime, Btime time.Time
+}
+
+// Cred is the identity an operation runs as. Uid 0 is the superuser.
+type Cred struct {
+	Uid, Gid uint32
+	Groups   []uint32
+}
+
+// RootCred is the superuser.
+var RootCred = Cred{}
+
+// SetTime sets a timestamp to a given time or to the server's clock.
+type SetTime struct {
+	Now  bool
+	Time time.Time
+}
+
+// SetAttr lists attribute changes; nil fields are left alone.
+type SetAttr struct {
+	Mode  *uint32
+	Uid   *uint32
+	Gid   *uint32
+	Size  *uint64
+	Atime *SetTime
+	Mtime *SetTime
+	// OpenForWrite says the caller changes Size through a file it has
+	// open for writing, so write permission was checked at open.
+	OpenForWrite bool
+}
+
+// CreateRequest describes a new inode.
+type CreateRequest struct {
+	Type   FileType
+	Mode   uint32 // permission bits; umask already applied by the caller
+	Rdev   uint64 // for TypeChar and TypeBlock
+	Target string // for TypeSymlink
+	// Exclusive fails with ErrExist if the name exists. Otherwise creating
+	// an existing regular file opens it (Create returns its attributes and
+	// created=false); for other types an existing name is ErrExist.
+	Exclusive bool
+}
+
+// DirEntry is one directory entry. Cookies are stable for the life of the
+// entry and increase in the order entries were created; they start at 3
+// (NFSv4 reserves 0, 1 and 2).
+type DirEntry struct {
+	Name   string
+	Ino    Ino
+	Type   FileType
+	Cookie uint64
+	Attr   *Attr // set when ReadDirRequest.WithAttr
+}
+
+// ReadDirRequest pages through a directory.
+type ReadDirRequest struct {
+	Cookie   uint64 // 0 starts at the beginning; else the last cookie seen
+	Limit    int    // at most this many entries (<= 0: no limit)
+	WithAttr bool
+}
+
+// RenameFlags modify Rename.
+type RenameFlags struct {
+	NoReplace bool // fail with ErrExist if the destination exists
+	Exchange  bool // atomically swap source and destination (both must exist)
+}
+
+// Whence for Seek.
+type Whence int
+
+// Seek targets.
+const (
+	SeekData Whence = iota
+	SeekHole
+)
+
+// Access bits for Access.
+const (
+	AccessRead    = 4
+	AccessWrite   = 2
+	AccessExecute = 1
+)
+
+// StatFS describes the file system's capacity.
+type StatFS struct {
+	BlockSize   uint32
+	Blocks      uint64
+	BlocksFree  uint64
+	BlocksAvail uint64
+	Files       uint64
+	FilesFree   uint64
+	NameLen     uint32
+}
+
+// XattrFlags modify SetXattr.
+type XattrFlags struct {
+	Create  bool // fail with ErrExist if the attribute exists
+	Replace bool // fail with ErrNoAttr if it does not
+}
+
+// TxnOptions configures a transaction.
+type TxnOptions struct {
+	ReadOnly bool
+}

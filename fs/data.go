@@ -1,0 +1,443 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/txnfs/txnfs/kv"
+	"github.com/txnfs/txnfs/meta"
+	"github.com/txnfs/txnfs/slice"
+)
+
+// Region list maintenance thresholds.
+const (
+	// compactAfter: a region list longer than this is compacted (WTF
+	// §2.8): overwritten and hidden extents are dropped.
+	compactAfter = 32
+	// defragAfter: a compacted list still longer than this has its data
+	// rewritten into a few large slices.
+	defragAfter = 256
+	// maxInlineRun: adjacent inline extents are merged up to this size;
+	// longer runs are moved into a slice.
+	maxInlineRun = 16 << 10
+)
+
+// overlay places e over the non-overlapping, sorted pieces in vis (newest
+// wins) and returns the new list.
+func overlay(vis []meta.Extent, e meta.Extent) []meta.Extent {
+	out := vis[:0:0]
+	inserted := false
+	for _, p := range vis {
+		if p.End() <= e.Off {
+			out = append(out, p)
+			continue
+		}
+		if p.Off >= e.End() {
+			if !inserted {
+				out = append(out, e)
+				inserted = true
+			}
+			out = append(out, p)
+			continue
+		}
+		if p.Off < e.Off {
+			out = append(out, trim(p, p.Off, e.Off))
+		}
+		if !inserted {
+			out = append(out, e)
+			inserted = true
+		}
+		if p.End() > e.End() {
+			out = append(out, trim(p, e.End(), p.End()))
+		}
+	}
+	if !inserted {
+		out = append(out, e)
+	}
+	return out
+}
+
+// trim restricts extent e to region offsets [from, to).
+func trim(e meta.Extent, from, to uint32) meta.Extent {
+	d := from - e.Off
+	e.Off, e.Len = from, to-from
+	switch e.Kind {
+	case meta.KindSlice:
+		e.SliceOff += d
+	case meta.KindInline:
+		e.Data = e.Data[d : d+e.Len]
+	}
+	return e
+}
+
+// visible returns the compacted form of a region's extent list: sorted,
+// non-overlapping pieces with data, holes left out.
+func visible(exts []meta.Extent) []meta.Extent {
+	var vis []meta.Extent
+	for _, e := range exts {
+		vis = overlay(vis, e)
+	}
+	return slices.DeleteFunc(vis, func(e meta.Extent) bool { return e.Kind == meta.KindHole })
+}
+
+// filePiece is a visible piece of a file at file offset Off.
+type filePiece struct {
+	Off uint64
+	Ext meta.Extent // Ext.Off is meaningless here; Ext.Len is the length
+}
+
+// pieces returns the visible pieces of ino within [off, off+n), in order,
+// holes left out.
+func (t *Txn) pieces(ctx context.Context, ino Ino, off, n uint64) ([]filePiece, error) {
+	var out []filePiece
+	end := off + n
+	for idx := off / meta.RegionSize; idx*meta.RegionSize < end; idx++ {
+		r, err := t.loadRegion(ctx, ino, idx)
+		if err != nil {
+			return nil, err
+		}
+		base := idx * meta.RegionSize
+		lo := uint32(max(off, base) - base)
+		hi := uint32(min(end, base+meta.RegionSize) - base)
+		for _, e := range visible(r.Extents) {
+			if e.End() <= lo || e.Off >= hi {
+				continue
+			}
+			e = trim(e, max(e.Off, lo), min(e.End(), hi))
+			out = append(out, filePiece{Off: base + uint64(e.Off), Ext: e})
+		}
+	}
+	return out, nil
+}
+
+// loadFile loads a regular file's inode for a data operation.
+func (t *Txn) loadFile(ctx context.Context, ino Ino) (*meta.Inode, error) {
+	n, err := t.loadInode(ctx, ino)
+	if err != nil {
+		return nil, err
+	}
+	switch FileType(n.Type) {
+	case TypeRegular:
+		return n, nil
+	case TypeDirectory:
+		return nil, fmt.Errorf("%w: inode %d", ErrIsDir, ino)
+	default:
+		return nil, fmt.Errorf("%w: data operation on a %v", ErrInvalid, FileType(n.Type))
+	}
+}
+
+type readResult struct {
+	N      int
+	EOF    bool
+	Pieces []filePiece
+}
+
+// Read reads into buf from offset off. Permission to read is checked when
+// the file is opened, by the caller (NFS OPEN/ACCESS, FUSE open).
+func (t *Txn) Read(ctx context.Context, ino Ino, off uint64, buf []byte) (int, bool, error) {
+	res, err := t.do(ctx, "read", func(ctx context.Context) (any, error) {
+		n, err := t.loadFile(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		if off >= n.Size {
+			return readResult{EOF: true}, nil
+		}
+		cnt := min(uint64(len(buf)), n.Size-off)
+		ps, err := t.pieces(ctx, ino, off, cnt)
+		if err != nil {
+			return nil, err
+		}
+		return readResult{N: int(cnt), EOF: off+cnt == n.Size, Pieces: ps}, nil
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	r := res.(readResult)
+	clear(buf[:r.N])
+	for _, p := range r.Pieces {
+		if err := t.fs.readPiece(ctx, p.Ext, buf[p.Off-off:p.Off-off+uint64(p.Ext.Len)]); err != nil {
+			return 0, false, err
+		}
+	}
+	return r.N, r.EOF, nil
+}
+
+// readPiece copies extent e's bytes into dst (len(dst) == e.Len).
+func (f *FS) readPiece(ctx context.Context, e meta.Extent, dst []byte) error {
+	switch e.Kind {
+	case meta.KindInline:
+		copy(dst, e.Data)
+	case meta.KindSlice:
+		if err := f.slices.ReadAt(ctx, e.Pointer(), e.SliceOff, dst); err != nil {
+			return sliceErr(err)
+		}
+	}
+	return nil
+}
+
+func sliceErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, slice.ErrCorrupt), errors.Is(err, slice.ErrBadPointer):
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	default:
+		return fmt.Errorf("%w: slice store: %v", ErrIO, err)
+	}
+}
+
+// storeData turns data destined for file offset off into extents in file
+// coordinates, split at region boundaries and slice.MaxSize; pieces larger
+// than the inline threshold are written to the slice store now.
+func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte) ([]filePiece, error) {
+	var out []filePiece
+	for len(data) > 0 {
+		room := meta.RegionSize - off%meta.RegionSize
+		n := min(uint64(len(data)), room, slice.MaxSize)
+		e := meta.Extent{Len: uint32(n)}
+		if int(n) <= t.fs.cfg.InlineMax {
+			e.Kind, e.Data = meta.KindInline, slices.Clone(data[:n])
+		} else {
+			p, err := t.putSlice(ctx, ino, off, data[:n])
+			if err != nil {
+				return nil, err
+			}
+			e.SetPointer(p, 0)
+		}
+		out = append(out, filePiece{Off: off, Ext: e})
+		off += n
+		data = data[n:]
+	}
+	return out, nil
+}
+
+func (t *Txn) putSlice(ctx context.Context, ino Ino, off uint64, data []byte) (slice.Pointer, error) {
+	hint := uint64(ino)*0x9e3779b97f4a7c15 + off/meta.RegionSize
+	p, err := t.fs.slices.Put(ctx, hint, data)
+	if err != nil {
+		return slice.Pointer{}, sliceErr(err)
+	}
+	t.written = append(t.written, p)
+	return p, nil
+}
+
+// Write writes data at offset off, extending the file as needed. The data
+// goes to the slice store before the metadata transaction; only pointers
+// are logged for replay. Permission is checked at open by the caller.
+func (t *Txn) Write(ctx context.Context, ino Ino, off uint64, data []byte) error {
+	if off+uint64(len(data)) > MaxFileSize || off+uint64(len(data)) < off {
+		return ErrFileTooBig
+	}
+	if t.done {
+		return ErrTxnDone
+	}
+	ps, err := t.storeData(ctx, ino, off, data)
+	if err != nil {
+		return err
+	}
+	now := t.fs.now().UnixNano()
+	_, err = t.do(ctx, "write", func(ctx context.Context) (any, error) {
+		n, err := t.loadFile(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		if err := t.placePieces(ctx, ino, n, ps); err != nil {
+			return nil, err
+		}
+		if len(data) > 0 {
+			touch(n, now)
+			t.clearSetid(n)
+		}
+		t.putInode(ino, n)
+		return nil, nil
+	})
+	return err
+}
+
+// Append writes data at the end of the file and returns the offset used.
+// Inside a transaction, concurrent appenders conflict and are retried by
+// replay; FS.Append batches independent appends into one transaction.
+func (t *Txn) Append(ctx context.Context, ino Ino, data []byte) (uint64, error) {
+	var off uint64
+	res, err := t.do(ctx, "append-size", func(ctx context.Context) (any, error) {
+		n, err := t.loadFile(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		return n.Size, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	off = res.(uint64)
+	return off, t.Write(ctx, ino, off, data)
+}
+
+// placePieces overlays file pieces on the regions of inode n, growing its
+// size to cover them, and compacts regions whose lists grew long.
+func (t *Txn) placePieces(ctx context.Context, ino Ino, n *meta.Inode, ps []filePiece) error {
+	byRegion := map[uint64]*meta.Region{}
+	var order []uint64
+	for _, p := range ps {
+		idx := p.Off / meta.RegionSize
+		r, ok := byRegion[idx]
+		if !ok {
+			var err error
+			if r, err = t.loadRegion(ctx, ino, idx); err != nil {
+				return err
+			}
+			byRegion[idx] = r
+			order = append(order, idx)
+		}
+		e := p.Ext
+		e.Off = uint32(p.Off % meta.RegionSize)
+		r.Extents = append(r.Extents, e)
+		if e.Kind != meta.KindHole {
+			r.End = max(r.End, e.End())
+		}
+		if end := p.Off + uint64(e.Len); end > n.Size && e.Kind != meta.KindHole {
+			n.Size = end
+		}
+	}
+	for _, idx := range order {
+		r := byRegion[idx]
+		if len(r.Extents) > compactAfter {
+			if err := t.compact(ctx, ino, idx, r); err != nil {
+				return err
+			}
+		}
+		t.putRegion(ino, idx, r)
+	}
+	return nil
+}
+
+// compact rewrites a region's list in compacted form (WTF §2.8): merges
+// adjacent inline runs, moves long inline runs into slices, and if the list
+// is still long, rewrites the region's data into a few large slices.
+func (t *Txn) compact(ctx context.Context, ino Ino, idx uint64, r *meta.Region) error {
+	vis := visible(r.Extents)
+	var out []meta.Extent
+	for _, e := range vis {
+		if k := len(out) - 1; k >= 0 && e.Kind == meta.KindInline && out[k].Kind == meta.KindInline &&
+			out[k].End() == e.Off && int(out[k].Len+e.Len) <= maxInlineRun {
+			out[k].Data = append(slices.Clip(out[k].Data), e.Data...)
+			out[k].Len += e.Len
+			continue
+		}
+		out = append(out, e)
+	}
+	for i, e := range out {
+		if e.Kind == meta.KindInline && int(e.Len) > t.fs.cfg.InlineMax {
+			p, err := t.putSlice(ctx, ino, idx*meta.RegionSize+uint64(e.Off), e.Data)
+			if err != nil {
+				return err
+			}
+			out[i].SetPointer(p, 0)
+		}
+	}
+	if len(out) > defragAfter {
+		var err error
+		if out, err = t.defrag(ctx, ino, idx, out); err != nil {
+			return err
+		}
+	}
+	r.Extents = out
+	return nil
+}
+
+// defrag reads a fragmented region's visible data and rewrites contiguous
+// runs as slices of up to slice.MaxSize.
+func (t *Txn) defrag(ctx context.Context, ino Ino, idx uint64, vis []meta.Extent) ([]meta.Extent, error) {
+	var out []meta.Extent
+	for i := 0; i < len(vis); {
+		j, runEnd := i, vis[i].End()
+		for j+1 < len(vis) && vis[j+1].Off == runEnd && runEnd-vis[i].Off+vis[j+1].Len <= slice.MaxSize {
+			j++
+			runEnd = vis[j].End()
+		}
+		if j == i {
+			out = append(out, vis[i])
+			i++
+			continue
+		}
+		buf := make([]byte, runEnd-vis[i].Off)
+		for _, e := range vis[i : j+1] {
+			if err := t.fs.readPiece(ctx, e, buf[e.Off-vis[i].Off:e.End()-vis[i].Off]); err != nil {
+				return nil, err
+			}
+		}
+		p, err := t.putSlice(ctx, ino, idx*meta.RegionSize+uint64(vis[i].Off), buf)
+		if err != nil {
+			return nil, err
+		}
+		e := meta.Extent{Off: vis[i].Off, Len: uint32(len(buf))}
+		e.SetPointer(p, 0)
+		out = append(out, e)
+		i = j + 1
+	}
+	return out, nil
+}
+
+// truncate changes a file's size: shrinking drops regions past the end and
+// clips the last one, so a later extension reads zeros.
+func (t *Txn) truncate(ctx context.Context, ino Ino, n *meta.Inode, size uint64) error {
+	if size < n.Size {
+		last := size / meta.RegionSize
+		cut := uint32(size % meta.RegionSize)
+		first := last + 1
+		if cut == 0 {
+			first = last
+		}
+		if err := t.dropRegionsFrom(ctx, ino, first); err != nil {
+			return err
+		}
+		if cut != 0 {
+			r, err := t.loadRegion(ctx, ino, last)
+			if err != nil {
+				return err
+			}
+			var kept []meta.Extent
+			for _, e := range visible(r.Extents) {
+				if e.Off < cut {
+					kept = append(kept, trim(e, e.Off, min(e.End(), cut)))
+				}
+			}
+			r.Extents, r.End = kept, min(r.End, cut)
+			t.putRegion(ino, last, r)
+		}
+	}
+	n.Size = size
+	return nil
+}
+
+// dropRegionsFrom deletes the regions of ino with index >= first.
+func (t *Txn) dropRegionsFrom(ctx context.Context, ino Ino, first uint64) error {
+	start := meta.RegionKey(uint64(ino), first)
+	end := kv.PrefixEnd(meta.RegionPrefix(uint64(ino)))
+	for {
+		pairs, err := t.scanRaw(ctx, start, end, 1024)
+		if err != nil {
+			return err
+		}
+		for _, p := range pairs {
+			if err := t.deleteRaw(p.Key); err != nil {
+				return err
+			}
+		}
+		if len(pairs) < 1024 {
+			break
+		}
+		start = append(slices.Clone(pairs[len(pairs)-1].Key), 0)
+	}
+	for id := range t.regions {
+		if id.ino == ino && id.idx >= first {
+			delete(t.regions, id)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,328 @@
+package fs
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/txnfs/txnfs/kv"
+	"github.com/txnfs/txnfs/meta"
+	"github.com/txnfs/txnfs/slice"
+)
+
+// DefaultInlineMax is the largest write stored inline in the metadata
+// instead of as a slice (see docs/benchmarks.md for the measurement).
+const DefaultInlineMax = 4096
+
+// Config configures an FS.
+type Config struct {
+	KV     kv.Store    // required
+	Slices slice.Store // required
+	// Clock returns the current time (default time.Now).
+	Clock func() time.Time
+	// Logger receives structured logs (default: discard).
+	Logger *slog.Logger
+	// InlineMax: writes of at most this many bytes are stored inline
+	// in metadata (default DefaultInlineMax; negative disables inlining).
+	InlineMax int
+	// Capacity reports total and free bytes for StatFS (optional).
+	Capacity func() (total, free uint64, err error)
+}
+
+// Validate checks c and fills in defaults.
+func (c *Config) Validate() error {
+	if c.KV == nil || c.Slices == nil {
+		return errors.New("fs: Config.KV and Config.Slices are required")
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.InlineMax == 0 {
+		c.InlineMax = DefaultInlineMax
+	}
+	if c.InlineMax > slice.MaxSize {
+		return fmt.Errorf("fs: InlineMax %d exceeds slice.MaxSize", c.InlineMax)
+	}
+	return nil
+}
+
+// FS is the transactional file system. It is safe for concurrent use.
+type FS struct {
+	cfg    Config
+	kv     kv.Store
+	slices slice.Store
+	log    *slog.Logger
+
+	inos     inoAllocator
+	appender appender
+	gcState  gcTracker
+
+	mu struct {
+		sync.Mutex
+		pins    map[Ino]int
+		secrets map[string][]byte
+	}
+}
+
+// Open opens the file system stored in cfg.KV and cfg.Slices, creating the
+// root directory if the store is empty, and reclaims orphan inodes left by
+// a previous run (files unlinked while open).
+func Open(ctx context.Context, cfg Config) (*FS, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	f := &FS{cfg: cfg, kv: cfg.KV, slices: cfg.Slices, log: cfg.Logger}
+	f.mu.pins = map[Ino]int{}
+	f.mu.secrets = map[string][]byte{}
+	f.inos.fs = f
+	f.appender.fs = f
+	f.gcState.init()
+	if err := f.format(ctx); err != nil {
+		return nil, err
+	}
+	if err := f.reclaimOrphans(ctx); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Close releases the FS. It does not close the kv or slice stores.
+func (f *FS) Close() error { return nil }
+
+func (f *FS) now() time.Time { return f.cfg.Clock() }
+
+// format creates the root directory if it does not exist.
+func (f *FS) format(ctx context.Context) error {
+	return f.Do(ctx, RootCred, func(t *Txn) error {
+		_, err := t.loadInode(ctx, RootIno)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ErrNotExist) {
+			return err
+		}
+		now := f.now().UnixNano()
+		root := &meta.Inode{Type: uint8(TypeDirectory), Mode: 0o755, Nlink: 2, Atime: now, Mtime: now,
+			Ctime: now, Btime: now, Change: 1, Gen: randUint64(), Parent: uint64(RootIno), NextCookie: firstCookie}
+		t.putInode(RootIno, root)
+		return t.setRaw(meta.MiscKey(keyNextIno), encodeUint64(uint64(RootIno)+1))
+	})
+}
+
+// Secret returns a persistent random 32-byte key for the named purpose,
+// creating it on first use (e.g. the NFS file-handle MAC key).
+func (f *FS) Secret(ctx context.Context, purpose string) ([]byte, error) {
+	f.mu.Lock()
+	s, ok := f.mu.secrets[purpose]
+	f.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	var secret []byte
+	err := f.Do(ctx, RootCred, func(t *Txn) error {
+		k := meta.MiscKey("secret/" + purpose)
+		v, err := t.getRaw(ctx, k)
+		if err == nil {
+			if len(v) != 32 {
+				return fmt.Errorf("%w: secret %q has %d bytes", ErrCorrupt, purpose, len(v))
+			}
+			secret = v
+			return nil
+		}
+		if !errors.Is(err, ErrNotExist) {
+			return err
+		}
+		secret = make([]byte, 32)
+		rand.Read(secret)
+		return t.setRaw(k, secret)
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.mu.secrets[purpose] = secret
+	f.mu.Unlock()
+	return secret, nil
+}
+
+// Pin keeps inode ino alive while it is open: if its last link is removed
+// while pinned it becomes an orphan, reclaimed by the last Unpin (or by the
+// next Open after a crash).
+func (f *FS) Pin(ino Ino) {
+	f.mu.Lock()
+	f.mu.pins[ino]++
+	f.mu.Unlock()
+}
+
+// Unpin releases one Pin; the last release of an orphan deletes it.
+func (f *FS) Unpin(ctx context.Context, ino Ino) error {
+	f.mu.Lock()
+	n := f.mu.pins[ino] - 1
+	if n <= 0 {
+		delete(f.mu.pins, ino)
+	} else {
+		f.mu.pins[ino] = n
+	}
+	f.mu.Unlock()
+	if n > 0 {
+		return nil
+	}
+	return f.Do(ctx, RootCred, func(t *Txn) error {
+		if _, err := t.getRaw(ctx, meta.OrphanKey(uint64(ino))); errors.Is(err, ErrNotExist) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		return t.deleteInode(ctx, ino)
+	})
+}
+
+func (f *FS) pinned(ino Ino) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mu.pins[ino] > 0
+}
+
+// reclaimOrphans deletes inodes that were unlinked while open before a
+// restart: nothing can have them open now.
+func (f *FS) reclaimOrphans(ctx context.Context) error {
+	for {
+		var done bool
+		err := f.Do(ctx, RootCred, func(t *Txn) error {
+			pairs, err := t.scanRaw(ctx, meta.OrphanPrefix(), kv.PrefixEnd(meta.OrphanPrefix()), 64)
+			if err != nil {
+				return err
+			}
+			done = len(pairs) == 0
+			for _, p := range pairs {
+				ino, err := meta.ParseIno(p.Key)
+				if err != nil {
+					return fmt.Errorf("%w: %v", ErrCorrupt, err)
+				}
+				if err := t.deleteInode(ctx, Ino(ino)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// StatFS reports capacity.
+func (f *FS) StatFS(ctx context.Context) (StatFS, error) {
+	const bs = 4096
+	st := StatFS{BlockSize: bs, NameLen: MaxNameLen, Files: 1 << 40, FilesFree: 1 << 40 - f.inos.peek()}
+	total, free := uint64(1<<50), uint64(1<<50)
+	if f.cfg.Capacity != nil {
+		t, fr, err := f.cfg.Capacity()
+		if err != nil {
+			return StatFS{}, fmt.Errorf("%w: statfs: %v", ErrIO, err)
+		}
+		total, free = t, fr
+	}
+	st.Blocks, st.BlocksFree, st.BlocksAvail = total/bs, free/bs, free/bs
+	return st, nil
+}
+
+func randUint64() uint64 {
+	var b [8]byte
+	rand.Read(b[:])
+	v := uint64(0)
+	for _, x := range b {
+		v = v<<8 | uint64(x)
+	}
+	return v
+}
+
+// inoAllocator hands out inode numbers from batches reserved in the kv
+// store by small transactions of their own, so allocation never makes a
+// file-system transaction conflict and a replayed operation can reuse the
+// number it got the first time. Numbers lost in a crash are skipped.
+type inoAllocator struct {
+	fs *FS
+	mu struct {
+		sync.Mutex
+		next, limit uint64
+	}
+}
+
+const (
+	keyNextIno   = "nextino"
+	inoBatchSize = 1024
+)
+
+func (a *inoAllocator) peek() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.mu.next
+}
+
+func (a *inoAllocator) alloc(ctx context.Context) (Ino, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.mu.next == a.mu.limit {
+		var start uint64
+		err := retryKV(ctx, func() error {
+			tx, err := a.fs.kv.Begin(ctx, kv.TxnOptions{})
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			v, err := tx.Get(ctx, meta.MiscKey(keyNextIno))
+			if err != nil {
+				return err
+			}
+			if start, err = decodeUint64(v); err != nil {
+				return err
+			}
+			if err := tx.Set(meta.MiscKey(keyNextIno), encodeUint64(start+inoBatchSize)); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		})
+		if err != nil {
+			return 0, kvErr(err)
+		}
+		a.mu.next, a.mu.limit = start, start+inoBatchSize
+	}
+	ino := a.mu.next
+	a.mu.next++
+	return Ino(ino), nil
+}
+
+// retryKV runs fn until it does not fail with kv.ErrConflict.
+func retryKV(ctx context.Context, fn func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := fn()
+		if !errors.Is(err, kv.ErrConflict) {
+			return err
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return err
+		}
+	}
+}
+
+// backoff sleeps a little, more after repeated conflicts.
+func backoff(ctx context.Context, attempt int) error {
+	if attempt < 2 {
+		return ctx.Err()
+	}
+	d := time.Duration(min(attempt, 10)) * 100 * time.Microsecond
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}

@@ -1,0 +1,864 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/txnfs/txnfs/kv"
+	"github.com/txnfs/txnfs/meta"
+)
+
+// firstCookie is the first readdir cookie (NFSv4 reserves 0, 1 and 2).
+const firstCookie = 3
+
+func toAttr(ino Ino, n *meta.Inode) Attr {
+	a := Attr{Ino: ino, Gen: n.Gen, Type: FileType(n.Type), Mode: n.Mode, Nlink: n.Nlink, Uid: n.Uid, Gid: n.Gid,
+		Size: n.Size, Rdev: n.Rdev, Change: n.Change, Atime: meta.Time(n.Atime), Mtime: meta.Time(n.Mtime),
+		Ctime: meta.Time(n.Ctime), Btime: meta.Time(n.Btime)}
+	if a.Type == TypeRegular || a.Type == TypeSymlink {
+		a.Used = (n.Size + 4095) &^ 4095
+	} else if a.Type == TypeDirectory {
+		a.Used = 4096
+	}
+	return a
+}
+
+// touch records a change to n's data and attributes at now.
+func touch(n *meta.Inode, now int64) {
+	n.Mtime, n.Ctime = now, now
+	n.Change++
+}
+
+// changed records a change to n's attributes only.
+func changed(n *meta.Inode, now int64) {
+	n.Ctime = now
+	n.Change++
+}
+
+// loadDir loads a directory inode.
+func (t *Txn) loadDir(ctx context.Context, dir Ino) (*meta.Inode, error) {
+	d, err := t.loadInode(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	if d.Type != uint8(TypeDirectory) {
+		return nil, fmt.Errorf("%w: inode %d", ErrNotDir, dir)
+	}
+	return d, nil
+}
+
+func (t *Txn) lookupEntry(ctx context.Context, dir Ino, name string) (*meta.Dirent, error) {
+	b, err := t.getRaw(ctx, meta.DirentKey(uint64(dir), name))
+	if err != nil {
+		if errors.Is(err, ErrNotExist) {
+			return nil, fmt.Errorf("%w: %q in directory %d", ErrNotExist, name, dir)
+		}
+		return nil, err
+	}
+	var de meta.Dirent
+	if err := meta.Unmarshal(b, &de); err != nil {
+		return nil, fmt.Errorf("%w: entry %q of directory %d: %v", ErrCorrupt, name, dir, err)
+	}
+	return &de, nil
+}
+
+// addEntry links name in dir (whose record d the caller stores) to ino.
+func (t *Txn) addEntry(dir Ino, d *meta.Inode, name string, ino Ino, typ uint8) error {
+	if d.NextCookie < firstCookie {
+		d.NextCookie = firstCookie
+	}
+	cookie := d.NextCookie
+	d.NextCookie++
+	b, err := meta.Marshal(&meta.Dirent{Ino: uint64(ino), Type: typ, Cookie: cookie})
+	if err != nil {
+		return err
+	}
+	if err := t.setRaw(meta.DirentKey(uint64(dir), name), b); err != nil {
+		return err
+	}
+	return t.setRaw(meta.CookieKey(uint64(dir), cookie), []byte(name))
+}
+
+func (t *Txn) removeEntry(dir Ino, name string, de *meta.Dirent) error {
+	if err := t.deleteRaw(meta.DirentKey(uint64(dir), name)); err != nil {
+		return err
+	}
+	return t.deleteRaw(meta.CookieKey(uint64(dir), de.Cookie))
+}
+
+// dropLink removes one link of n; at zero links the inode is deleted, or
+// kept as an orphan while it is pinned (open).
+func (t *Txn) dropLink(ctx context.Context, ino Ino, n *meta.Inode, now int64) error {
+	if n.Type == uint8(TypeDirectory) {
+		n.Nlink = 0
+	} else if n.Nlink > 0 {
+		n.Nlink--
+	}
+	changed(n, now)
+	if n.Nlink > 0 {
+		t.putInode(ino, n)
+		return nil
+	}
+	if t.fs.pinned(ino) {
+		t.putInode(ino, n)
+		return t.setRaw(meta.OrphanKey(uint64(ino)), nil)
+	}
+	return t.deleteInode(ctx, ino)
+}
+
+// deleteInode removes an inode with all its regions and attributes.
+func (t *Txn) deleteInode(ctx context.Context, ino Ino) error {
+	for _, prefix := range [][]byte{meta.RegionPrefix(uint64(ino)), meta.XattrPrefix(uint64(ino))} {
+		for {
+			pairs, err := t.scanRaw(ctx, prefix, kv.PrefixEnd(prefix), 1024)
+			if err != nil {
+				return err
+			}
+			for _, p := range pairs {
+				if err := t.deleteRaw(p.Key); err != nil {
+					return err
+				}
+			}
+			if len(pairs) < 1024 {
+				break
+			}
+		}
+	}
+	for id := range t.regions {
+		if id.ino == ino {
+			delete(t.regions, id)
+		}
+	}
+	t.putInode(ino, nil)
+	return t.deleteRaw(meta.OrphanKey(uint64(ino)))
+}
+
+// Lookup finds name in directory dir. The caller needs search (execute)
+// permission on dir.
+func (t *Txn) Lookup(ctx context.Context, dir Ino, name string) (Attr, error) {
+	res, err := t.do(ctx, "lookup", func(ctx context.Context) (any, error) {
+		d, err := t.loadDir(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkAccess(t.cred, d, AccessExecute); err != nil {
+			return nil, err
+		}
+		if err := checkName(name); err != nil {
+			return nil, err
+		}
+		de, err := t.lookupEntry(ctx, dir, name)
+		if err != nil {
+			return nil, err
+		}
+		n, err := t.loadInode(ctx, Ino(de.Ino))
+		if err != nil {
+			if errors.Is(err, ErrNotExist) {
+				return nil, fmt.Errorf("%w: entry %q of directory %d names missing inode %d", ErrCorrupt, name, dir, de.Ino)
+			}
+			return nil, err
+		}
+		return toAttr(Ino(de.Ino), n), nil
+	})
+	return attrResult(res, err)
+}
+
+// LookupPath resolves a slash-separated path from the root, without
+// following symlinks ("." and ".." are honoured).
+func (t *Txn) LookupPath(ctx context.Context, path string) (Attr, error) {
+	cur, err := t.GetAttr(ctx, RootIno)
+	if err != nil {
+		return Attr{}, err
+	}
+	for _, name := range strings.Split(path, "/") {
+		switch name {
+		case "", ".":
+			continue
+		case "..":
+			cur, err = t.Parent(ctx, cur.Ino)
+		default:
+			cur, err = t.Lookup(ctx, cur.Ino, name)
+		}
+		if err != nil {
+			return Attr{}, err
+		}
+	}
+	return cur, nil
+}
+
+// Parent returns the attributes of directory dir's parent (the root's
+// parent is the root).
+func (t *Txn) Parent(ctx context.Context, dir Ino) (Attr, error) {
+	res, err := t.do(ctx, "parent", func(ctx context.Context) (any, error) {
+		d, err := t.loadDir(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkAccess(t.cred, d, AccessExecute); err != nil {
+			return nil, err
+		}
+		p := Ino(d.Parent)
+		if p == 0 {
+			p = RootIno
+		}
+		n, err := t.loadInode(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		return toAttr(p, n), nil
+	})
+	return attrResult(res, err)
+}
+
+// GetAttr returns the attributes of ino.
+func (t *Txn) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
+	res, err := t.do(ctx, "getattr", func(ctx context.Context) (any, error) {
+		n, err := t.loadInode(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		return toAttr(ino, n), nil
+	})
+	return attrResult(res, err)
+}
+
+// Access reports which of the access bits in mask the caller has on ino.
+func (t *Txn) Access(ctx context.Context, ino Ino, mask uint32) (uint32, error) {
+	res, err := t.do(ctx, "access", func(ctx context.Context) (any, error) {
+		n, err := t.loadInode(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		return allowed(t.cred, n, mask&7), nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return res.(uint32), nil
+}
+
+func attrResult(res any, err error) (Attr, error) {
+	if err != nil {
+		return Attr{}, err
+	}
+	return res.(Attr), nil
+}
+
+type createResult struct {
+	Attr    Attr
+	Created bool
+}
+
+// Create makes a new inode named name in dir; see CreateRequest.
+func (t *Txn) Create(ctx context.Context, dir Ino, name string, req CreateRequest) (Attr, bool, error) {
+	now := t.fs.now().UnixNano()
+	gen := randUint64()
+	var ino Ino
+	res, err := t.do(ctx, "create", func(ctx context.Context) (any, error) {
+		if err := checkName(name); err != nil {
+			return nil, err
+		}
+		if req.Type < TypeRegular || req.Type > TypeBlock {
+			return nil, fmt.Errorf("%w: file type %d", ErrInvalid, req.Type)
+		}
+		if req.Type == TypeSymlink && (req.Target == "" || len(req.Target) > MaxSymlink) {
+			if req.Target == "" {
+				return nil, fmt.Errorf("%w: empty symlink target", ErrInvalid)
+			}
+			return nil, ErrNameTooLong
+		}
+		d, err := t.loadDir(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkAccess(t.cred, d, AccessExecute); err != nil {
+			return nil, err
+		}
+		de, err := t.lookupEntry(ctx, dir, name)
+		if err == nil {
+			if req.Exclusive || req.Type != TypeRegular {
+				return nil, fmt.Errorf("%w: %q", ErrExist, name)
+			}
+			n, err := t.loadInode(ctx, Ino(de.Ino))
+			if err != nil {
+				return nil, err
+			}
+			if n.Type == uint8(TypeDirectory) {
+				return nil, fmt.Errorf("%w: %q", ErrIsDir, name)
+			}
+			if n.Type != uint8(TypeRegular) {
+				return nil, fmt.Errorf("%w: %q", ErrExist, name)
+			}
+			return createResult{toAttr(Ino(de.Ino), n), false}, nil
+		} else if !errors.Is(err, ErrNotExist) {
+			return nil, err
+		}
+		if err := checkAccess(t.cred, d, AccessWrite); err != nil {
+			return nil, err
+		}
+		if req.Type == TypeDirectory && d.Nlink >= MaxLinks {
+			return nil, ErrTooManyLinks
+		}
+		if ino == 0 {
+			if ino, err = t.fs.inos.alloc(ctx); err != nil {
+				return nil, err
+			}
+		}
+		n := &meta.Inode{Type: uint8(req.Type), Mode: req.Mode & ModePerm, Nlink: 1, Uid: t.cred.Uid, Gid: t.cred.Gid,
+			Atime: now, Mtime: now, Ctime: now, Btime: now, Change: 1, Gen: gen}
+		if d.Mode&ModeSetgid != 0 {
+			n.Gid = d.Gid
+			if req.Type == TypeDirectory {
+				n.Mode |= ModeSetgid
+			}
+		}
+		if req.Type != TypeDirectory && n.Mode&ModeSetgid != 0 && n.Mode&0o010 != 0 && !t.cred.isRoot() && !t.cred.inGroup(n.Gid) {
+			n.Mode &^= ModeSetgid
+		}
+		switch req.Type {
+		case TypeDirectory:
+			n.Nlink = 2
+			n.Parent = uint64(dir)
+			n.NextCookie = firstCookie
+			d.Nlink++
+		case TypeSymlink:
+			n.Target = req.Target
+			n.Size = uint64(len(req.Target))
+		case TypeChar, TypeBlock:
+			n.Rdev = req.Rdev
+		}
+		if err := t.addEntry(dir, d, name, ino, n.Type); err != nil {
+			return nil, err
+		}
+		touch(d, now)
+		t.putInode(dir, d)
+		t.putInode(ino, n)
+		return createResult{toAttr(ino, n), true}, nil
+	})
+	if err != nil {
+		return Attr{}, false, err
+	}
+	r := res.(createResult)
+	return r.Attr, r.Created, nil
+}
+
+// Link adds a hard link named name in dir to ino (not a directory).
+func (t *Txn) Link(ctx context.Context, ino, dir Ino, name string) (Attr, error) {
+	now := t.fs.now().UnixNano()
+	res, err := t.do(ctx, "link", func(ctx context.Context) (any, error) {
+		if err := checkName(name); err != nil {
+			return nil, err
+		}
+		n, err := t.loadInode(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		d, err := t.loadDir(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkAccess(t.cred, d, AccessWrite|AccessExecute); err != nil {
+			return nil, err
+		}
+		if n.Type == uint8(TypeDirectory) {
+			return nil, fmt.Errorf("%w: hard link to a directory", ErrPerm)
+		}
+		if _, err := t.lookupEntry(ctx, dir, name); err == nil {
+			return nil, fmt.Errorf("%w: %q", ErrExist, name)
+		} else if !errors.Is(err, ErrNotExist) {
+			return nil, err
+		}
+		if n.Nlink == 0 {
+			return nil, fmt.Errorf("%w: inode %d has been removed", ErrNotExist, ino)
+		}
+		if n.Nlink >= MaxLinks {
+			return nil, ErrTooManyLinks
+		}
+		if err := t.addEntry(dir, d, name, ino, n.Type); err != nil {
+			return nil, err
+		}
+		n.Nlink++
+		changed(n, now)
+		touch(d, now)
+		t.putInode(dir, d)
+		t.putInode(ino, n)
+		return toAttr(ino, n), nil
+	})
+	return attrResult(res, err)
+}
+
+type removeKind int
+
+const (
+	removeAny removeKind = iota
+	removeNonDir
+	removeDir
+)
+
+// Unlink removes the non-directory entry name from dir.
+func (t *Txn) Unlink(ctx context.Context, dir Ino, name string) error {
+	return t.remove(ctx, "unlink", dir, name, removeNonDir)
+}
+
+// Rmdir removes the empty directory name from dir.
+func (t *Txn) Rmdir(ctx context.Context, dir Ino, name string) error {
+	return t.remove(ctx, "rmdir", dir, name, removeDir)
+}
+
+// Remove removes name from dir, whether a file or an empty directory.
+func (t *Txn) Remove(ctx context.Context, dir Ino, name string) error {
+	return t.remove(ctx, "remove", dir, name, removeAny)
+}
+
+func (t *Txn) remove(ctx context.Context, op string, dir Ino, name string, kind removeKind) error {
+	now := t.fs.now().UnixNano()
+	_, err := t.do(ctx, op, func(ctx context.Context) (any, error) {
+		if kind == removeDir && name == "." {
+			return nil, fmt.Errorf("%w: rmdir of \".\"", ErrInvalid)
+		}
+		if kind == removeDir && name == ".." {
+			return nil, fmt.Errorf("%w: rmdir of \"..\"", ErrNotEmpty)
+		}
+		if err := checkName(name); err != nil {
+			return nil, err
+		}
+		d, err := t.loadDir(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkAccess(t.cred, d, AccessExecute); err != nil {
+			return nil, err
+		}
+		de, err := t.lookupEntry(ctx, dir, name)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkAccess(t.cred, d, AccessWrite); err != nil {
+			return nil, err
+		}
+		ino := Ino(de.Ino)
+		n, err := t.loadInode(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		isDir := n.Type == uint8(TypeDirectory)
+		switch {
+		case kind == removeNonDir && isDir:
+			return nil, fmt.Errorf("%w: %q", ErrIsDir, name)
+		case kind == removeDir && !isDir:
+			return nil, fmt.Errorf("%w: %q", ErrNotDir, name)
+		}
+		if err := checkSticky(t.cred, d, n); err != nil {
+			return nil, err
+		}
+		if isDir {
+			if err := t.checkEmpty(ctx, ino); err != nil {
+				return nil, err
+			}
+			d.Nlink--
+		}
+		if err := t.removeEntry(dir, name, de); err != nil {
+			return nil, err
+		}
+		touch(d, now)
+		t.putInode(dir, d)
+		return nil, t.dropLink(ctx, ino, n, now)
+	})
+	return err
+}
+
+func (t *Txn) checkEmpty(ctx context.Context, dir Ino) error {
+	p := meta.DirentPrefix(uint64(dir))
+	pairs, err := t.scanRaw(ctx, p, kv.PrefixEnd(p), 1)
+	if err != nil {
+		return err
+	}
+	if len(pairs) > 0 {
+		return fmt.Errorf("%w: directory %d", ErrNotEmpty, dir)
+	}
+	return nil
+}
+
+// Rename moves srcName in srcDir to dstName in dstDir, replacing a
+// compatible destination (a file by a non-directory, an empty directory by
+// a directory). Moving a directory into its own subtree is ErrInvalid.
+func (t *Txn) Rename(ctx context.Context, srcDir Ino, srcName string, dstDir Ino, dstName string, flags RenameFlags) error {
+	now := t.fs.now().UnixNano()
+	_, err := t.do(ctx, "rename", func(ctx context.Context) (any, error) {
+		return nil, t.rename(ctx, srcDir, srcName, dstDir, dstName, flags, now)
+	})
+	return err
+}
+
+func (t *Txn) rename(ctx context.Context, srcDir Ino, srcName string, dstDir Ino, dstName string, flags RenameFlags, now int64) error {
+	if flags.NoReplace && flags.Exchange {
+		return fmt.Errorf("%w: NoReplace with Exchange", ErrInvalid)
+	}
+	if err := checkName(srcName); err != nil {
+		return err
+	}
+	if err := checkName(dstName); err != nil {
+		return err
+	}
+	sd, err := t.loadDir(ctx, srcDir)
+	if err != nil {
+		return err
+	}
+	dd := sd
+	if dstDir != srcDir {
+		if dd, err = t.loadDir(ctx, dstDir); err != nil {
+			return err
+		}
+	}
+	if err := checkAccess(t.cred, sd, AccessExecute); err != nil {
+		return err
+	}
+	if err := checkAccess(t.cred, dd, AccessExecute); err != nil {
+		return err
+	}
+	se, err := t.lookupEntry(ctx, srcDir, srcName)
+	if err != nil {
+		return err
+	}
+	de, err := t.lookupEntry(ctx, dstDir, dstName)
+	if err != nil && !errors.Is(err, ErrNotExist) {
+		return err
+	}
+	if err := checkAccess(t.cred, sd, AccessWrite); err != nil {
+		return err
+	}
+	if err := checkAccess(t.cred, dd, AccessWrite); err != nil {
+		return err
+	}
+	if de != nil && flags.NoReplace {
+		return fmt.Errorf("%w: %q", ErrExist, dstName)
+	}
+	if de == nil && flags.Exchange {
+		return fmt.Errorf("%w: %q", ErrNotExist, dstName)
+	}
+	if de != nil && de.Ino == se.Ino {
+		return nil // both names link to the same inode: nothing to do
+	}
+	sino := Ino(se.Ino)
+	src, err := t.loadInode(ctx, sino)
+	if err != nil {
+		return err
+	}
+	if err := checkSticky(t.cred, sd, src); err != nil {
+		return err
+	}
+	srcIsDir := src.Type == uint8(TypeDirectory)
+	if srcIsDir && srcDir != dstDir {
+		if err := checkAccess(t.cred, src, AccessWrite); err != nil {
+			return err
+		}
+		if err := t.checkNotAncestor(ctx, sino, dstDir); err != nil {
+			return err
+		}
+	}
+	var dino Ino
+	var dst *meta.Inode
+	if de != nil {
+		dino = Ino(de.Ino)
+		if dst, err = t.loadInode(ctx, dino); err != nil {
+			return err
+		}
+		if err := checkSticky(t.cred, dd, dst); err != nil {
+			return err
+		}
+		dstIsDir := dst.Type == uint8(TypeDirectory)
+		if flags.Exchange {
+			if dstIsDir && srcDir != dstDir {
+				if err := checkAccess(t.cred, dst, AccessWrite); err != nil {
+					return err
+				}
+				if err := t.checkNotAncestor(ctx, dino, srcDir); err != nil {
+					return err
+				}
+			}
+		} else {
+			switch {
+			case srcIsDir && !dstIsDir:
+				return fmt.Errorf("%w: %q", ErrNotDir, dstName)
+			case !srcIsDir && dstIsDir:
+				return fmt.Errorf("%w: %q", ErrIsDir, dstName)
+			case dstIsDir:
+				if err := t.checkEmpty(ctx, dino); err != nil {
+					return err
+				}
+			}
+		}
+	}
+
+	// All checks passed; from here on only I/O can fail.
+	if err := t.removeEntry(srcDir, srcName, se); err != nil {
+		return err
+	}
+	if de != nil {
+		if err := t.removeEntry(dstDir, dstName, de); err != nil {
+			return err
+		}
+	}
+	if err := t.addEntry(dstDir, dd, dstName, sino, src.Type); err != nil {
+		return err
+	}
+	move := func(ino Ino, n *meta.Inode, from *meta.Inode, to *meta.Inode, toIno Ino) {
+		if n.Type == uint8(TypeDirectory) && from != to {
+			from.Nlink--
+			to.Nlink++
+			n.Parent = uint64(toIno)
+		}
+		changed(n, now)
+	}
+	move(sino, src, sd, dd, dstDir)
+	if de != nil && flags.Exchange {
+		if err := t.addEntry(srcDir, sd, srcName, dino, dst.Type); err != nil {
+			return err
+		}
+		move(dino, dst, dd, sd, srcDir)
+		t.putInode(dino, dst)
+	}
+	touch(sd, now)
+	touch(dd, now)
+	t.putInode(srcDir, sd)
+	if dd != sd {
+		t.putInode(dstDir, dd)
+	}
+	t.putInode(sino, src)
+	if de != nil && !flags.Exchange {
+		if dst.Type == uint8(TypeDirectory) {
+			dd.Nlink--
+			t.putInode(dstDir, dd)
+		}
+		return t.dropLink(ctx, dino, dst, now)
+	}
+	return nil
+}
+
+// checkNotAncestor fails with ErrInvalid if dir is ino or lies below ino.
+func (t *Txn) checkNotAncestor(ctx context.Context, ino, dir Ino) error {
+	for cur, depth := dir, 0; ; depth++ {
+		if cur == ino {
+			return fmt.Errorf("%w: cannot move directory %d into itself", ErrInvalid, ino)
+		}
+		if cur == RootIno {
+			return nil
+		}
+		if depth > 1<<16 {
+			return fmt.Errorf("%w: directory parent chain too long at %d", ErrCorrupt, cur)
+		}
+		n, err := t.loadInode(ctx, cur)
+		if err != nil {
+			return err
+		}
+		cur = Ino(n.Parent)
+		if cur == 0 {
+			return fmt.Errorf("%w: directory %d has no parent", ErrCorrupt, dir)
+		}
+	}
+}
+
+type readDirResult struct {
+	Entries []DirEntry
+	EOF     bool
+}
+
+// ReadDir lists directory entries after req.Cookie in creation order.
+func (t *Txn) ReadDir(ctx context.Context, dir Ino, req ReadDirRequest) ([]DirEntry, bool, error) {
+	res, err := t.do(ctx, "readdir", func(ctx context.Context) (any, error) {
+		d, err := t.loadDir(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkAccess(t.cred, d, AccessRead); err != nil {
+			return nil, err
+		}
+		start := meta.CookieKey(uint64(dir), max(req.Cookie+1, firstCookie))
+		end := kv.PrefixEnd(meta.CookiePrefix(uint64(dir)))
+		limit := req.Limit
+		if limit > 0 {
+			limit++ // one more to learn whether this is the end
+		}
+		pairs, err := t.scanRaw(ctx, start, end, limit)
+		if err != nil {
+			return nil, err
+		}
+		r := readDirResult{EOF: req.Limit <= 0 || len(pairs) < limit}
+		if !r.EOF {
+			pairs = pairs[:req.Limit]
+		}
+		for _, p := range pairs {
+			_, cookie, err := meta.ParseCookieKey(p.Key)
+			if err != nil {
+				return nil, err
+			}
+			name := string(p.Value)
+			de, err := t.lookupEntry(ctx, dir, name)
+			if err != nil {
+				return nil, fmt.Errorf("%w: cookie %d of directory %d names missing entry %q", ErrCorrupt, cookie, dir, name)
+			}
+			e := DirEntry{Name: name, Ino: Ino(de.Ino), Type: FileType(de.Type), Cookie: cookie}
+			if req.WithAttr {
+				n, err := t.loadInode(ctx, e.Ino)
+				if err != nil {
+					return nil, err
+				}
+				a := toAttr(e.Ino, n)
+				e.Attr = &a
+			}
+			r.Entries = append(r.Entries, e)
+		}
+		return r, nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	r := res.(readDirResult)
+	return r.Entries, r.EOF, nil
+}
+
+// Readlink returns a symlink's target.
+func (t *Txn) Readlink(ctx context.Context, ino Ino) (string, error) {
+	res, err := t.do(ctx, "readlink", func(ctx context.Context) (any, error) {
+		n, err := t.loadInode(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		if n.Type != uint8(TypeSymlink) {
+			return nil, fmt.Errorf("%w: readlink of inode %d", ErrWrongType, ino)
+		}
+		return n.Target, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return res.(string), nil
+}
+
+// SetAttr changes attributes with the POSIX permission rules: only the
+// owner (or root) changes mode and times-to-a-value; only root changes the
+// owner; the owner may change the group to one of its groups; size needs
+// write permission. Changing owner or group clears setuid/setgid.
+func (t *Txn) SetAttr(ctx context.Context, ino Ino, sa SetAttr) (Attr, error) {
+	now := t.fs.now()
+	res, err := t.do(ctx, "setattr", func(ctx context.Context) (any, error) {
+		n, err := t.loadInode(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		if err := t.setAttr(ctx, ino, n, sa, now); err != nil {
+			return nil, err
+		}
+		return toAttr(ino, n), nil
+	})
+	return attrResult(res, err)
+}
+
+func (t *Txn) setAttr(ctx context.Context, ino Ino, n *meta.Inode, sa SetAttr, now time.Time) error {
+	c := t.cred
+	owner := c.isRoot() || c.Uid == n.Uid
+	if sa.Mode != nil {
+		if !owner {
+			return ErrPerm
+		}
+		if *sa.Mode&^ModePerm != 0 {
+			return fmt.Errorf("%w: mode %o", ErrInvalid, *sa.Mode)
+		}
+	}
+	newUid, newGid := n.Uid, n.Gid
+	if sa.Uid != nil {
+		newUid = *sa.Uid
+	}
+	if sa.Gid != nil {
+		newGid = *sa.Gid
+	}
+	if (sa.Uid != nil || sa.Gid != nil) && !c.isRoot() {
+		if c.Uid != n.Uid || newUid != n.Uid || (newGid != n.Gid && !c.inGroup(newGid)) {
+			return ErrPerm
+		}
+	}
+	if sa.Size != nil {
+		if n.Type == uint8(TypeDirectory) {
+			return fmt.Errorf("%w: truncate of a directory", ErrIsDir)
+		}
+		if n.Type != uint8(TypeRegular) {
+			return fmt.Errorf("%w: truncate of a %v", ErrInvalid, FileType(n.Type))
+		}
+		if !sa.OpenForWrite {
+			if err := checkAccess(c, n, AccessWrite); err != nil {
+				return err
+			}
+		}
+		if *sa.Size > MaxFileSize {
+			return ErrFileTooBig
+		}
+	}
+	for _, st := range []*SetTime{sa.Atime, sa.Mtime} {
+		if st == nil {
+			continue
+		}
+		if !owner && (!st.Now || checkAccess(c, n, AccessWrite) != nil) {
+			if st.Now {
+				return ErrAccess
+			}
+			return ErrPerm
+		}
+	}
+
+	// Checks done; apply.
+	nowNs := now.UnixNano()
+	if sa.Size != nil && *sa.Size != n.Size {
+		if err := t.truncate(ctx, ino, n, *sa.Size); err != nil {
+			return err
+		}
+		n.Mtime = nowNs
+		t.clearSetid(n)
+	}
+	if sa.Mode != nil {
+		mode := *sa.Mode
+		if !c.isRoot() && n.Type != uint8(TypeDirectory) && mode&ModeSetgid != 0 && !c.inGroup(n.Gid) {
+			mode &^= ModeSetgid
+		}
+		n.Mode = mode
+	}
+	if sa.Uid != nil || sa.Gid != nil {
+		n.Uid, n.Gid = newUid, newGid
+		if n.Type != uint8(TypeDirectory) {
+			n.Mode &^= ModeSetuid
+			if n.Mode&0o010 != 0 {
+				n.Mode &^= ModeSetgid
+			}
+		}
+	}
+	if sa.Atime != nil {
+		n.Atime = pickTime(sa.Atime, nowNs)
+	}
+	if sa.Mtime != nil {
+		n.Mtime = pickTime(sa.Mtime, nowNs)
+	}
+	changed(n, nowNs)
+	t.putInode(ino, n)
+	return nil
+}
+
+// clearSetid drops setuid (and setgid when group-executable) after a write
+// or truncate by someone other than root, as Linux does.
+func (t *Txn) clearSetid(n *meta.Inode) {
+	if t.cred.isRoot() {
+		return
+	}
+	n.Mode &^= ModeSetuid
+	if n.Mode&0o010 != 0 {
+		n.Mode &^= ModeSetgid
+	}
+}
+
+func pickTime(st *SetTime, now int64) int64 {
+	if st.Now {
+		return now
+	}
+	return st.Time.UnixNano()
+}

@@ -1,0 +1,351 @@
+package fs
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"fmt"
+
+	"github.com/txnfs/txnfs/meta"
+)
+
+// Slices is a range of file content captured by Yank: pointers to
+// immutable slices (plus small inline pieces and holes), never the data
+// itself. It carries a MAC keyed by a secret of this file system, so Paste
+// rejects slices that were forged or came from another file system.
+type Slices struct {
+	_      struct{} `cbor:",toarray"`
+	Length uint64
+	// Pieces are at offsets relative to the start of the range.
+	Pieces []slicesPiece
+	MAC    []byte
+}
+
+type slicesPiece struct {
+	_   struct{} `cbor:",toarray"`
+	Off uint64
+	Ext meta.Extent
+}
+
+// Len returns the number of bytes the slices cover.
+func (s Slices) Len() uint64 { return s.Length }
+
+// MarshalBinary encodes s for transport (e.g. to another process).
+func (s Slices) MarshalBinary() ([]byte, error) { return meta.Marshal(&s) }
+
+// UnmarshalBinary decodes an encoding made by MarshalBinary. The MAC is
+// checked by Paste, not here.
+func (s *Slices) UnmarshalBinary(b []byte) error {
+	if err := meta.Unmarshal(b, s); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadSlice, err)
+	}
+	return nil
+}
+
+func (f *FS) sliceMAC(ctx context.Context, s *Slices) ([]byte, error) {
+	key, err := f.Secret(ctx, "slices")
+	if err != nil {
+		return nil, err
+	}
+	body := *s
+	body.MAC = nil
+	b, err := meta.Marshal(&body)
+	if err != nil {
+		return nil, err
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write(b)
+	return m.Sum(nil)[:16], nil
+}
+
+// Yank returns the slices holding bytes [off, off+n) of the file (clipped
+// at end of file), without reading any data.
+func (t *Txn) Yank(ctx context.Context, ino Ino, off, n uint64) (Slices, error) {
+	res, err := t.do(ctx, "yank", func(ctx context.Context) (any, error) {
+		return t.yank(ctx, ino, off, n)
+	})
+	if err != nil {
+		return Slices{}, err
+	}
+	s := res.(Slices)
+	mac, err := t.fs.sliceMAC(ctx, &s)
+	if err != nil {
+		return Slices{}, err
+	}
+	s.MAC = mac
+	return s, nil
+}
+
+func (t *Txn) yank(ctx context.Context, ino Ino, off, n uint64) (Slices, error) {
+	f, err := t.loadFile(ctx, ino)
+	if err != nil {
+		return Slices{}, err
+	}
+	if off >= f.Size {
+		return Slices{}, nil
+	}
+	n = min(n, f.Size-off)
+	ps, err := t.pieces(ctx, ino, off, n)
+	if err != nil {
+		return Slices{}, err
+	}
+	s := Slices{Length: n}
+	for _, p := range ps {
+		s.Pieces = append(s.Pieces, slicesPiece{Off: p.Off - off, Ext: p.Ext})
+	}
+	return s, nil
+}
+
+// Paste overlays slices at offset off of the file (holes in s become holes
+// in the file), extending it to off+s.Len(). No data is read or written.
+func (t *Txn) Paste(ctx context.Context, ino Ino, off uint64, s Slices) error {
+	mac, err := t.fs.sliceMAC(ctx, &s)
+	if err != nil {
+		return err
+	}
+	if !hmac.Equal(mac, s.MAC) {
+		return fmt.Errorf("%w: MAC mismatch", ErrBadSlice)
+	}
+	if off+s.Length > MaxFileSize || off+s.Length < off {
+		return ErrFileTooBig
+	}
+	now := t.fs.now().UnixNano()
+	_, err = t.do(ctx, "paste", func(ctx context.Context) (any, error) {
+		f, err := t.loadFile(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		return nil, t.paste(ctx, ino, f, off, s, now)
+	})
+	return err
+}
+
+// paste places s at off: the whole range is first punched (so holes in s
+// read as zeros), then s's pieces are laid over it.
+func (t *Txn) paste(ctx context.Context, ino Ino, f *meta.Inode, off uint64, s Slices, now int64) error {
+	if s.Length == 0 {
+		return nil
+	}
+	ps := holes(off, s.Length)
+	for _, p := range s.Pieces {
+		if p.Off+uint64(p.Ext.Len) > s.Length {
+			return fmt.Errorf("%w: piece past the end", ErrBadSlice)
+		}
+		ps = append(ps, splitPiece(off+p.Off, p.Ext)...)
+	}
+	if err := t.placePieces(ctx, ino, f, ps); err != nil {
+		return err
+	}
+	f.Size = max(f.Size, off+s.Length)
+	touch(f, now)
+	t.putInode(ino, f)
+	return nil
+}
+
+// holes returns hole pieces covering [off, off+n), split at regions.
+func holes(off, n uint64) []filePiece {
+	return splitPiece(off, meta.Extent{Kind: meta.KindHole, Len: uint32(min(n, 1<<31))}, n)
+}
+
+// splitPiece cuts extent e placed at file offset off at region boundaries.
+// An optional total length overrides e.Len (for holes longer than 4 GiB).
+func splitPiece(off uint64, e meta.Extent, total ...uint64) []filePiece {
+	n := uint64(e.Len)
+	if len(total) > 0 {
+		n = total[0]
+	}
+	var out []filePiece
+	for done := uint64(0); done < n; {
+		room := meta.RegionSize - (off+done)%meta.RegionSize
+		k := min(n-done, room)
+		p := e
+		p.Off, p.Len = 0, uint32(k)
+		switch e.Kind {
+		case meta.KindSlice:
+			p.SliceOff = e.SliceOff + uint32(done)
+		case meta.KindInline:
+			p.Data = e.Data[done : done+k]
+		}
+		out = append(out, filePiece{Off: off + done, Ext: p})
+		done += k
+	}
+	return out
+}
+
+// Punch zeroes [off, off+n) (clipped at end of file) without changing the
+// size; the storage behind it becomes garbage for the collector.
+func (t *Txn) Punch(ctx context.Context, ino Ino, off, n uint64) error {
+	now := t.fs.now().UnixNano()
+	_, err := t.do(ctx, "punch", func(ctx context.Context) (any, error) {
+		f, err := t.loadFile(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		if off >= f.Size || n == 0 {
+			return nil, nil
+		}
+		n := min(n, f.Size-off)
+		if err := t.placePieces(ctx, ino, f, holes(off, n)); err != nil {
+			return nil, err
+		}
+		// Compact the touched regions now so the punched slices lose
+		// their last references.
+		for idx := off / meta.RegionSize; idx*meta.RegionSize < off+n; idx++ {
+			r, err := t.loadRegion(ctx, ino, idx)
+			if err != nil {
+				return nil, err
+			}
+			r.Extents = visible(r.Extents)
+			t.putRegion(ino, idx, r)
+		}
+		touch(f, now)
+		t.putInode(ino, f)
+		return nil, nil
+	})
+	return err
+}
+
+// CopyRange copies n bytes (n == 0: to the end of src) from src at srcOff
+// to dst at dstOff by pasting slice pointers: no data is read or written.
+// It returns the number of bytes copied (clipped at src's end of file).
+func (t *Txn) CopyRange(ctx context.Context, src Ino, srcOff uint64, dst Ino, dstOff uint64, n uint64) (uint64, error) {
+	now := t.fs.now().UnixNano()
+	res, err := t.do(ctx, "copyrange", func(ctx context.Context) (any, error) {
+		sf, err := t.loadFile(ctx, src)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 && srcOff < sf.Size {
+			n = sf.Size - srcOff
+		}
+		s, err := t.yank(ctx, src, srcOff, n)
+		if err != nil {
+			return nil, err
+		}
+		if dstOff+s.Length > MaxFileSize {
+			return nil, ErrFileTooBig
+		}
+		df, err := t.loadFile(ctx, dst)
+		if err != nil {
+			return nil, err
+		}
+		return s.Length, t.paste(ctx, dst, df, dstOff, s, now)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return res.(uint64), nil
+}
+
+// Concat replaces dst's content with the concatenation of srcs' contents
+// (dst may be among srcs). Metadata only.
+func (t *Txn) Concat(ctx context.Context, dst Ino, srcs []Ino) error {
+	now := t.fs.now().UnixNano()
+	_, err := t.do(ctx, "concat", func(ctx context.Context) (any, error) {
+		var parts []Slices
+		for _, src := range srcs {
+			s, err := t.yank(ctx, src, 0, MaxFileSize)
+			if err != nil {
+				return nil, err
+			}
+			parts = append(parts, s)
+		}
+		df, err := t.loadFile(ctx, dst)
+		if err != nil {
+			return nil, err
+		}
+		if err := t.truncate(ctx, dst, df, 0); err != nil {
+			return nil, err
+		}
+		off := uint64(0)
+		for _, s := range parts {
+			if off+s.Length > MaxFileSize {
+				return nil, ErrFileTooBig
+			}
+			if err := t.paste(ctx, dst, df, off, s, now); err != nil {
+				return nil, err
+			}
+			off += s.Length
+		}
+		touch(df, now)
+		t.putInode(dst, df)
+		return nil, nil
+	})
+	return err
+}
+
+// Copy replaces dst's content with src's. Metadata only.
+func (t *Txn) Copy(ctx context.Context, src, dst Ino) error {
+	return t.Concat(ctx, dst, []Ino{src})
+}
+
+// Allocate makes sure [off, off+n) is within the file, extending it with
+// zeros if needed (space is not reserved: slices are allocated on write).
+func (t *Txn) Allocate(ctx context.Context, ino Ino, off, n uint64) error {
+	if off+n > MaxFileSize || off+n < off {
+		return ErrFileTooBig
+	}
+	now := t.fs.now().UnixNano()
+	_, err := t.do(ctx, "allocate", func(ctx context.Context) (any, error) {
+		f, err := t.loadFile(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		if off+n > f.Size {
+			f.Size = off + n
+			touch(f, now)
+			t.putInode(ino, f)
+		}
+		return nil, nil
+	})
+	return err
+}
+
+type seekResult struct {
+	Off uint64
+	EOF bool
+}
+
+// Seek finds the first data (SeekData) or hole (SeekHole) at or after off.
+// eof is true when there is none before the end of the file (for SeekHole
+// the end of file itself counts as a hole and is returned).
+func (t *Txn) Seek(ctx context.Context, ino Ino, off uint64, whence Whence) (uint64, bool, error) {
+	res, err := t.do(ctx, "seek", func(ctx context.Context) (any, error) {
+		f, err := t.loadFile(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		if off >= f.Size {
+			return seekResult{Off: f.Size, EOF: true}, nil
+		}
+		pos := off
+		for idx := off / meta.RegionSize; idx*meta.RegionSize < f.Size; idx++ {
+			base := idx * meta.RegionSize
+			ps, err := t.pieces(ctx, ino, max(pos, base), min(base+meta.RegionSize, f.Size)-max(pos, base))
+			if err != nil {
+				return nil, err
+			}
+			for _, p := range ps {
+				if whence == SeekData {
+					return seekResult{Off: max(p.Off, pos)}, nil
+				}
+				if p.Off > pos {
+					return seekResult{Off: pos}, nil
+				}
+				pos = p.Off + uint64(p.Ext.Len)
+			}
+			if whence == SeekHole && pos < min(base+meta.RegionSize, f.Size) {
+				return seekResult{Off: pos}, nil
+			}
+		}
+		if whence == SeekData {
+			return seekResult{Off: f.Size, EOF: true}, nil
+		}
+		return seekResult{Off: f.Size, EOF: true}, nil
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	r := res.(seekResult)
+	return r.Off, r.EOF, nil
+}

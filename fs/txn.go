@@ -1,0 +1,427 @@
+package fs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+
+	"github.com/txnfs/txnfs/kv"
+	"github.com/txnfs/txnfs/meta"
+	"github.com/txnfs/txnfs/slice"
+)
+
+// Txn is a file-system transaction. Its operations see a consistent
+// snapshot of the file system plus the transaction's own changes; nothing
+// is visible to others until Commit returns nil, and then all of it is.
+//
+// An operation that fails with a validation error (ErrNotExist, ErrExist,
+// ...) has no effect and the transaction may continue. An operation that
+// fails half-way with ErrIO or ErrCorrupt poisons the transaction: later
+// operations and Commit return that error, and only Abort is left.
+type Txn struct {
+	fs     *FS
+	cred   Cred
+	opts   TxnOptions
+	kvTxn  kv.Txn
+	gcSeq  uint64 // GC epoch at Begin, see gc.go
+	done   bool
+	poison error
+
+	replaying bool
+	log       []opRecord
+	written   []slice.Pointer // slices this transaction wrote; synced before commit
+
+	mutations int // bumped by every change, to detect half-done operations
+	inodes    map[Ino]*cachedInode
+	regions   map[regionID]*cachedRegion
+}
+
+type cachedInode struct {
+	rec   *meta.Inode // nil: does not exist
+	dirty bool
+}
+
+type regionID struct {
+	ino Ino
+	idx uint64
+}
+
+type cachedRegion struct {
+	rec   *meta.Region // nil: does not exist
+	dirty bool
+}
+
+// opRecord is one logged operation: how to run it again and what it
+// returned the first time.
+type opRecord struct {
+	name   string
+	run    func(ctx context.Context) (any, error)
+	result any
+	errOf  error // the sentinel the error wrapped, or nil
+}
+
+// Begin starts a transaction running as cred.
+func (f *FS) Begin(ctx context.Context, cred Cred, opts TxnOptions) (*Txn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	t := &Txn{fs: f, cred: cred, opts: opts}
+	t.reset()
+	t.gcSeq = f.gcState.begin(t)
+	return t, nil
+}
+
+// Do runs fn in a transaction and commits it. If the commit conflicts and
+// the replayed log differs, fn is run again from scratch, so Do never fails
+// with ErrConflict. An error returned by fn aborts the transaction and is
+// returned unchanged.
+func (f *FS) Do(ctx context.Context, cred Cred, fn func(*Txn) error) error {
+	for attempt := 0; ; attempt++ {
+		t, err := f.Begin(ctx, cred, TxnOptions{})
+		if err != nil {
+			return err
+		}
+		if err := fn(t); err != nil {
+			t.Abort()
+			return err
+		}
+		err = t.Commit(ctx)
+		if !errors.Is(err, ErrConflict) {
+			return err
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return err
+		}
+	}
+}
+
+// View runs fn in a read-only transaction.
+func (f *FS) View(ctx context.Context, cred Cred, fn func(*Txn) error) error {
+	t, err := f.Begin(ctx, cred, TxnOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer t.Abort()
+	return fn(t)
+}
+
+// Cred returns the credential the transaction runs as.
+func (t *Txn) Cred() Cred { return t.cred }
+
+// SetCred changes the credential for the following operations (for
+// transactions spanning requests of different users).
+func (t *Txn) SetCred(c Cred) { t.cred = c }
+
+func (t *Txn) reset() {
+	if t.kvTxn != nil {
+		t.kvTxn.Rollback()
+		t.kvTxn = nil
+	}
+	t.inodes = map[Ino]*cachedInode{}
+	t.regions = map[regionID]*cachedRegion{}
+}
+
+// kvt returns the transaction's kv transaction, beginning it on first use.
+func (t *Txn) kvt(ctx context.Context) (kv.Txn, error) {
+	if t.kvTxn == nil {
+		kt, err := t.fs.kv.Begin(ctx, kv.TxnOptions{ReadOnly: t.opts.ReadOnly})
+		if err != nil {
+			return nil, kvErr(err)
+		}
+		t.kvTxn = kt
+	}
+	return t.kvTxn, nil
+}
+
+// do runs one operation and logs it for replay.
+func (t *Txn) do(ctx context.Context, name string, run func(ctx context.Context) (any, error)) (any, error) {
+	if t.done {
+		return nil, ErrTxnDone
+	}
+	if t.poison != nil {
+		return nil, t.poison
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	before := t.mutations
+	res, err := run(ctx)
+	if err != nil && t.mutations != before {
+		t.poison = fmt.Errorf("transaction poisoned by failed %s: %w", name, err)
+	}
+	if !t.opts.ReadOnly {
+		t.log = append(t.log, opRecord{name: name, run: run, result: res, errOf: sentinel(err)})
+	}
+	return res, err
+}
+
+// Commit makes the transaction's changes durable and visible atomically.
+// On a kv conflict it replays the operation log on a fresh snapshot and
+// retries; it returns ErrConflict only if a replayed operation returned a
+// different result than it did the first time.
+func (t *Txn) Commit(ctx context.Context) error {
+	if t.done {
+		return ErrTxnDone
+	}
+	t.done = true
+	defer t.fs.gcState.end(t)
+	if t.poison != nil {
+		t.reset()
+		return t.poison
+	}
+	if t.kvTxn == nil || t.opts.ReadOnly {
+		t.reset()
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		if err := t.flush(); err != nil {
+			t.reset()
+			return err
+		}
+		if len(t.written) > 0 {
+			if err := t.fs.slices.Sync(ctx, t.written); err != nil {
+				t.reset()
+				return fmt.Errorf("%w: syncing slices: %v", ErrIO, err)
+			}
+		}
+		err := t.kvTxn.Commit(ctx)
+		if err == nil {
+			t.kvTxn = nil
+			t.reset()
+			return nil
+		}
+		t.kvTxn = nil
+		if !errors.Is(err, kv.ErrConflict) {
+			t.reset()
+			return kvErr(err)
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			t.reset()
+			return err
+		}
+		if err := t.replay(ctx); err != nil {
+			t.reset()
+			return err
+		}
+	}
+}
+
+// replay re-executes the log on a fresh kv transaction.
+func (t *Txn) replay(ctx context.Context) error {
+	t.reset()
+	t.replaying = true
+	defer func() { t.replaying = false }()
+	for i, rec := range t.log {
+		res, err := rec.run(ctx)
+		if sentinel(err) != rec.errOf || (err == nil && !reflect.DeepEqual(res, rec.result)) {
+			if err != nil && rec.errOf == nil {
+				if isFatal(err) {
+					return err
+				}
+			}
+			t.fs.log.Debug("transaction replay differs", "op", rec.name, "index", i, "err", err)
+			return ErrConflict
+		}
+	}
+	return nil
+}
+
+// Abort discards the transaction. It is a no-op after Commit or Abort.
+func (t *Txn) Abort() {
+	if t.done {
+		return
+	}
+	t.done = true
+	t.reset()
+	t.fs.gcState.end(t)
+}
+
+// flush writes the cached inodes and regions into the kv transaction.
+func (t *Txn) flush() error {
+	kt := t.kvTxn
+	for ino, c := range t.inodes {
+		if !c.dirty {
+			continue
+		}
+		if err := putRecord(kt, meta.InodeKey(uint64(ino)), c.rec); err != nil {
+			return err
+		}
+		c.dirty = false
+	}
+	for id, c := range t.regions {
+		if !c.dirty {
+			continue
+		}
+		if err := putRecord(kt, meta.RegionKey(uint64(id.ino), id.idx), c.rec); err != nil {
+			return err
+		}
+		c.dirty = false
+	}
+	return nil
+}
+
+func putRecord[T any](kt kv.Txn, key []byte, rec *T) error {
+	if rec == nil {
+		return kvErr(kt.Delete(key))
+	}
+	b, err := meta.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("%w: encoding: %v", ErrCorrupt, err)
+	}
+	return kvErr(kt.Set(key, b))
+}
+
+// loadInode returns a copy of inode ino's record.
+func (t *Txn) loadInode(ctx context.Context, ino Ino) (*meta.Inode, error) {
+	c, ok := t.inodes[ino]
+	if !ok {
+		b, err := t.getRaw(ctx, meta.InodeKey(uint64(ino)))
+		c = &cachedInode{}
+		if err == nil {
+			c.rec = new(meta.Inode)
+			if err := meta.Unmarshal(b, c.rec); err != nil {
+				return nil, fmt.Errorf("%w: inode %d: %v", ErrCorrupt, ino, err)
+			}
+		} else if !errors.Is(err, ErrNotExist) {
+			return nil, err
+		}
+		t.inodes[ino] = c
+	}
+	if c.rec == nil {
+		return nil, fmt.Errorf("%w: inode %d", ErrNotExist, ino)
+	}
+	cp := *c.rec
+	return &cp, nil
+}
+
+// putInode stores rec (nil deletes the inode) in the transaction.
+func (t *Txn) putInode(ino Ino, rec *meta.Inode) {
+	t.mutations++
+	c := &cachedInode{dirty: true}
+	if rec != nil {
+		cp := *rec
+		c.rec = &cp
+	}
+	t.inodes[ino] = c
+}
+
+// loadRegion returns a copy of a region record, or an empty region.
+func (t *Txn) loadRegion(ctx context.Context, ino Ino, idx uint64) (*meta.Region, error) {
+	id := regionID{ino, idx}
+	c, ok := t.regions[id]
+	if !ok {
+		b, err := t.getRaw(ctx, meta.RegionKey(uint64(ino), idx))
+		c = &cachedRegion{}
+		if err == nil {
+			c.rec = new(meta.Region)
+			if err := meta.Unmarshal(b, c.rec); err != nil {
+				return nil, fmt.Errorf("%w: inode %d region %d: %v", ErrCorrupt, ino, idx, err)
+			}
+		} else if !errors.Is(err, ErrNotExist) {
+			return nil, err
+		}
+		t.regions[id] = c
+	}
+	if c.rec == nil {
+		return &meta.Region{}, nil
+	}
+	return &meta.Region{End: c.rec.End, Extents: slices.Clone(c.rec.Extents)}, nil
+}
+
+// putRegion stores a region (an empty one is deleted).
+func (t *Txn) putRegion(ino Ino, idx uint64, r *meta.Region) {
+	t.mutations++
+	c := &cachedRegion{dirty: true}
+	if r != nil && len(r.Extents) > 0 {
+		c.rec = &meta.Region{End: r.End, Extents: slices.Clone(r.Extents)}
+	}
+	t.regions[regionID{ino, idx}] = c
+}
+
+func (t *Txn) getRaw(ctx context.Context, key []byte) ([]byte, error) {
+	kt, err := t.kvt(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v, err := kt.Get(ctx, key)
+	return v, kvErr(err)
+}
+
+func (t *Txn) scanRaw(ctx context.Context, start, end []byte, limit int) ([]kv.Pair, error) {
+	kt, err := t.kvt(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := kt.Scan(ctx, start, end, limit)
+	return p, kvErr(err)
+}
+
+func (t *Txn) setRaw(key, value []byte) error {
+	if t.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	t.mutations++
+	return kvErr(t.kvTxn.Set(key, value))
+}
+
+func (t *Txn) deleteRaw(key []byte) error {
+	if t.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	t.mutations++
+	return kvErr(t.kvTxn.Delete(key))
+}
+
+// kvErr maps kv errors into the engine's vocabulary. kv.ErrConflict is
+// kept as is: it is handled inside the engine and never reaches callers.
+func kvErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, kv.ErrNotFound):
+		return ErrNotExist
+	case errors.Is(err, kv.ErrConflict), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, kv.ErrReadOnly):
+		return ErrReadOnly
+	case errors.Is(err, kv.ErrInvalid):
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	default:
+		return fmt.Errorf("%w: metadata store: %v", ErrIO, err)
+	}
+}
+
+var sentinels = []error{ErrNotExist, ErrExist, ErrNotDir, ErrIsDir, ErrNotEmpty, ErrInvalid, ErrBadName,
+	ErrNameTooLong, ErrAccess, ErrPerm, ErrTooManyLinks, ErrFileTooBig, ErrNoSpace, ErrNoAttr, ErrRange,
+	ErrNotSupported, ErrWrongType, ErrBadSlice, ErrCorrupt, ErrConflict, ErrTxnDone, ErrReadOnly, ErrIO,
+	kv.ErrConflict, context.Canceled, context.DeadlineExceeded}
+
+// sentinel returns the sentinel error err wraps (or err itself).
+func sentinel(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s) {
+			return s
+		}
+	}
+	return err
+}
+
+func isFatal(err error) bool {
+	return errors.Is(err, ErrIO) || errors.Is(err, ErrCorrupt) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kv.ErrConflict)
+}
+
+func encodeUint64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+func decodeUint64(b []byte) (uint64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("%w: counter of %d bytes", ErrCorrupt, len(b))
+	}
+	return binary.BigEndian.Uint64(b), nil
+}

@@ -1,0 +1,120 @@
+package meta
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Key prefixes.
+const (
+	prefixInode  = 'i'
+	prefixDirent = 'd'
+	prefixCookie = 'c'
+	prefixRegion = 'r'
+	prefixXattr  = 'x'
+	prefixOrphan = 'o'
+	prefixMisc   = 'm'
+)
+
+// RegionSize is the size of the file regions that each have their own slice
+// list (WTF §2.3).
+const RegionSize = 8 << 20
+
+func key(prefix byte, n uint64, rest []byte) []byte {
+	k := make([]byte, 0, 9+len(rest))
+	k = append(k, prefix)
+	k = binary.BigEndian.AppendUint64(k, n)
+	return append(k, rest...)
+}
+
+func u64(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
+
+// InodeKey is the key of inode ino.
+func InodeKey(ino uint64) []byte { return key(prefixInode, ino, nil) }
+
+// InodePrefix covers all inodes.
+func InodePrefix() []byte { return []byte{prefixInode} }
+
+// DirentKey is the key of entry name in directory dir.
+func DirentKey(dir uint64, name string) []byte { return key(prefixDirent, dir, []byte(name)) }
+
+// DirentPrefix covers all entries of directory dir.
+func DirentPrefix(dir uint64) []byte { return key(prefixDirent, dir, nil) }
+
+// AllDirentsPrefix covers every directory entry.
+func AllDirentsPrefix() []byte { return []byte{prefixDirent} }
+
+// CookieKey is the readdir-order index entry of cookie in dir.
+func CookieKey(dir, cookie uint64) []byte { return key(prefixCookie, dir, u64(cookie)) }
+
+// CookiePrefix covers the cookie index of dir.
+func CookiePrefix(dir uint64) []byte { return key(prefixCookie, dir, nil) }
+
+// AllCookiesPrefix covers every cookie index entry.
+func AllCookiesPrefix() []byte { return []byte{prefixCookie} }
+
+// RegionKey is the key of region idx of inode ino.
+func RegionKey(ino, idx uint64) []byte { return key(prefixRegion, ino, u64(idx)) }
+
+// RegionPrefix covers all regions of ino.
+func RegionPrefix(ino uint64) []byte { return key(prefixRegion, ino, nil) }
+
+// AllRegionsPrefix covers every region of every file.
+func AllRegionsPrefix() []byte { return []byte{prefixRegion} }
+
+// XattrKey is the key of extended attribute name of ino.
+func XattrKey(ino uint64, name string) []byte { return key(prefixXattr, ino, []byte(name)) }
+
+// XattrPrefix covers the extended attributes of ino.
+func XattrPrefix(ino uint64) []byte { return key(prefixXattr, ino, nil) }
+
+// OrphanKey marks ino as an orphan (unlinked while open).
+func OrphanKey(ino uint64) []byte { return key(prefixOrphan, ino, nil) }
+
+// OrphanPrefix covers all orphans.
+func OrphanPrefix() []byte { return []byte{prefixOrphan} }
+
+// MiscKey is engine bookkeeping key name.
+func MiscKey(name string) []byte { return append([]byte{prefixMisc}, name...) }
+
+// ParseInodeKey, ParseRegionKey etc. decode keys found by scans.
+
+// ParseIno decodes the inode number of an "i", "r", "x", "o", "d" or "c" key.
+func ParseIno(k []byte) (uint64, error) {
+	if len(k) < 9 {
+		return 0, fmt.Errorf("%w: short key %x", ErrCorrupt, k)
+	}
+	return binary.BigEndian.Uint64(k[1:9]), nil
+}
+
+// ParseRegionKey decodes a region key into inode and region index.
+func ParseRegionKey(k []byte) (ino, idx uint64, err error) {
+	if len(k) != 17 || k[0] != prefixRegion {
+		return 0, 0, fmt.Errorf("%w: bad region key %x", ErrCorrupt, k)
+	}
+	return binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:17]), nil
+}
+
+// ParseDirentKey decodes a directory entry key into directory and name.
+func ParseDirentKey(k []byte) (dir uint64, name string, err error) {
+	if len(k) < 10 || k[0] != prefixDirent {
+		return 0, "", fmt.Errorf("%w: bad dirent key %x", ErrCorrupt, k)
+	}
+	return binary.BigEndian.Uint64(k[1:9]), string(k[9:]), nil
+}
+
+// ParseCookieKey decodes a cookie index key.
+func ParseCookieKey(k []byte) (dir, cookie uint64, err error) {
+	if len(k) != 17 || k[0] != prefixCookie {
+		return 0, 0, fmt.Errorf("%w: bad cookie key %x", ErrCorrupt, k)
+	}
+	return binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:17]), nil
+}
+
+// ParseXattrKey decodes an xattr key into inode and attribute name.
+func ParseXattrKey(k []byte) (ino uint64, name string, err error) {
+	if len(k) < 10 || k[0] != prefixXattr {
+		return 0, "", fmt.Errorf("%w: bad xattr key %x", ErrCorrupt, k)
+	}
+	return binary.BigEndian.Uint64(k[1:9]), string(k[9:]), nil
+}

@@ -1,0 +1,202 @@
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+	"github.com/txnfs/txnfs/slice"
+)
+
+// ErrCorrupt is wrapped by every decoding error.
+var ErrCorrupt = errors.New("meta: corrupt record")
+
+// formatV1 is the first byte of every encoded record.
+const formatV1 = 1
+
+// Limits enforced when decoding, so corrupt bytes cannot make us allocate
+// without bound.
+const (
+	MaxExtentsPerRegion = 1 << 16
+	maxDecodedBytes     = 16 << 20
+)
+
+var (
+	encMode cbor.EncMode
+	decMode cbor.DecMode
+)
+
+func init() {
+	var err error
+	if encMode, err = (cbor.EncOptions{}).EncMode(); err != nil {
+		panic(err)
+	}
+	if decMode, err = (cbor.DecOptions{
+		MaxNestedLevels:   8,
+		MaxArrayElements:  MaxExtentsPerRegion,
+		MaxMapPairs:       1 << 16,
+		DupMapKey:         cbor.DupMapKeyEnforcedAPF,
+		ExtraReturnErrors: cbor.ExtraDecErrorUnknownField,
+	}).DecMode(); err != nil {
+		panic(err)
+	}
+}
+
+// Marshal encodes a record: a format byte followed by CBOR.
+func Marshal(v any) ([]byte, error) {
+	b, err := encMode.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{formatV1}, b...), nil
+}
+
+// Unmarshal decodes a record made by Marshal into v. Any problem is an
+// error wrapping ErrCorrupt.
+func Unmarshal(b []byte, v any) error {
+	if len(b) == 0 || b[0] != formatV1 {
+		return fmt.Errorf("%w: unknown record format", ErrCorrupt)
+	}
+	if len(b) > maxDecodedBytes {
+		return fmt.Errorf("%w: record of %d bytes", ErrCorrupt, len(b))
+	}
+	if err := decMode.Unmarshal(b[1:], v); err != nil {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if c, ok := v.(interface{ check() error }); ok {
+		if err := c.check(); err != nil {
+			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+	}
+	return nil
+}
+
+// Inode is an inode record.
+type Inode struct {
+	_      struct{} `cbor:",toarray"`
+	Type   uint8
+	Mode   uint32
+	Nlink  uint32
+	Uid    uint32
+	Gid    uint32
+	Size   uint64
+	Rdev   uint64
+	Atime  int64 // Unix nanoseconds
+	Mtime  int64
+	Ctime  int64
+	Btime  int64
+	Change uint64
+	Gen    uint64
+	// Parent is the containing directory of a directory (for ".." and
+	// the rename loop check); 0 for other types.
+	Parent uint64
+	// NextCookie is the next readdir cookie of a directory.
+	NextCookie uint64
+	// Target is a symlink's target.
+	Target string
+}
+
+func (n *Inode) check() error {
+	if n.Type < 1 || n.Type > 7 {
+		return fmt.Errorf("inode type %d", n.Type)
+	}
+	if n.Mode&^0o7777 != 0 {
+		return fmt.Errorf("inode mode %o", n.Mode)
+	}
+	return nil
+}
+
+// Time converts a stored timestamp.
+func Time(ns int64) time.Time { return time.Unix(0, ns) }
+
+// Dirent is a directory entry record.
+type Dirent struct {
+	_      struct{} `cbor:",toarray"`
+	Ino    uint64
+	Type   uint8
+	Cookie uint64
+}
+
+func (d *Dirent) check() error {
+	if d.Ino == 0 || d.Type < 1 || d.Type > 7 {
+		return fmt.Errorf("dirent ino %d type %d", d.Ino, d.Type)
+	}
+	return nil
+}
+
+// Extent kinds.
+const (
+	KindHole   = 0 // reads as zeros
+	KindSlice  = 1 // bytes [SliceOff, SliceOff+Len) of slice Ptr
+	KindInline = 2 // bytes in Data
+)
+
+// Extent places Len bytes at offset Off within a region.
+type Extent struct {
+	_        struct{} `cbor:",toarray"`
+	Off      uint32
+	Len      uint32
+	Kind     uint8
+	Backing  uint32
+	PtrOff   uint64
+	PtrLen   uint32
+	CRC      uint32
+	SliceOff uint32
+	Data     []byte
+}
+
+// Pointer returns the slice pointer of a KindSlice extent.
+func (e *Extent) Pointer() slice.Pointer {
+	return slice.Pointer{Backing: e.Backing, Offset: e.PtrOff, Length: e.PtrLen, CRC: e.CRC}
+}
+
+// SetPointer makes e a KindSlice extent of p.
+func (e *Extent) SetPointer(p slice.Pointer, sliceOff uint32) {
+	e.Kind, e.Backing, e.PtrOff, e.PtrLen, e.CRC, e.SliceOff, e.Data = KindSlice, p.Backing, p.Offset, p.Length, p.CRC, sliceOff, nil
+}
+
+// End is the region offset just past the extent.
+func (e *Extent) End() uint32 { return e.Off + e.Len }
+
+func (e *Extent) check() error {
+	if e.Len == 0 || uint64(e.Off)+uint64(e.Len) > RegionSize {
+		return fmt.Errorf("extent [%d,+%d) outside region", e.Off, e.Len)
+	}
+	switch e.Kind {
+	case KindHole:
+	case KindSlice:
+		if e.PtrLen == 0 || e.PtrLen > slice.MaxSize || uint64(e.SliceOff)+uint64(e.Len) > uint64(e.PtrLen) {
+			return fmt.Errorf("extent slice range %d+%d of %d", e.SliceOff, e.Len, e.PtrLen)
+		}
+	case KindInline:
+		if len(e.Data) != int(e.Len) {
+			return fmt.Errorf("inline extent length %d holds %d bytes", e.Len, len(e.Data))
+		}
+	default:
+		return fmt.Errorf("extent kind %d", e.Kind)
+	}
+	return nil
+}
+
+// Region is the slice list of one region of a file: extents in the order
+// they were written; where they overlap the later one wins (WTF §2.1).
+type Region struct {
+	_ struct{} `cbor:",toarray"`
+	// End is the region offset just past the last byte ever written in
+	// this region (the region's end of data, WTF §2.5).
+	End     uint32
+	Extents []Extent
+}
+
+func (r *Region) check() error {
+	if r.End > RegionSize {
+		return fmt.Errorf("region end %d", r.End)
+	}
+	for i := range r.Extents {
+		if err := r.Extents[i].check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
