@@ -1,0 +1,455 @@
+package pebblekv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/txnfs/txnfs/kv"
+	"github.com/txnfs/txnfs/kv/internal/occ"
+)
+
+// Options configures Open.
+type Options struct {
+	// Dir is the directory of the database (created if missing). Required.
+	Dir string
+	// FS is the file system the database lives on; nil means vfs.Default.
+	// Tests pass vfs.NewMem, vfs.NewCrashableMem or an errorfs wrapper.
+	FS vfs.FS
+	// NoSync makes Commit return before the write-ahead log is synced. A
+	// crash may then lose acknowledged commits. For tests only.
+	NoSync bool
+	// Logger receives pebble's log messages; nil discards them.
+	Logger *slog.Logger
+	// MaxLogBytes bounds the in-memory log of recent commits' write keys
+	// kept for transactions that are still open; past it the oldest records
+	// are dropped and the transactions that needed them fail with
+	// kv.ErrConflict. Zero means 64 MiB.
+	MaxLogBytes int
+}
+
+// Validate reports whether the options are usable.
+func (o *Options) Validate() error {
+	if o.Dir == "" {
+		return fmt.Errorf("pebblekv: Options.Dir is required: %w", kv.ErrInvalid)
+	}
+	if o.MaxLogBytes < 0 {
+		return fmt.Errorf("pebblekv: negative Options.MaxLogBytes: %w", kv.ErrInvalid)
+	}
+	return nil
+}
+
+type store struct {
+	db     *pebble.DB
+	noSync bool
+
+	// closeMu is held shared by every operation that touches pebble (so that
+	// Close does not pull the DB from under it) and exclusively by Close.
+	closeMu sync.RWMutex
+	closed  bool // guarded by closeMu
+
+	// mu serializes validation and application of commits, and the taking
+	// of read-write snapshots. It is never held across a WAL sync.
+	mu struct {
+		sync.Mutex
+		seq    uint64 // sequence of the last applied commit
+		log    *occ.Log
+		live   map[*txn]struct{} // open transactions, for Close
+		failed error             // set when a commit failed after validation
+	}
+}
+
+var _ kv.Store = (*store)(nil)
+
+// Open opens (creating if needed) the pebble database in opts.Dir.
+func Open(opts Options) (kv.Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	fs := opts.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	maxLog := opts.MaxLogBytes
+	if maxLog == 0 {
+		maxLog = 64 << 20
+	}
+	db, err := pebble.Open(opts.Dir, &pebble.Options{
+		FS:                 fs,
+		Logger:             slogLogger{logger},
+		FormatMajorVersion: pebble.FormatNewest,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pebblekv: open %s: %w", opts.Dir, err)
+	}
+	s := &store{db: db, noSync: opts.NoSync}
+	s.mu.log = occ.NewLog(maxLog)
+	s.mu.live = map[*txn]struct{}{}
+	return s, nil
+}
+
+func (s *store) Begin(ctx context.Context, opts kv.TxnOptions) (kv.Txn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("pebblekv: begin: %w", err)
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return nil, kv.ErrClosed
+	}
+	t := &txn{s: s, readOnly: opts.ReadOnly}
+	if !opts.ReadOnly {
+		t.buf = occ.NewBuffer()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.failed != nil {
+		return nil, fmt.Errorf("pebblekv: begin: store failed earlier: %w", s.mu.failed)
+	}
+	// Under mu no commit is between validation and visibility, so the
+	// snapshot holds exactly the commits with sequence <= s.mu.seq.
+	t.snap = s.db.NewSnapshot()
+	t.start = s.mu.seq
+	if !opts.ReadOnly {
+		s.mu.log.Register(t.start)
+	}
+	s.mu.live[t] = struct{}{}
+	return t, nil
+}
+
+// Close closes the database. Transactions still open are finished: their
+// snapshots are released and their later calls fail with kv.ErrTxnDone.
+// Close waits for commits in progress. It is idempotent.
+func (s *store) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.mu.Lock()
+	for t := range s.mu.live {
+		t.finishLocked()
+	}
+	s.mu.Unlock()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("pebblekv: close: %w", err)
+	}
+	return nil
+}
+
+type txn struct {
+	s        *store
+	snap     *pebble.Snapshot
+	start    uint64
+	readOnly bool
+	// done is written under s.mu (finishLocked, possibly by Close) and read
+	// by the owning goroutine under s.closeMu held shared, which excludes
+	// Close.
+	done  bool
+	buf   *occ.Buffer // nil when readOnly
+	reads occ.ReadSet
+}
+
+var _ kv.Txn = (*txn)(nil)
+
+// finishLocked releases the transaction's snapshot and log registration.
+// s.mu must be held.
+func (t *txn) finishLocked() {
+	if t.done {
+		return
+	}
+	t.done = true
+	delete(t.s.mu.live, t)
+	if !t.readOnly {
+		t.s.mu.log.Unregister(t.start)
+	}
+	_ = t.snap.Close()
+}
+
+func (t *txn) finish() {
+	t.s.mu.Lock()
+	t.finishLocked()
+	t.s.mu.Unlock()
+}
+
+// enter starts an operation: it takes s.closeMu shared and checks that the
+// transaction is still open and ctx is live. On nil error the caller must
+// call t.s.closeMu.RUnlock.
+func (t *txn) enter(ctx context.Context, op string) error {
+	t.s.closeMu.RLock()
+	if t.done {
+		t.s.closeMu.RUnlock()
+		return fmt.Errorf("pebblekv: %s: %w", op, kv.ErrTxnDone)
+	}
+	if ctx != nil {
+		if err := ctx.Err(); err != nil {
+			t.s.closeMu.RUnlock()
+			return fmt.Errorf("pebblekv: %s: %w", op, err)
+		}
+	}
+	return nil
+}
+
+func (t *txn) Get(ctx context.Context, key []byte) ([]byte, error) {
+	if err := t.enter(ctx, "get"); err != nil {
+		return nil, err
+	}
+	defer t.s.closeMu.RUnlock()
+	if err := occ.CheckKey("pebblekv: get", key); err != nil {
+		return nil, err
+	}
+	if t.buf != nil {
+		if e, ok := t.buf.Get(key); ok {
+			if e.Deleted {
+				return nil, kv.ErrNotFound
+			}
+			return append([]byte{}, e.Value...), nil
+		}
+		t.reads.AddKey(key)
+	}
+	v, closer, err := t.snap.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, kv.ErrNotFound
+	}
+	if err != nil {
+		return nil, backendErr("get", err)
+	}
+	out := append([]byte{}, v...)
+	_ = closer.Close()
+	return out, nil
+}
+
+func (t *txn) Scan(ctx context.Context, start, end []byte, limit int) ([]kv.Pair, error) {
+	if err := t.enter(ctx, "scan"); err != nil {
+		return nil, err
+	}
+	defer t.s.closeMu.RUnlock()
+	if occ.EmptyRange(start, end) {
+		return nil, nil
+	}
+	opts := &pebble.IterOptions{}
+	if len(start) > 0 {
+		opts.LowerBound = append([]byte{}, start...)
+	}
+	if end != nil {
+		opts.UpperBound = append([]byte{}, end...)
+	}
+	it, err := t.snap.NewIterWithContext(ctx, opts)
+	if err != nil {
+		return nil, backendErr("scan", err)
+	}
+	buf := t.buf
+	if buf == nil {
+		buf = occ.NewBuffer()
+	}
+	pairs, span, err := occ.Scan(ctx, &iter{it: it}, buf, start, end, limit)
+	if cerr := it.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, backendErr("scan", err)
+	}
+	if !t.readOnly {
+		t.reads.AddSpan(span.Start, span.End)
+	}
+	return pairs, nil
+}
+
+type iter struct {
+	it      *pebble.Iterator
+	started bool
+}
+
+func (i *iter) Next() ([]byte, []byte, bool, error) {
+	var ok bool
+	if !i.started {
+		i.started = true
+		ok = i.it.First()
+	} else {
+		ok = i.it.Next()
+	}
+	if !ok {
+		return nil, nil, false, i.it.Error()
+	}
+	v, err := i.it.ValueAndErr()
+	if err != nil {
+		return nil, nil, false, err
+	}
+	return i.it.Key(), v, true, nil
+}
+
+func (t *txn) Set(key, value []byte) error {
+	if err := t.checkWrite("set", key); err != nil {
+		return err
+	}
+	if err := occ.CheckValue("pebblekv: set", value); err != nil {
+		return err
+	}
+	t.buf.Set(key, value)
+	return nil
+}
+
+func (t *txn) Delete(key []byte) error {
+	if err := t.checkWrite("delete", key); err != nil {
+		return err
+	}
+	t.buf.Delete(key)
+	return nil
+}
+
+func (t *txn) checkWrite(op string, key []byte) error {
+	if err := t.enter(nil, op); err != nil {
+		return err
+	}
+	t.s.closeMu.RUnlock()
+	if t.readOnly {
+		return fmt.Errorf("pebblekv: %s: %w", op, kv.ErrReadOnly)
+	}
+	return occ.CheckKey("pebblekv: "+op, key)
+}
+
+// Commit validates and applies the transaction. See the package
+// documentation for why validation and application happen under s.mu while
+// the WAL sync is waited for outside it.
+func (t *txn) Commit(ctx context.Context) error {
+	if err := t.enter(nil, "commit"); err != nil {
+		return err
+	}
+	defer t.s.closeMu.RUnlock()
+	defer t.finish()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pebblekv: commit: %w", err)
+	}
+	if t.readOnly || t.buf.Len() == 0 {
+		return nil
+	}
+	s := t.s
+	// Build the batch before taking the commit mutex.
+	b := s.db.NewBatchWithSize(t.buf.Bytes() + 16*t.buf.Len())
+	for _, e := range t.buf.Entries() {
+		var err error
+		if e.Deleted {
+			err = b.Delete(e.Key, nil)
+		} else {
+			err = b.Set(e.Key, e.Value, nil)
+		}
+		if err != nil {
+			_ = b.Close()
+			return backendErr("commit", err)
+		}
+	}
+	if err := s.applyValidated(t, b); err != nil {
+		return err
+	}
+	if s.noSync {
+		return closeBatch(b)
+	}
+	// The batch is applied and visible; wait, without any lock, for the WAL
+	// fsync that makes it durable. Concurrent committers wait on the same
+	// fsync (pebble's group commit).
+	if err := b.SyncWait(); err != nil {
+		s.fail(err)
+		return fmt.Errorf("pebblekv: commit outcome unknown, WAL sync failed: %w", err)
+	}
+	return closeBatch(b)
+}
+
+// applyValidated validates t against the commits after its snapshot and, if
+// it passes, applies b, all under s.mu. On return with nil error the batch
+// is visible to every snapshot taken later, and s.mu.seq counts it.
+func (s *store) applyValidated(t *txn, b *pebble.Batch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.failed != nil {
+		_ = b.Close()
+		return fmt.Errorf("pebblekv: commit: store failed earlier: %w", s.mu.failed)
+	}
+	if s.mu.log.Conflicts(t.start, &t.reads) {
+		_ = b.Close()
+		return fmt.Errorf("pebblekv: commit: %w", kv.ErrConflict)
+	}
+	var err error
+	if s.noSync {
+		err = s.db.Apply(b, pebble.NoSync)
+	} else {
+		// Returns once the batch is in the WAL buffer and the memtable and
+		// visible, without waiting for the fsync.
+		err = s.db.ApplyNoSyncWait(b, pebble.Sync)
+	}
+	if err != nil {
+		// The commit may or may not be in the WAL; pebble's commit pipeline
+		// is stuck either way. Refuse further work.
+		s.mu.failed = err
+		return fmt.Errorf("pebblekv: commit outcome unknown: %w", err)
+	}
+	s.mu.seq++
+	s.mu.log.Append(s.mu.seq, t.buf.Keys())
+	return nil
+}
+
+func (s *store) fail(err error) {
+	s.mu.Lock()
+	if s.mu.failed == nil {
+		s.mu.failed = err
+	}
+	s.mu.Unlock()
+}
+
+func closeBatch(b *pebble.Batch) error {
+	if err := b.Close(); err != nil {
+		return backendErr("commit", err)
+	}
+	return nil
+}
+
+// Rollback discards the transaction; it is a no-op once finished.
+func (t *txn) Rollback() {
+	t.s.closeMu.RLock()
+	defer t.s.closeMu.RUnlock()
+	if !t.done {
+		t.finish()
+	}
+}
+
+// backendErr wraps a pebble error with context. pebble's ErrClosed becomes
+// kv.ErrClosed; I/O errors stay in the chain (tests classify injected vfs
+// faults with errors.Is) but no pebble sentinel reaches callers as a kv
+// outcome.
+func backendErr(op string, err error) error {
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("pebblekv: %s: %w", op, err)
+	case errors.Is(err, pebble.ErrClosed):
+		return fmt.Errorf("pebblekv: %s: %w", op, kv.ErrClosed)
+	}
+	return fmt.Errorf("pebblekv: %s: %w", op, err)
+}
+
+// slogLogger adapts a *slog.Logger to pebble.Logger.
+type slogLogger struct{ l *slog.Logger }
+
+func (l slogLogger) Infof(format string, args ...any) {
+	l.l.Info(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l slogLogger) Errorf(format string, args ...any) {
+	l.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+// Fatalf is called by pebble on invariant violations it cannot continue
+// from; it must not return.
+func (l slogLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.l.Error(msg, "component", "pebble", "fatal", true)
+	panic("pebble: " + msg)
+}
