@@ -425,7 +425,7 @@ func (t *Txn) dropRegionsFrom(ctx context.Context, ino Ino, first uint64) error 
 			return err
 		}
 		for _, p := range pairs {
-			if err := t.deleteRaw(p.Key); err != nil {
+			if err := t.deleteRaw(ctx, p.Key); err != nil {
 				return err
 			}
 		}

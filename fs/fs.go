@@ -101,18 +101,20 @@ func (f *FS) now() time.Time { return f.cfg.Clock() }
 // format creates the root directory if it does not exist.
 func (f *FS) format(ctx context.Context) error {
 	return f.Do(ctx, RootCred, func(t *Txn) error {
-		_, err := t.loadInode(ctx, RootIno)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, ErrNotExist) {
-			return err
-		}
-		now := f.now().UnixNano()
-		root := &meta.Inode{Type: uint8(TypeDirectory), Mode: 0o755, Nlink: 2, Atime: now, Mtime: now,
-			Ctime: now, Btime: now, Change: 1, Gen: randUint64(), Parent: uint64(RootIno), NextCookie: firstCookie}
-		t.putInode(RootIno, root)
-		return t.setRaw(meta.MiscKey(keyNextIno), encodeUint64(uint64(RootIno)+1))
+		return t.internal(ctx, "format", func(ctx context.Context) (any, error) {
+			_, err := t.loadInode(ctx, RootIno)
+			if err == nil {
+				return nil, nil
+			}
+			if !errors.Is(err, ErrNotExist) {
+				return nil, err
+			}
+			now := f.now().UnixNano()
+			root := &meta.Inode{Type: uint8(TypeDirectory), Mode: 0o755, Nlink: 2, Atime: now, Mtime: now,
+				Ctime: now, Btime: now, Change: 1, Gen: randUint64(), Parent: uint64(RootIno), NextCookie: firstCookie}
+			t.putInode(RootIno, root)
+			return nil, t.setRaw(ctx, meta.MiscKey(keyNextIno), encodeUint64(uint64(RootIno)+1))
+		})
 	})
 }
 
@@ -127,21 +129,23 @@ func (f *FS) Secret(ctx context.Context, purpose string) ([]byte, error) {
 	}
 	var secret []byte
 	err := f.Do(ctx, RootCred, func(t *Txn) error {
-		k := meta.MiscKey("secret/" + purpose)
-		v, err := t.getRaw(ctx, k)
-		if err == nil {
-			if len(v) != 32 {
-				return fmt.Errorf("%w: secret %q has %d bytes", ErrCorrupt, purpose, len(v))
+		return t.internal(ctx, "secret", func(ctx context.Context) (any, error) {
+			k := meta.MiscKey("secret/" + purpose)
+			v, err := t.getRaw(ctx, k)
+			if err == nil {
+				if len(v) != 32 {
+					return nil, fmt.Errorf("%w: secret %q has %d bytes", ErrCorrupt, purpose, len(v))
+				}
+				secret = v
+				return string(v), nil
 			}
-			secret = v
-			return nil
-		}
-		if !errors.Is(err, ErrNotExist) {
-			return err
-		}
-		secret = make([]byte, 32)
-		rand.Read(secret)
-		return t.setRaw(k, secret)
+			if !errors.Is(err, ErrNotExist) {
+				return nil, err
+			}
+			secret = make([]byte, 32)
+			rand.Read(secret)
+			return string(secret), t.setRaw(ctx, k, secret)
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -175,12 +179,14 @@ func (f *FS) Unpin(ctx context.Context, ino Ino) error {
 		return nil
 	}
 	return f.Do(ctx, RootCred, func(t *Txn) error {
-		if _, err := t.getRaw(ctx, meta.OrphanKey(uint64(ino))); errors.Is(err, ErrNotExist) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		return t.deleteInode(ctx, ino)
+		return t.internal(ctx, "unpin", func(ctx context.Context) (any, error) {
+			if _, err := t.getRaw(ctx, meta.OrphanKey(uint64(ino))); errors.Is(err, ErrNotExist) {
+				return nil, nil
+			} else if err != nil {
+				return nil, err
+			}
+			return nil, t.deleteInode(ctx, ino)
+		})
 	})
 }
 
@@ -196,21 +202,23 @@ func (f *FS) reclaimOrphans(ctx context.Context) error {
 	for {
 		var done bool
 		err := f.Do(ctx, RootCred, func(t *Txn) error {
-			pairs, err := t.scanRaw(ctx, meta.OrphanPrefix(), kv.PrefixEnd(meta.OrphanPrefix()), 64)
-			if err != nil {
-				return err
-			}
-			done = len(pairs) == 0
-			for _, p := range pairs {
-				ino, err := meta.ParseIno(p.Key)
+			return t.internal(ctx, "reclaim-orphans", func(ctx context.Context) (any, error) {
+				pairs, err := t.scanRaw(ctx, meta.OrphanPrefix(), kv.PrefixEnd(meta.OrphanPrefix()), 64)
 				if err != nil {
-					return fmt.Errorf("%w: %v", ErrCorrupt, err)
+					return nil, err
 				}
-				if err := t.deleteInode(ctx, Ino(ino)); err != nil {
-					return err
+				done = len(pairs) == 0
+				for _, p := range pairs {
+					ino, err := meta.ParseIno(p.Key)
+					if err != nil {
+						return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+					}
+					if err := t.deleteInode(ctx, Ino(ino)); err != nil {
+						return nil, err
+					}
 				}
-			}
-			return nil
+				return len(pairs), nil
+			})
 		})
 		if err != nil || done {
 			return err
@@ -221,7 +229,7 @@ func (f *FS) reclaimOrphans(ctx context.Context) error {
 // StatFS reports capacity.
 func (f *FS) StatFS(ctx context.Context) (StatFS, error) {
 	const bs = 4096
-	st := StatFS{BlockSize: bs, NameLen: MaxNameLen, Files: 1 << 40, FilesFree: 1 << 40 - f.inos.peek()}
+	st := StatFS{BlockSize: bs, NameLen: MaxNameLen, Files: 1 << 40, FilesFree: 1<<40 - f.inos.peek()}
 	total, free := uint64(1<<50), uint64(1<<50)
 	if f.cfg.Capacity != nil {
 		t, fr, err := f.cfg.Capacity()

@@ -157,12 +157,14 @@ func (f *FS) CollectGarbage(ctx context.Context) (GCReport, error) {
 		next.Epoch = prev.Epoch
 		next.Candidates = prev.Candidates
 	}
+	b, err := meta.Marshal(&next)
+	if err != nil {
+		return rep, err
+	}
 	err = f.Do(ctx, RootCred, func(t *Txn) error {
-		b, err := meta.Marshal(&next)
-		if err != nil {
-			return err
-		}
-		return t.setRaw(meta.MiscKey(keyGC), b)
+		return t.internal(ctx, "gc-state", func(ctx context.Context) (any, error) {
+			return nil, t.setRaw(ctx, meta.MiscKey(keyGC), b)
+		})
 	})
 	if err == nil {
 		f.log.Info("garbage collection", "live_bytes", rep.LiveBytes, "candidate_bytes", rep.CandidateBytes,

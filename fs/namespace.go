@@ -66,7 +66,7 @@ func (t *Txn) lookupEntry(ctx context.Context, dir Ino, name string) (*meta.Dire
 }
 
 // addEntry links name in dir (whose record d the caller stores) to ino.
-func (t *Txn) addEntry(dir Ino, d *meta.Inode, name string, ino Ino, typ uint8) error {
+func (t *Txn) addEntry(ctx context.Context, dir Ino, d *meta.Inode, name string, ino Ino, typ uint8) error {
 	if d.NextCookie < firstCookie {
 		d.NextCookie = firstCookie
 	}
@@ -76,17 +76,17 @@ func (t *Txn) addEntry(dir Ino, d *meta.Inode, name string, ino Ino, typ uint8) 
 	if err != nil {
 		return err
 	}
-	if err := t.setRaw(meta.DirentKey(uint64(dir), name), b); err != nil {
+	if err := t.setRaw(ctx, meta.DirentKey(uint64(dir), name), b); err != nil {
 		return err
 	}
-	return t.setRaw(meta.CookieKey(uint64(dir), cookie), []byte(name))
+	return t.setRaw(ctx, meta.CookieKey(uint64(dir), cookie), []byte(name))
 }
 
-func (t *Txn) removeEntry(dir Ino, name string, de *meta.Dirent) error {
-	if err := t.deleteRaw(meta.DirentKey(uint64(dir), name)); err != nil {
+func (t *Txn) removeEntry(ctx context.Context, dir Ino, name string, de *meta.Dirent) error {
+	if err := t.deleteRaw(ctx, meta.DirentKey(uint64(dir), name)); err != nil {
 		return err
 	}
-	return t.deleteRaw(meta.CookieKey(uint64(dir), de.Cookie))
+	return t.deleteRaw(ctx, meta.CookieKey(uint64(dir), de.Cookie))
 }
 
 // dropLink removes one link of n; at zero links the inode is deleted, or
@@ -104,7 +104,7 @@ func (t *Txn) dropLink(ctx context.Context, ino Ino, n *meta.Inode, now int64) e
 	}
 	if t.fs.pinned(ino) {
 		t.putInode(ino, n)
-		return t.setRaw(meta.OrphanKey(uint64(ino)), nil)
+		return t.setRaw(ctx, meta.OrphanKey(uint64(ino)), nil)
 	}
 	return t.deleteInode(ctx, ino)
 }
@@ -118,7 +118,7 @@ func (t *Txn) deleteInode(ctx context.Context, ino Ino) error {
 				return err
 			}
 			for _, p := range pairs {
-				if err := t.deleteRaw(p.Key); err != nil {
+				if err := t.deleteRaw(ctx, p.Key); err != nil {
 					return err
 				}
 			}
@@ -133,7 +133,7 @@ func (t *Txn) deleteInode(ctx context.Context, ino Ino) error {
 		}
 	}
 	t.putInode(ino, nil)
-	return t.deleteRaw(meta.OrphanKey(uint64(ino)))
+	return t.deleteRaw(ctx, meta.OrphanKey(uint64(ino)))
 }
 
 // Lookup finds name in directory dir. The caller needs search (execute)
@@ -330,7 +330,7 @@ func (t *Txn) Create(ctx context.Context, dir Ino, name string, req CreateReques
 		case TypeChar, TypeBlock:
 			n.Rdev = req.Rdev
 		}
-		if err := t.addEntry(dir, d, name, ino, n.Type); err != nil {
+		if err := t.addEntry(ctx, dir, d, name, ino, n.Type); err != nil {
 			return nil, err
 		}
 		touch(d, now)
@@ -377,7 +377,7 @@ func (t *Txn) Link(ctx context.Context, ino, dir Ino, name string) (Attr, error)
 		if n.Nlink >= MaxLinks {
 			return nil, ErrTooManyLinks
 		}
-		if err := t.addEntry(dir, d, name, ino, n.Type); err != nil {
+		if err := t.addEntry(ctx, dir, d, name, ino, n.Type); err != nil {
 			return nil, err
 		}
 		n.Nlink++
@@ -460,7 +460,7 @@ func (t *Txn) remove(ctx context.Context, op string, dir Ino, name string, kind 
 			}
 			d.Nlink--
 		}
-		if err := t.removeEntry(dir, name, de); err != nil {
+		if err := t.removeEntry(ctx, dir, name, de); err != nil {
 			return nil, err
 		}
 		touch(d, now)
@@ -594,15 +594,15 @@ func (t *Txn) rename(ctx context.Context, srcDir Ino, srcName string, dstDir Ino
 	}
 
 	// All checks passed; from here on only I/O can fail.
-	if err := t.removeEntry(srcDir, srcName, se); err != nil {
+	if err := t.removeEntry(ctx, srcDir, srcName, se); err != nil {
 		return err
 	}
 	if de != nil {
-		if err := t.removeEntry(dstDir, dstName, de); err != nil {
+		if err := t.removeEntry(ctx, dstDir, dstName, de); err != nil {
 			return err
 		}
 	}
-	if err := t.addEntry(dstDir, dd, dstName, sino, src.Type); err != nil {
+	if err := t.addEntry(ctx, dstDir, dd, dstName, sino, src.Type); err != nil {
 		return err
 	}
 	move := func(ino Ino, n *meta.Inode, from *meta.Inode, to *meta.Inode, toIno Ino) {
@@ -615,7 +615,7 @@ func (t *Txn) rename(ctx context.Context, srcDir Ino, srcName string, dstDir Ino
 	}
 	move(sino, src, sd, dd, dstDir)
 	if de != nil && flags.Exchange {
-		if err := t.addEntry(srcDir, sd, srcName, dino, dst.Type); err != nil {
+		if err := t.addEntry(ctx, srcDir, sd, srcName, dino, dst.Type); err != nil {
 			return err
 		}
 		move(dino, dst, dd, sd, srcDir)

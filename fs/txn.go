@@ -158,6 +158,13 @@ func (t *Txn) do(ctx context.Context, name string, run func(ctx context.Context)
 	return res, err
 }
 
+// internal runs an engine-internal step as a logged operation, so that a
+// replay repeats it.
+func (t *Txn) internal(ctx context.Context, name string, run func(ctx context.Context) (any, error)) error {
+	_, err := t.do(ctx, name, run)
+	return err
+}
+
 // Commit makes the transaction's changes durable and visible atomically.
 // On a kv conflict it replays the operation log on a fresh snapshot and
 // retries; it returns ErrConflict only if a replayed operation returned a
@@ -359,20 +366,28 @@ func (t *Txn) scanRaw(ctx context.Context, start, end []byte, limit int) ([]kv.P
 	return p, kvErr(err)
 }
 
-func (t *Txn) setRaw(key, value []byte) error {
+func (t *Txn) setRaw(ctx context.Context, key, value []byte) error {
 	if t.opts.ReadOnly {
 		return ErrReadOnly
 	}
+	kt, err := t.kvt(ctx)
+	if err != nil {
+		return err
+	}
 	t.mutations++
-	return kvErr(t.kvTxn.Set(key, value))
+	return kvErr(kt.Set(key, value))
 }
 
-func (t *Txn) deleteRaw(key []byte) error {
+func (t *Txn) deleteRaw(ctx context.Context, key []byte) error {
 	if t.opts.ReadOnly {
 		return ErrReadOnly
 	}
+	kt, err := t.kvt(ctx)
+	if err != nil {
+		return err
+	}
 	t.mutations++
-	return kvErr(t.kvTxn.Delete(key))
+	return kvErr(kt.Delete(key))
 }
 
 // kvErr maps kv errors into the engine's vocabulary. kv.ErrConflict is

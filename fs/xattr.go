@@ -90,7 +90,7 @@ func (t *Txn) SetXattr(ctx context.Context, ino Ino, name string, value []byte, 
 		if flags.Replace && !exists {
 			return nil, fmt.Errorf("%w: %q", ErrNoAttr, name)
 		}
-		if err := t.setRaw(k, value); err != nil {
+		if err := t.setRaw(ctx, k, value); err != nil {
 			return nil, err
 		}
 		changed(n, now)
@@ -144,7 +144,7 @@ func (t *Txn) RemoveXattr(ctx context.Context, ino Ino, name string) error {
 		} else if err != nil {
 			return nil, err
 		}
-		if err := t.deleteRaw(k); err != nil {
+		if err := t.deleteRaw(ctx, k); err != nil {
 			return nil, err
 		}
 		changed(n, now)
