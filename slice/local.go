@@ -1,0 +1,663 @@
+package slice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/errors/oserror"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// DefaultFiles is the number of backing files OpenLocal spreads Puts over
+// when LocalOptions.Files is zero.
+const DefaultFiles = 4
+
+// MaxFiles bounds LocalOptions.Files.
+const MaxFiles = 1 << 10
+
+// ErrEmpty is returned by Put for empty data.
+var ErrEmpty = errors.New("slice: empty slice")
+
+// castagnoli is the CRC32C table every Pointer.CRC is computed with.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum returns the CRC32C (Castagnoli) of data, as stored in
+// Pointer.CRC.
+func Checksum(data []byte) uint32 { return crc32.Checksum(data, castagnoli) }
+
+const (
+	backingPrefix = "slices-"
+	backingSuffix = ".dat"
+	lockName      = "slices.lock"
+)
+
+// BackingName returns the file name of backing file id inside the store's
+// directory, e.g. "slices-000001.dat".
+func BackingName(id uint32) string {
+	return fmt.Sprintf("%s%06d%s", backingPrefix, id, backingSuffix)
+}
+
+// parseBackingName is the inverse of BackingName. Only canonical names are
+// accepted, so two names never map to one id.
+func parseBackingName(name string) (uint32, bool) {
+	digits, ok := strings.CutPrefix(name, backingPrefix)
+	if !ok {
+		return 0, false
+	}
+	digits, ok = strings.CutSuffix(digits, backingSuffix)
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(digits, 10, 32)
+	if err != nil || id == 0 || BackingName(uint32(id)) != name {
+		return 0, false
+	}
+	return uint32(id), true
+}
+
+// LocalOptions configures OpenLocal.
+type LocalOptions struct {
+	// FS is the disk seam; nil means vfs.Default. It must allow WriteAt,
+	// ReadAt and SyncData on one File to overlap (vfs.Default, vfs.MemFS
+	// and errorfs over either do).
+	FS vfs.FS
+	// Dir holds the backing files; it is created if missing.
+	Dir string
+	// Files is the number of backing files Puts are spread over
+	// (backing ids 1..Files); 0 means DefaultFiles. Backing files with
+	// larger ids found in Dir stay readable and freeable.
+	Files int
+	// Logger receives open/sync-failure/corruption reports; nil discards.
+	Logger *slog.Logger
+}
+
+// Validate reports whether o can be used (after defaults are applied).
+func (o *LocalOptions) Validate() error {
+	if o.Dir == "" {
+		return errors.New("slice: LocalOptions.Dir is empty")
+	}
+	if o.Files < 0 || o.Files > MaxFiles {
+		return fmt.Errorf("slice: LocalOptions.Files = %d, want 0..%d", o.Files, MaxFiles)
+	}
+	return nil
+}
+
+func (o *LocalOptions) withDefaults() LocalOptions {
+	r := *o
+	if r.FS == nil {
+		r.FS = vfs.Default
+	}
+	if r.Files == 0 {
+		r.Files = DefaultFiles
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.DiscardHandler)
+	}
+	return r
+}
+
+// LocalStats are cumulative counters of a Local store.
+type LocalStats struct {
+	Puts, PutBytes   uint64
+	Syncs            uint64 // Sync calls
+	Fsyncs           uint64 // SyncData calls on backing files
+	Reads, ReadBytes uint64 // slices read from disk and bytes read
+	Corrupt          uint64 // reads that failed verification
+	Frees, FreeBytes uint64
+}
+
+type localStats struct {
+	puts, putBytes   atomic.Uint64
+	syncs, fsyncs    atomic.Uint64
+	reads, readBytes atomic.Uint64
+	corrupt          atomic.Uint64
+	frees, freeBytes atomic.Uint64
+}
+
+// Local is a Store over append-only backing files in one directory of a
+// vfs.FS. See the package documentation for the layout and guarantees.
+type Local struct {
+	fs   vfs.FS
+	dir  string
+	log  *slog.Logger
+	lock io.Closer
+
+	byID     map[uint32]*backing // read-only after OpenLocal
+	all      []*backing          // sorted by id
+	writable []*backing          // ids 1..Files; Put picks among these
+
+	// life is held shared by every operation and exclusively by Close.
+	life   sync.RWMutex
+	closed bool // guarded by life
+
+	stats localStats
+}
+
+var _ Store = (*Local)(nil)
+
+// backing is one append-only backing file.
+//
+// Lock order: mu, then smu. Neither is held across SyncData.
+type backing struct {
+	id       uint32
+	name     string
+	f        vfs.File
+	fd       uintptr // f.Fd(); vfs.InvalidFd if not an OS file
+	writable bool
+
+	// mu serializes writes (appends and zero-fills) to f.
+	mu sync.Mutex
+	// size is the next append offset. Every byte below it has been
+	// written (or its write failed and the range was never handed out).
+	// Written under mu, read atomically anywhere.
+	size atomic.Uint64
+
+	// smu guards the group-commit state.
+	smu struct {
+		sync.Mutex
+		synced   uint64    // every byte below synced is durable
+		inflight *syncCall // the SyncData running now, if any
+		failed   error     // sticky: set by the first failed SyncData
+	}
+}
+
+// syncCall is one SyncData shared by every Sync that needs bytes below upto.
+type syncCall struct {
+	upto uint64        // backing size when the call started
+	done chan struct{} // closed when the call finished
+}
+
+// OpenLocal opens (creating if needed) the store in o.Dir. Existing backing
+// files are appended to after their current size; whatever an un-synced
+// tail holds is never referenced by a durable pointer and is left alone.
+// The directory is locked against a second OpenLocal until Close.
+func OpenLocal(ctx context.Context, o LocalOptions) (*Local, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	l := &Local{fs: o.FS, dir: o.Dir, log: o.Logger.With("component", "slice.local", "dir", o.Dir), byID: map[uint32]*backing{}}
+	ok := false
+	defer func() {
+		if !ok {
+			l.closeFiles()
+		}
+	}()
+
+	if err := mkdirAllSynced(l.fs, l.dir); err != nil {
+		return nil, fmt.Errorf("slice: create %s: %w", l.dir, err)
+	}
+	lock, err := l.fs.Lock(l.fs.PathJoin(l.dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("slice: lock %s: %w", l.dir, err)
+	}
+	l.lock = lock
+
+	names, err := l.fs.List(l.dir)
+	if err != nil {
+		return nil, fmt.Errorf("slice: list %s: %w", l.dir, err)
+	}
+	ids := map[uint32]bool{}
+	for _, name := range names {
+		if id, ok := parseBackingName(name); ok {
+			ids[id] = true
+		}
+	}
+	created := 0
+	for id := uint32(1); id <= uint32(o.Files); id++ {
+		if !ids[id] {
+			ids[id] = true
+			created++
+		}
+	}
+	for id := range ids {
+		b := &backing{id: id, name: l.fs.PathJoin(l.dir, BackingName(id)), writable: id <= uint32(o.Files)}
+		// Register before opening so a failure below closes what opened.
+		l.byID[id] = b
+		l.all = append(l.all, b)
+		f, err := l.fs.OpenReadWrite(b.name, vfs.WriteCategoryUnspecified)
+		if err != nil {
+			return nil, fmt.Errorf("slice: open %s: %w", b.name, err)
+		}
+		b.f, b.fd = f, f.Fd()
+		st, err := f.Stat()
+		if err != nil {
+			return nil, fmt.Errorf("slice: stat %s: %w", b.name, err)
+		}
+		b.size.Store(uint64(st.Size()))
+		// synced stays 0: after a restart the page cache may still hold
+		// bytes that never reached the disk, so the first Sync fsyncs.
+	}
+	slices.SortFunc(l.all, func(a, b *backing) int { return int(a.id) - int(b.id) })
+	for _, b := range l.all {
+		if b.writable {
+			l.writable = append(l.writable, b)
+		}
+	}
+	if created > 0 {
+		if err := syncDir(l.fs, l.dir); err != nil {
+			return nil, fmt.Errorf("slice: sync dir %s: %w", l.dir, err)
+		}
+	}
+	for _, b := range l.all {
+		l.log.Debug("backing file", "id", b.id, "size", b.size.Load(), "writable", b.writable)
+	}
+	l.log.Info("opened slice store", "backings", len(l.all), "created", created)
+	ok = true
+	return l, nil
+}
+
+// mkdirAllSynced creates dir and any missing parents, syncing the parent of
+// each directory it creates so the new entries survive a crash.
+func mkdirAllSynced(fs vfs.FS, dir string) error {
+	var missing []string
+	for d := dir; ; d = fs.PathDir(d) {
+		if _, err := fs.Stat(d); err == nil {
+			break
+		} else if !oserror.IsNotExist(err) {
+			return err
+		}
+		missing = append(missing, d)
+		if parent := fs.PathDir(d); parent == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := syncDir(fs, fs.PathDir(missing[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// enter starts an operation; exit must follow if it returns nil.
+func (l *Local) enter(ctx context.Context) error {
+	l.life.RLock()
+	if l.closed {
+		l.life.RUnlock()
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		l.life.RUnlock()
+		return err
+	}
+	return nil
+}
+
+func (l *Local) exit() { l.life.RUnlock() }
+
+// Stats returns a snapshot of the store's counters.
+func (l *Local) Stats() LocalStats {
+	s := &l.stats
+	return LocalStats{
+		Puts: s.puts.Load(), PutBytes: s.putBytes.Load(),
+		Syncs: s.syncs.Load(), Fsyncs: s.fsyncs.Load(),
+		Reads: s.reads.Load(), ReadBytes: s.readBytes.Load(),
+		Corrupt: s.corrupt.Load(),
+		Frees:   s.frees.Load(), FreeBytes: s.freeBytes.Load(),
+	}
+}
+
+// Put implements Store. It picks backing file hint%Files, or the next
+// healthy one if that file's last fsync failed, and appends data there.
+// data is neither modified nor retained.
+func (l *Local) Put(ctx context.Context, hint uint64, data []byte) (Pointer, error) {
+	if len(data) == 0 {
+		return Pointer{}, ErrEmpty
+	}
+	if len(data) > MaxSize {
+		return Pointer{}, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(data))
+	}
+	if err := l.enter(ctx); err != nil {
+		return Pointer{}, err
+	}
+	defer l.exit()
+	crc := Checksum(data)
+	n := uint64(len(l.writable))
+	for i := range n {
+		b := l.writable[(hint+i)%n]
+		if b.syncFailed() != nil {
+			continue
+		}
+		off, err := b.append(data)
+		if err != nil {
+			return Pointer{}, fmt.Errorf("slice: put %d bytes to %s: %w", len(data), b.name, err)
+		}
+		l.stats.puts.Add(1)
+		l.stats.putBytes.Add(uint64(len(data)))
+		return Pointer{Backing: b.id, Offset: off, Length: uint32(len(data)), CRC: crc}, nil
+	}
+	return Pointer{}, fmt.Errorf("slice: put: every backing file has a failed sync (reopen the store): %w", l.writable[hint%n].syncFailed())
+}
+
+// append writes data at the end of b and returns its offset. A failed write
+// still consumes its range, which is never handed out and never reused.
+func (b *backing) append(data []byte) (uint64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	off := b.size.Load()
+	// WriteAt, not Write: vfs.File.Write may scribble on its argument.
+	n, err := b.f.WriteAt(data, int64(off))
+	b.size.Store(off + uint64(len(data)))
+	if err == nil && n != len(data) {
+		err = io.ErrShortWrite
+	}
+	return off, err
+}
+
+func (b *backing) syncFailed() error {
+	b.smu.Lock()
+	defer b.smu.Unlock()
+	return b.smu.failed
+}
+
+// Sync implements Store. Pointers are grouped by backing file; each file
+// with something to make durable gets (or joins) one SyncData, and the
+// files are synced in parallel. A SyncData in flight covers every byte
+// written before it started; callers needing later bytes wait for the next
+// one, which then covers all of them. After a SyncData fails the file's
+// un-synced bytes are never reported durable (see the package doc).
+func (l *Local) Sync(ctx context.Context, ptrs []Pointer) error {
+	if err := l.enter(ctx); err != nil {
+		return err
+	}
+	defer l.exit()
+	l.stats.syncs.Add(1)
+
+	type target struct {
+		b    *backing
+		upto uint64
+	}
+	var targets []target
+	for _, p := range ptrs {
+		b, err := l.check(p, 0, 0)
+		if err != nil {
+			return err
+		}
+		if end := p.End(); end > b.size.Load() {
+			return fmt.Errorf("%w: %v: beyond the %d bytes written", ErrBadPointer, p, b.size.Load())
+		}
+		i := slices.IndexFunc(targets, func(t target) bool { return t.b == b })
+		if i < 0 {
+			targets = append(targets, target{b: b})
+			i = len(targets) - 1
+		}
+		targets[i].upto = max(targets[i].upto, p.End())
+	}
+	for len(targets) > 0 {
+		var calls []*syncCall
+		next := targets[:0]
+		for _, t := range targets {
+			c, err := l.kick(t.b, t.upto)
+			if err != nil {
+				return err
+			}
+			if c != nil {
+				calls = append(calls, c)
+				next = append(next, t)
+			}
+		}
+		for _, c := range calls {
+			select {
+			case <-c.done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		targets = next
+	}
+	return nil
+}
+
+// kick returns nil if b's first upto bytes are durable, the sticky error if
+// b's sync failed, or else the SyncData call to wait for (starting one if
+// none is in flight). The caller re-checks after the call finishes.
+func (l *Local) kick(b *backing, upto uint64) (*syncCall, error) {
+	b.smu.Lock()
+	defer b.smu.Unlock()
+	if b.smu.synced >= upto {
+		return nil, nil
+	}
+	if b.smu.failed != nil {
+		return nil, b.smu.failed
+	}
+	if c := b.smu.inflight; c != nil {
+		return c, nil
+	}
+	c := &syncCall{upto: b.size.Load(), done: make(chan struct{})}
+	b.smu.inflight = c
+	go l.runSync(b, c)
+	return c, nil
+}
+
+// runSync performs one SyncData. Close waits for it (via smu.inflight).
+func (l *Local) runSync(b *backing, c *syncCall) {
+	l.stats.fsyncs.Add(1)
+	err := b.f.SyncData()
+	b.smu.Lock()
+	if err != nil {
+		b.smu.failed = fmt.Errorf("slice: sync %s failed; its bytes past %d are not durable and never will be reported so: %w",
+			b.name, b.smu.synced, err)
+		l.log.Error("fsync failed; backing file no longer accepts puts", "backing", b.id, "synced", b.smu.synced, "err", err)
+	} else if c.upto > b.smu.synced {
+		b.smu.synced = c.upto
+	}
+	b.smu.inflight = nil
+	b.smu.Unlock()
+	close(c.done)
+}
+
+// check validates p and the sub-range [off, off+n) and returns p's backing.
+// Every malformed pointer is ErrBadPointer, whatever its fields hold.
+func (l *Local) check(p Pointer, off uint32, n int) (*backing, error) {
+	if err := checkRange(p, off, n); err != nil {
+		return nil, err
+	}
+	b := l.byID[p.Backing]
+	if b == nil {
+		return nil, fmt.Errorf("%w: %v: no backing file %d", ErrBadPointer, p, p.Backing)
+	}
+	return b, nil
+}
+
+// checkRange validates p's shape and the sub-range [off, off+n) without
+// looking at any store.
+func checkRange(p Pointer, off uint32, n int) error {
+	if p.Length == 0 || p.Length > MaxSize {
+		return fmt.Errorf("%w: %v: length %d", ErrBadPointer, p, p.Length)
+	}
+	if p.Offset > math.MaxInt64-uint64(p.Length) {
+		return fmt.Errorf("%w: %v: offset out of range", ErrBadPointer, p)
+	}
+	if n < 0 || uint64(off)+uint64(n) > uint64(p.Length) {
+		return fmt.Errorf("%w: %v: range [%d, %d+%d) outside the slice", ErrBadPointer, p, off, off, n)
+	}
+	return nil
+}
+
+// ReadAt implements Store. It reads the whole slice, verifies its length and
+// CRC32C, then copies the requested range; with off == 0 and
+// len(buf) == p.Length it reads straight into buf. An empty buf still
+// verifies the slice (fsck). On error buf's contents are unspecified.
+func (l *Local) ReadAt(ctx context.Context, p Pointer, off uint32, buf []byte) error {
+	if err := l.enter(ctx); err != nil {
+		return err
+	}
+	defer l.exit()
+	b, err := l.check(p, off, len(buf))
+	if err != nil {
+		return err
+	}
+	if off == 0 && len(buf) == int(p.Length) {
+		if err := l.readVerified(b, p, buf); err != nil {
+			clear(buf)
+			return err
+		}
+		return nil
+	}
+	scratch := getBuf(int(p.Length))
+	defer putBuf(scratch)
+	if err := l.readVerified(b, p, *scratch); err != nil {
+		return err
+	}
+	copy(buf, (*scratch)[off:])
+	return nil
+}
+
+// readVerified fills dst (len p.Length) with the slice and verifies it.
+func (l *Local) readVerified(b *backing, p Pointer, dst []byte) error {
+	if size := b.size.Load(); p.End() > size {
+		return l.corrupt(p, fmt.Sprintf("ends past the end of %s (%d bytes)", b.name, size))
+	}
+	n, err := b.f.ReadAt(dst, int64(p.Offset))
+	l.stats.reads.Add(1)
+	l.stats.readBytes.Add(uint64(n))
+	if n < len(dst) {
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("slice: read %v from %s: %w", p, b.name, err)
+		}
+		return l.corrupt(p, fmt.Sprintf("short read: %d of %d bytes (truncated %s?)", n, len(dst), b.name))
+	}
+	if got := Checksum(dst); got != p.CRC {
+		return l.corrupt(p, fmt.Sprintf("checksum %08x", got))
+	}
+	return nil
+}
+
+func (l *Local) corrupt(p Pointer, why string) error {
+	l.stats.corrupt.Add(1)
+	l.log.Warn("corrupt slice", "ptr", p.String(), "why", why)
+	return fmt.Errorf("%w: %v: %s", ErrCorrupt, p, why)
+}
+
+// Backings implements Store.
+func (l *Local) Backings(ctx context.Context) ([]Backing, error) {
+	if err := l.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer l.exit()
+	out := make([]Backing, 0, len(l.all))
+	for _, b := range l.all {
+		size := b.size.Load()
+		alloc, ok, err := allocated(b.fd)
+		if err != nil {
+			return nil, fmt.Errorf("slice: stat %s: %w", b.name, err)
+		}
+		if !ok {
+			alloc = size
+		}
+		out = append(out, Backing{ID: b.id, Size: size, Allocated: alloc})
+	}
+	return out, nil
+}
+
+// Free implements Store. On an OS file it punches a hole
+// (FALLOC_FL_PUNCH_HOLE|FALLOC_FL_KEEP_SIZE); otherwise, or if the file
+// system cannot punch, it writes zeros. Partial blocks at either end of the
+// range are zeroed but stay allocated. The range must lie within the bytes
+// appended so far, else ErrBadPointer. Free is not synced: after a crash
+// the freed bytes may reappear (they are still unreferenced garbage).
+// Local keeps no cache; a Cache in front of it drops its copies itself.
+func (l *Local) Free(ctx context.Context, id uint32, off, length uint64) error {
+	if err := l.enter(ctx); err != nil {
+		return err
+	}
+	defer l.exit()
+	if length == 0 {
+		return nil
+	}
+	b := l.byID[id]
+	if b == nil {
+		return fmt.Errorf("%w: free: no backing file %d", ErrBadPointer, id)
+	}
+	if size := b.size.Load(); off > size || length > size-off {
+		return fmt.Errorf("%w: free [%d, %d+%d) beyond the %d bytes of %s", ErrBadPointer, off, off, length, size, b.name)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	punched, err := punchHole(b.fd, off, length)
+	if err != nil {
+		return fmt.Errorf("slice: free [%d, %d+%d) in %s: %w", off, off, length, b.name, err)
+	}
+	if !punched {
+		for done := uint64(0); done < length; {
+			n := min(length-done, uint64(len(zeros)))
+			if _, err := b.f.WriteAt(zeros[:n], int64(off+done)); err != nil {
+				return fmt.Errorf("slice: free [%d, %d+%d) in %s: zero fill: %w", off, off, length, b.name, err)
+			}
+			done += n
+		}
+	}
+	l.stats.frees.Add(1)
+	l.stats.freeBytes.Add(length)
+	return nil
+}
+
+// zeros is the source of zero-fills; never written.
+var zeros [64 << 10]byte
+
+// Close implements Store. It waits for running operations and in-flight
+// fsyncs, then closes the backing files. Un-synced data may be lost.
+func (l *Local) Close() error {
+	l.life.Lock()
+	defer l.life.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	l.closed = true
+	for _, b := range l.all {
+		b.smu.Lock()
+		c := b.smu.inflight
+		b.smu.Unlock()
+		if c != nil {
+			<-c.done
+		}
+	}
+	return l.closeFiles()
+}
+
+func (l *Local) closeFiles() error {
+	var errs []error
+	for _, b := range l.all {
+		if b.f != nil {
+			errs = append(errs, b.f.Close())
+			b.f = nil
+		}
+	}
+	if l.lock != nil {
+		errs = append(errs, l.lock.Close())
+		l.lock = nil
+	}
+	return errors.Join(errs...)
+}
