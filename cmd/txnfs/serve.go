@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/txnfs/txnfs/datadir"
+	"github.com/txnfs/txnfs/nfs4/server"
+)
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fl := newFlags("serve", stderr)
+	dir := fl.String("data", "txnfs-data", "data directory (created if missing)")
+	listen := fl.String("listen", "127.0.0.1:2049", "NFS listen address")
+	metrics := fl.String("metrics", "", "address to serve Prometheus /metrics on (empty: off)")
+	debug := fl.String("debug", "", "address to serve pprof on (empty: off)")
+	rootSquash := fl.Bool("root-squash", false, "map uid 0 to nobody (65534)")
+	gcEvery := fl.Duration("gc-interval", 10*time.Minute, "garbage collection interval (0: off)")
+	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := parse(fl, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		return err
+	}
+	e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := server.New(server.Config{FS: e.FS, Logger: log, Registry: reg, RootSquash: *rootSquash})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	if *metrics != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		if err := serveHTTP(ctx, *metrics, mux); err != nil {
+			return err
+		}
+	}
+	if *debug != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		if err := serveHTTP(ctx, *debug, mux); err != nil {
+			return err
+		}
+	}
+	if *gcEvery > 0 {
+		go func() {
+			tick := time.NewTicker(*gcEvery)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					if _, err := e.FS.CollectGarbage(ctx); err != nil && ctx.Err() == nil {
+						log.Error("garbage collection failed", "err", err)
+					}
+				}
+			}
+		}()
+	}
+
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	log.Info("txnfs serving NFSv4", "listen", l.Addr().String(), "data", *dir)
+	err = srv.Serve(ctx, l)
+	if ctx.Err() != nil {
+		log.Info("txnfs shutting down")
+		return nil
+	}
+	return err
+}
+
+func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		hs.Close()
+	}()
+	go func() {
+		if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err
+		}
+	}()
+	return nil
+}

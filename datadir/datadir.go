@@ -1,0 +1,109 @@
+// Package datadir opens a txnfs data directory: the embedded default
+// deployment of the engine, with metadata in pebble (DIR/meta) and slices in
+// local backing files (DIR/slices), cached in memory.
+//
+// All disk access goes through one pebble vfs.FS, so tests can inject
+// faults or simulate crashes for metadata and data alike.
+package datadir
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/sys/unix"
+
+	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/kv"
+	"github.com/txnfs/txnfs/kv/pebblekv"
+	"github.com/txnfs/txnfs/slice"
+)
+
+// DefaultCacheBytes is the default size of the slice memory tier.
+const DefaultCacheBytes = 256 << 20
+
+// Options configures Open.
+type Options struct {
+	// Dir is the data directory (created if missing). Required.
+	Dir string
+	// FS is the disk seam; nil means the real disk (vfs.Default).
+	FS vfs.FS
+	// NoSync skips metadata fsyncs (tests only: commits are not durable).
+	NoSync bool
+	// CacheBytes sizes the slice memory tier: 0 means DefaultCacheBytes,
+	// negative disables it.
+	CacheBytes int64
+	// InlineMax overrides fs.Config.InlineMax when non-zero.
+	InlineMax int
+	Logger    *slog.Logger
+}
+
+// Engine is an open data directory.
+type Engine struct {
+	FS     *fs.FS
+	KV     kv.Store
+	Slices slice.Store
+	local  *slice.Local
+}
+
+// Open opens (creating if needed) the data directory.
+func Open(ctx context.Context, o Options) (*Engine, error) {
+	if o.Dir == "" {
+		return nil, errors.New("datadir: Options.Dir is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	disk := o.FS
+	if disk == nil {
+		disk = vfs.Default
+	}
+	if err := disk.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("datadir: %w", err)
+	}
+	store, err := pebblekv.Open(pebblekv.Options{Dir: filepath.Join(o.Dir, "meta"), FS: disk, NoSync: o.NoSync,
+		Logger: o.Logger.With("component", "pebble")})
+	if err != nil {
+		return nil, fmt.Errorf("datadir: opening metadata: %w", err)
+	}
+	local, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: disk, Dir: filepath.Join(o.Dir, "slices"),
+		Logger: o.Logger.With("component", "slices")})
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("datadir: opening slices: %w", err)
+	}
+	var slices slice.Store = local
+	cache := o.CacheBytes
+	if cache == 0 {
+		cache = DefaultCacheBytes
+	}
+	if cache > 0 {
+		slices = slice.NewCache(local, cache)
+	}
+	cfg := fs.Config{KV: store, Slices: slices, Logger: o.Logger, InlineMax: o.InlineMax}
+	if o.FS == nil {
+		dir := o.Dir
+		cfg.Capacity = func() (uint64, uint64, error) {
+			var st unix.Statfs_t
+			if err := unix.Statfs(dir, &st); err != nil {
+				return 0, 0, err
+			}
+			return st.Blocks * uint64(st.Bsize), st.Bavail * uint64(st.Bsize), nil
+		}
+	}
+	f, err := fs.Open(ctx, cfg)
+	if err != nil {
+		local.Close()
+		store.Close()
+		return nil, fmt.Errorf("datadir: %w", err)
+	}
+	return &Engine{FS: f, KV: store, Slices: slices, local: local}, nil
+}
+
+// Close closes the engine and its stores.
+func (e *Engine) Close() error {
+	return errors.Join(e.FS.Close(), e.local.Close(), e.KV.Close())
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every test and prints a summary. Exit status is non-zero if any
+# test failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+status=0
+echo "== go test ./..."
+go test ${TESTFLAGS:--count=1 -timeout 30m} -v ./... 2>&1 | tee "$log" | grep -E '^(---|===|ok|FAIL|panic|\s+--- FAIL)' | grep -v '^=== ' || true
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+grep -q '^FAIL' "$log" && status=1
+
+echo "== go test -race (engine packages)"
+go test -race -count=1 -timeout 20m ./kv/... ./slice/... ./meta/... ./fs/... >>"$log" 2>&1 || status=1
+tail -n 20 "$log" | grep -E '^(ok|FAIL|---)' || true
+
+passed=$(grep -cE '^\s*--- PASS' "$log")
+failed=$(grep -cE '^\s*--- FAIL' "$log")
+skipped=$(grep -cE '^\s*--- SKIP' "$log")
+echo
+echo "== summary"
+grep -E '^(ok|FAIL)\s' "$log" | sort | uniq
+echo "$passed passed, $failed failed, $skipped skipped"
+exit $status
