@@ -1,0 +1,411 @@
+// Package rpc is an ONC RPC v2 (RFC 5531) server for stream transports:
+// record marking, call header decoding with the generated types of
+// github.com/buildbarn/go-xdr/pkg/protocols/rpcv2, AUTH_NONE and AUTH_SYS,
+// bounded per-connection concurrency and serialized reply writes.
+//
+// # Wire format
+//
+// Each message is a record made of fragments; each fragment starts with a
+// 4-byte big-endian header whose top bit marks the last fragment and whose
+// low 31 bits give the fragment length:
+//
+//	+--------+------------------+--------+------------------+
+//	|1|len=n1| n1 bytes (last)  |   or   |0|len| ... |1|len| ...
+//	+--------+------------------+--------+------------------+
+//
+// A record longer than Config.MaxRecord closes the connection (the stream
+// cannot be resynchronized without reading it). A record whose call header
+// does not decode is answered GARBAGE_ARGS when its xid can be read, and
+// otherwise ignored.
+//
+// # Concurrency
+//
+// One goroutine per connection reads records; each decoded call runs in
+// its own goroutine, at most Config.MaxInflight at a time per connection
+// (the reader stops reading when the limit is reached, so a flooding
+// client is throttled by TCP flow control). Replies are written whole,
+// under a per-connection mutex, with a write deadline: a client that does
+// not read its replies loses its connection and never blocks other
+// connections.
+package rpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
+)
+
+// Cred is the caller's identity from the RPC credential.
+type Cred struct {
+	Flavor      rpcv2.AuthFlavor // AUTH_NONE or AUTH_SYS
+	Uid, Gid    uint32
+	Gids        []uint32
+	MachineName string
+}
+
+// Call is one decoded RPC call.
+type Call struct {
+	Xid  uint32
+	Prog uint32
+	Vers uint32
+	Proc uint32
+	Cred Cred
+	// Args holds the procedure arguments. It is owned by the handler.
+	Args []byte
+	// Conn identifies the connection the call arrived on (stable for the
+	// life of the connection, unique within the server process).
+	Conn uint64
+}
+
+// Reply is a handler's answer: Stat is the accept status; Body holds the
+// encoded results when Stat is SUCCESS.
+type Reply struct {
+	Stat rpcv2.AcceptStat
+	Body []byte
+	// MismatchLow/High are sent with PROG_MISMATCH.
+	MismatchLow, MismatchHigh uint32
+	// RPCMismatch denies the call (MSG_DENIED, RPC_MISMATCH 2..2).
+	RPCMismatch bool
+	// AuthErr, if not AUTH_OK, denies the call with this auth_stat.
+	AuthErr rpcv2.AuthStat
+}
+
+// Handler serves calls. Handle may be called concurrently (up to
+// MaxInflight per connection). It must not retain call.Args after it
+// returns unless it owns it (it does: Args is a fresh slice per call).
+type Handler interface {
+	Handle(ctx context.Context, call *Call) Reply
+}
+
+// ConnObserver is an optional Handler upgrade told when connections close.
+type ConnObserver interface {
+	ConnClosed(conn uint64)
+}
+
+// Config configures a Server.
+type Config struct {
+	Handler Handler
+	Logger  *slog.Logger
+	// MaxRecord caps one request record in bytes (default 4 MiB + 64 KiB).
+	MaxRecord int
+	// MaxInflight caps concurrent calls per connection (default 32).
+	MaxInflight int
+	// WriteTimeout bounds the time to write one reply (default 30s).
+	WriteTimeout time.Duration
+	// IdleTimeout closes a connection that sends nothing for this long
+	// (0: never).
+	IdleTimeout time.Duration
+}
+
+// Validate fills defaults and checks the configuration.
+func (c *Config) Validate() error {
+	if c.Handler == nil {
+		return errors.New("rpc: Config.Handler is required")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxRecord <= 0 {
+		c.MaxRecord = 4<<20 + 64<<10
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = 32
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	return nil
+}
+
+// Server serves RPC over stream connections.
+type Server struct {
+	cfg Config
+
+	mu struct {
+		sync.Mutex
+		nextConn uint64
+		conns    map[uint64]net.Conn
+	}
+}
+
+// NewServer returns a server; cfg is validated.
+func NewServer(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg}
+	s.mu.conns = make(map[uint64]net.Conn)
+	return s, nil
+}
+
+// Serve accepts connections until ctx is done or the listener fails. It
+// closes the listener and all connections before returning, and waits for
+// their goroutines.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	var wg sync.WaitGroup
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	defer func() {
+		s.mu.Lock()
+		for _, c := range s.mu.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		wg.Wait()
+	}()
+	var delay time.Duration
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		s.mu.Lock()
+		s.mu.nextConn++
+		id := s.mu.nextConn
+		s.mu.conns[id] = c
+		s.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.ServeConn(ctx, id, c)
+			s.mu.Lock()
+			delete(s.mu.conns, id)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// ServeConn serves one connection until it fails or ctx is done, then
+// closes it. id must be unique among live connections.
+func (s *Server) ServeConn(ctx context.Context, id uint64, c net.Conn) {
+	ctx, cancel := context.WithCancel(ctx)
+	cn := &conn{srv: s, id: id, c: c, sem: make(chan struct{}, s.cfg.MaxInflight)}
+	defer func() {
+		cancel()
+		c.Close()
+		cn.wg.Wait()
+		if o, ok := s.cfg.Handler.(ConnObserver); ok {
+			o.ConnClosed(id)
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	if err := cn.readLoop(ctx); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		s.cfg.Logger.Debug("rpc: connection closed", "remote", c.RemoteAddr().String(), "err", err)
+	}
+}
+
+type conn struct {
+	srv *Server
+	id  uint64
+	c   net.Conn
+	sem chan struct{}
+	wg  sync.WaitGroup
+	wmu sync.Mutex
+}
+
+// ErrRecordTooLarge is returned by ReadRecord when a record exceeds the cap.
+var ErrRecordTooLarge = errors.New("rpc: record too large")
+
+// ReadRecord reads one record-marked record of at most max bytes from r.
+// It returns io.EOF only if r ends cleanly before the first header.
+func ReadRecord(r io.Reader, max int) ([]byte, error) {
+	var rec []byte
+	first := true
+	for {
+		var hdr [4]byte
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) && !first {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		first = false
+		h := binary.BigEndian.Uint32(hdr[:])
+		n := int(h & 0x7fffffff)
+		if len(rec)+n > max {
+			return nil, fmt.Errorf("%w: more than %d bytes", ErrRecordTooLarge, max)
+		}
+		old := len(rec)
+		rec = append(rec, make([]byte, n)...)
+		if _, err := io.ReadFull(r, rec[old:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		if h&0x80000000 != 0 {
+			return rec, nil
+		}
+	}
+}
+
+type deadlineReader struct {
+	c       net.Conn
+	timeout time.Duration
+}
+
+func (d deadlineReader) Read(p []byte) (int, error) {
+	if d.timeout > 0 {
+		d.c.SetReadDeadline(time.Now().Add(d.timeout))
+	}
+	return d.c.Read(p)
+}
+
+func (cn *conn) readLoop(ctx context.Context) error {
+	r := io.Reader(cn.c)
+	if cn.srv.cfg.IdleTimeout > 0 {
+		r = deadlineReader{cn.c, cn.srv.cfg.IdleTimeout}
+	}
+	br := newBufReader(r)
+	for {
+		rec, err := ReadRecord(br, cn.srv.cfg.MaxRecord)
+		if err != nil {
+			return err
+		}
+		call, rep, ok := cn.srv.decodeCall(rec)
+		if !ok {
+			continue // not even an xid: drop
+		}
+		call.Conn = cn.id
+		if rep != nil {
+			cn.wg.Add(1)
+			go func() {
+				defer cn.wg.Done()
+				cn.writeReply(call.Xid, rep)
+			}()
+			continue
+		}
+		select {
+		case cn.sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		cn.wg.Add(1)
+		go func() {
+			defer cn.wg.Done()
+			defer func() { <-cn.sem }()
+			rep := cn.srv.cfg.Handler.Handle(ctx, call)
+			cn.writeReply(call.Xid, &rep)
+		}()
+	}
+}
+
+// decodeCall parses a call record. It returns ok=false if the record
+// cannot even yield an xid, and a non-nil reply if the call must be
+// answered without reaching the handler.
+func (s *Server) decodeCall(rec []byte) (*Call, *Reply, bool) {
+	if len(rec) < 4 {
+		return nil, nil, false
+	}
+	call := &Call{Xid: binary.BigEndian.Uint32(rec)}
+	rd := bytes.NewReader(rec)
+	var msg rpcv2.RpcMsg
+	if _, err := msg.ReadFrom(rd); err != nil {
+		if len(rec) >= 8 && binary.BigEndian.Uint32(rec[4:]) != uint32(rpcv2.CALL) {
+			return nil, nil, false // a reply or junk: ignore
+		}
+		return call, &Reply{Stat: rpcv2.GARBAGE_ARGS}, true
+	}
+	body, ok := msg.Body.(*rpcv2.RpcMsgBody_CALL)
+	if !ok {
+		return nil, nil, false
+	}
+	cb := &body.Cbody
+	call.Prog, call.Vers, call.Proc = cb.Prog, cb.Vers, cb.Proc
+	if cb.Rpcvers != 2 {
+		return call, &Reply{RPCMismatch: true}, true
+	}
+	switch cb.Cred.Flavor {
+	case rpcv2.AUTH_NONE:
+		call.Cred = Cred{Flavor: rpcv2.AUTH_NONE, Uid: 65534, Gid: 65534}
+	case rpcv2.AUTH_SYS:
+		var p rpcv2.AuthsysParms
+		br := bytes.NewReader(cb.Cred.Body)
+		if _, err := p.ReadFrom(br); err != nil || br.Len() != 0 {
+			return call, &Reply{AuthErr: rpcv2.AUTH_BADCRED}, true
+		}
+		call.Cred = Cred{Flavor: rpcv2.AUTH_SYS, Uid: p.Uid, Gid: p.Gid, Gids: p.Gids, MachineName: p.Machinename}
+	default:
+		return call, &Reply{AuthErr: rpcv2.AUTH_TOOWEAK}, true
+	}
+	call.Args = rec[len(rec)-rd.Len():]
+	return call, nil, true
+}
+
+// EncodeReply encodes the RPC reply message for xid (without record mark).
+func EncodeReply(xid uint32, rep *Reply) []byte {
+	var body rpcv2.ReplyBody
+	switch {
+	case rep.RPCMismatch:
+		body = &rpcv2.ReplyBody_MSG_DENIED{Rreply: &rpcv2.RejectedReply_RPC_MISMATCH{
+			MismatchInfo: struct {
+				Low  uint32
+				High uint32
+			}{2, 2},
+		}}
+	case rep.AuthErr != rpcv2.AUTH_OK:
+		body = &rpcv2.ReplyBody_MSG_DENIED{Rreply: &rpcv2.RejectedReply_AUTH_ERROR{Stat: rep.AuthErr}}
+	default:
+		var data rpcv2.AcceptedReplyData
+		switch rep.Stat {
+		case rpcv2.SUCCESS:
+			data = &rpcv2.AcceptedReplyData_SUCCESS{}
+		case rpcv2.PROG_MISMATCH:
+			d := &rpcv2.AcceptedReplyData_PROG_MISMATCH{}
+			d.MismatchInfo.Low, d.MismatchInfo.High = rep.MismatchLow, rep.MismatchHigh
+			data = d
+		default:
+			data = &rpcv2.AcceptedReplyData_default{Stat: rep.Stat}
+		}
+		body = &rpcv2.ReplyBody_MSG_ACCEPTED{Areply: rpcv2.AcceptedReply{
+			Verf:      rpcv2.OpaqueAuth{Flavor: rpcv2.AUTH_NONE},
+			ReplyData: data,
+		}}
+	}
+	msg := rpcv2.RpcMsg{Xid: xid, Body: &rpcv2.RpcMsgBody_REPLY{Rbody: body}}
+	n := msg.GetEncodedSizeBytes()
+	buf := bytes.NewBuffer(make([]byte, 0, 4+n+len(rep.Body)))
+	buf.Write([]byte{0, 0, 0, 0})
+	if _, err := msg.WriteTo(buf); err != nil {
+		panic(fmt.Sprintf("rpc: encoding reply header: %v", err)) // cannot happen: fixed types
+	}
+	if rep.Stat == rpcv2.SUCCESS && !rep.RPCMismatch && rep.AuthErr == rpcv2.AUTH_OK {
+		buf.Write(rep.Body)
+	}
+	b := buf.Bytes()
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4)|0x80000000)
+	return b
+}
+
+func (cn *conn) writeReply(xid uint32, rep *Reply) {
+	b := EncodeReply(xid, rep)
+	cn.wmu.Lock()
+	defer cn.wmu.Unlock()
+	cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
+	if _, err := cn.c.Write(b); err != nil {
+		cn.c.Close() // the reader notices and ends the connection
+	}
+}
+
+func newBufReader(r io.Reader) io.Reader { return bufio.NewReaderSize(r, 64<<10) }

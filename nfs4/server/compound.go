@@ -1,0 +1,344 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+	"github.com/buildbarn/go-xdr/pkg/runtime"
+
+	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/nfs4/internal/rpc"
+	"github.com/txnfs/txnfs/nfs4/internal/state"
+)
+
+// OpTxn is the private operation number of the transactional-compound
+// extension (docs/protocol.md). As the first operation of a COMPOUND it
+// makes the rest of the compound one atomic, isolated, durable
+// transaction. Its argument is one uint32 of flags (must be zero); its
+// result is a bare nfsstat4.
+const OpTxn nfsv4.NfsOpnum4 = 0x74786e00 // "txn\0"
+
+const maxTagLen = 1024
+
+// fhState is a current or saved file handle.
+type fhState struct {
+	set bool
+	ino fs.Ino
+	gen uint64
+	typ fs.FileType
+}
+
+// compound is the execution state of one COMPOUND request.
+type compound struct {
+	s     *Server
+	ctx   context.Context
+	cred  fs.Cred
+	princ string
+	conn  uint64
+	minor uint32
+	nops  int
+
+	cur, saved       fhState
+	curSid, savedSid *nfsv4.Stateid4
+
+	// 4.1+: set by SEQUENCE.
+	client  *state.Client
+	session *state.Session
+	slot    *state.SlotRef
+
+	// txn is the transaction of a transactional compound (nil otherwise).
+	txn *fs.Txn
+	// undo reverses protocol-state changes of a transactional compound
+	// that does not commit; onCommit runs deferred ones after commit.
+	undo     []func()
+	onCommit []func()
+}
+
+type decodedOp struct {
+	code nfsv4.NfsOpnum4
+	arg  nfsv4.NfsArgop4 // nil for OpTxn and unknown ops
+}
+
+func knownOp(code nfsv4.NfsOpnum4, minor uint32) bool {
+	switch {
+	case code == nfsv4.OP_ILLEGAL:
+		return true
+	case code < nfsv4.OP_ACCESS:
+		return false
+	case minor == 0:
+		return code <= nfsv4.OP_RELEASE_LOCKOWNER
+	case minor == 1:
+		return code <= nfsv4.OP_RECLAIM_COMPLETE
+	}
+	return code <= nfsv4.OP_CLONE
+}
+
+// compound decodes and runs one COMPOUND; ok=false means the arguments
+// are not even a COMPOUND header (GARBAGE_ARGS).
+func (s *Server) compound(ctx context.Context, call *rpc.Call) ([]byte, bool) {
+	start := time.Now()
+	r := bytes.NewReader(call.Args)
+	tag, _, err := runtime.ReadUTF8String(r, maxTagLen)
+	if err != nil {
+		return nil, false
+	}
+	minor, _, err := runtime.ReadUnsignedInt(r)
+	if err != nil {
+		return nil, false
+	}
+	n, _, err := runtime.ReadUnsignedInt(r)
+	if err != nil {
+		return nil, false
+	}
+	if minor > 2 {
+		return encodeCompound(nfsv4.NFS4ERR_MINOR_VERS_MISMATCH, tag, nil, nil), true
+	}
+	if int(n) > s.cfg.MaxOps {
+		st := nfsv4.NFS4ERR_RESOURCE
+		if minor > 0 {
+			st = nfsv4.NFS4ERR_TOO_MANY_OPS
+		}
+		return encodeCompound(st, tag, nil, nil), true
+	}
+	ops := make([]decodedOp, 0, min(n, 64))
+	for i := uint32(0); i < n; i++ {
+		if r.Len() < 4 {
+			return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
+		}
+		code := nfsv4.NfsOpnum4(binary.BigEndian.Uint32(call.Args[len(call.Args)-r.Len():]))
+		if i == 0 && code == OpTxn {
+			r.Seek(4, 1)
+			flags, _, err := runtime.ReadUnsignedInt(r)
+			if err != nil {
+				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
+			}
+			if flags != 0 {
+				return encodeCompound(nfsv4.NFS4ERR_INVAL, tag, &txnResult{nfsv4.NFS4ERR_INVAL}, nil), true
+			}
+			ops = append(ops, decodedOp{code: OpTxn})
+			continue
+		}
+		if !knownOp(code, minor) {
+			ops = append(ops, decodedOp{code: nfsv4.OP_ILLEGAL})
+			break
+		}
+		arg, _, err := nfsv4.ReadNfsArgop4(r)
+		if err != nil {
+			s.log.Debug("nfs4: undecodable operation", "op", code, "err", err)
+			return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
+		}
+		ops = append(ops, decodedOp{code: code, arg: arg})
+	}
+
+	c := &compound{s: s, ctx: ctx, cred: s.cred(&call.Cred), princ: principal(&call.Cred),
+		conn: call.Conn, minor: minor, nops: len(ops)}
+	s.st.Tick()
+	var txr *txnResult
+	if len(ops) > 0 && ops[0].code == OpTxn {
+		txr = &txnResult{nfsv4.NFS4_OK}
+		ops = ops[1:]
+	}
+	kind := "plain"
+	if txr != nil {
+		kind = "txn"
+	}
+	defer func() { s.met.compounds.WithLabelValues(kind).Observe(time.Since(start).Seconds()) }()
+
+	var results []nfsv4.NfsResop4
+	status := nfsv4.NFS4_OK
+	i := 0
+	// Session rules for 4.1+ (RFC 8881 §2.10.6, §18.46.3).
+	if minor > 0 && len(ops) > 0 {
+		switch ops[0].code {
+		case nfsv4.OP_SEQUENCE:
+			res, st, replay := c.sequence(ops[0].arg.(*nfsv4.NfsArgop4_OP_SEQUENCE), len(ops)+boolInt(txr != nil))
+			if replay != nil {
+				return replay, true
+			}
+			results = append(results, res)
+			status = st
+			i = 1
+		case nfsv4.OP_EXCHANGE_ID, nfsv4.OP_CREATE_SESSION, nfsv4.OP_DESTROY_SESSION,
+			nfsv4.OP_BIND_CONN_TO_SESSION, nfsv4.OP_DESTROY_CLIENTID:
+			if len(ops) > 1 {
+				results = append(results, errRes(ops[0].code, nfsv4.NFS4ERR_NOT_ONLY_OP))
+				status = nfsv4.NFS4ERR_NOT_ONLY_OP
+			}
+		case nfsv4.OP_ILLEGAL:
+		default:
+			results = append(results, errRes(ops[0].code, nfsv4.NFS4ERR_OP_NOT_IN_SESSION))
+			status = nfsv4.NFS4ERR_OP_NOT_IN_SESSION
+		}
+	}
+	if status == nfsv4.NFS4_OK {
+		if txr == nil {
+			res, st := c.runOps(ops[i:])
+			results = append(results, res...)
+			status = st
+		} else {
+			res, st := c.runTxn(ops[i:], txr)
+			if txr.status != nfsv4.NFS4_OK {
+				status = txr.status
+			} else {
+				results = append(results, res...)
+				status = st
+			}
+		}
+	}
+	body := encodeCompound(status, tag, txr, results)
+	if c.slot != nil {
+		s.st.FinishSlot(c.slot, body)
+	}
+	return body, true
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// runOps runs ops in order, stopping at the first failure (RFC 8881
+// §2.6.1 / 16.2.3). Outside a transaction each operation commits on its
+// own.
+func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+	results := make([]nfsv4.NfsResop4, 0, len(ops))
+	for _, op := range ops {
+		start := time.Now()
+		var res nfsv4.NfsResop4
+		var st nfsv4.Nfsstat4
+		if op.arg == nil {
+			res, st = &nfsv4.NfsResop4_OP_ILLEGAL{Opillegal: nfsv4.Illegal4res{Status: nfsv4.NFS4ERR_OP_ILLEGAL}}, nfsv4.NFS4ERR_OP_ILLEGAL
+		} else {
+			res, st = c.dispatch(op.arg)
+		}
+		name := opName(op.code)
+		c.s.met.ops.WithLabelValues(name, statusName(st)).Inc()
+		c.s.met.opLatency.WithLabelValues(name).Observe(time.Since(start).Seconds())
+		results = append(results, res)
+		if st != nfsv4.NFS4_OK {
+			return results, st
+		}
+	}
+	return results, nfsv4.NFS4_OK
+}
+
+// txnResult is the result of the OpTxn operation.
+type txnResult struct {
+	status nfsv4.Nfsstat4
+}
+
+// runTxn runs ops as one transaction: all commit or none does. On a
+// serialization conflict the whole sequence is re-run (the client sees one
+// execution). If an operation fails, the transaction is aborted and the
+// results end with the failing operation, as in a plain compound. If the
+// commit itself fails, txr carries the error and no results are returned.
+func (c *compound) runTxn(ops []decodedOp, txr *txnResult) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+	cur, saved, curSid, savedSid := c.cur, c.saved, c.curSid, c.savedSid
+	for attempt := 0; ; attempt++ {
+		t, err := c.s.fs.Begin(c.ctx, c.cred, fs.TxnOptions{})
+		if err != nil {
+			txr.status = c.s.toStatus(c.ctx, "TXN", err, aboutName)
+			return nil, txr.status
+		}
+		c.txn = t
+		res, st := c.runOps(ops)
+		c.txn = nil
+		if st != nfsv4.NFS4_OK {
+			t.Abort()
+			c.rollback()
+			c.s.met.txns.WithLabelValues("abort").Inc()
+			return res, st
+		}
+		err = t.Commit(c.ctx)
+		if err == nil {
+			for _, f := range c.onCommit {
+				f()
+			}
+			c.onCommit, c.undo = nil, nil
+			c.s.met.txns.WithLabelValues("commit").Inc()
+			return res, nfsv4.NFS4_OK
+		}
+		c.rollback()
+		if errors.Is(err, fs.ErrConflict) && attempt < c.s.cfg.TxnRetries {
+			c.s.met.txns.WithLabelValues("retry").Inc()
+			c.cur, c.saved, c.curSid, c.savedSid = cur, saved, curSid, savedSid
+			continue
+		}
+		c.s.met.txns.WithLabelValues("fail").Inc()
+		txr.status = c.s.toStatus(c.ctx, "TXN commit", err, aboutName)
+		return nil, txr.status
+	}
+}
+
+func (c *compound) rollback() {
+	for i := len(c.undo) - 1; i >= 0; i-- {
+		c.undo[i]()
+	}
+	c.undo, c.onCommit = nil, nil
+}
+
+// update runs fn in the compound's transaction, or in its own retried
+// transaction outside transactional compounds.
+func (c *compound) update(fn func(t *fs.Txn) error) error {
+	if c.txn != nil {
+		return fn(c.txn)
+	}
+	return c.s.fs.Do(c.ctx, c.cred, fn)
+}
+
+// view runs a read-only fn.
+func (c *compound) view(fn func(t *fs.Txn) error) error {
+	if c.txn != nil {
+		return fn(c.txn)
+	}
+	return c.s.fs.View(c.ctx, c.cred, fn)
+}
+
+// encodeCompound encodes COMPOUND4res. The OpTxn result, if any, is
+// encoded first as (opcode, status).
+func encodeCompound(st nfsv4.Nfsstat4, tag string, txr *txnResult, results []nfsv4.NfsResop4) []byte {
+	size := 12 + (len(tag)+3)&^3
+	for _, r := range results {
+		size += r.GetEncodedSizeBytes()
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+8))
+	runtime.WriteInt(buf, int32(st))
+	runtime.WriteUTF8String(buf, maxTagLen, tag)
+	n := len(results)
+	if txr != nil {
+		n++
+	}
+	runtime.WriteUnsignedInt(buf, uint32(n))
+	if txr != nil {
+		runtime.WriteInt(buf, int32(OpTxn))
+		runtime.WriteInt(buf, int32(txr.status))
+	}
+	for _, r := range results {
+		if _, err := r.WriteTo(buf); err != nil {
+			// Only a server bug (e.g. an over-long field) gets here.
+			panic("nfs4: encoding result: " + err.Error())
+		}
+	}
+	return buf.Bytes()
+}
+
+// errRes returns the result of op code with a non-OK status (or OK for
+// operations whose result is a bare status). It relies on every NFSv4
+// result starting with its status, and decodes (opcode, status) with the
+// generated decoder so each op gets its proper union arm.
+func errRes(code nfsv4.NfsOpnum4, st nfsv4.Nfsstat4) nfsv4.NfsResop4 {
+	var b [8]byte
+	binary.BigEndian.PutUint32(b[:], uint32(code))
+	binary.BigEndian.PutUint32(b[4:], uint32(st))
+	r, _, err := nfsv4.ReadNfsResop4(bytes.NewReader(b[:]))
+	if err != nil {
+		return &nfsv4.NfsResop4_OP_ILLEGAL{Opillegal: nfsv4.Illegal4res{Status: st}}
+	}
+	return r
+}

@@ -1,0 +1,477 @@
+package server
+
+import (
+	"encoding/binary"
+	"math"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/nfs4/internal/state"
+)
+
+// resolveSid substitutes the 4.1 "current stateid".
+func (c *compound) resolveSid(id nfsv4.Stateid4) (nfsv4.Stateid4, nfsv4.Nfsstat4) {
+	if c.minor > 0 && state.IsCurrent(id) {
+		if c.curSid == nil {
+			return id, nfsv4.NFS4ERR_BAD_STATEID
+		}
+		return *c.curSid, nfsv4.NFS4_OK
+	}
+	return id, nfsv4.NFS4_OK
+}
+
+func (c *compound) setSid(id nfsv4.Stateid4) { c.curSid = &id }
+
+// checkStateid validates id for I/O on the current file. Anonymous
+// stateids are checked against the mode bits instead of open state.
+func (c *compound) checkStateid(id nfsv4.Stateid4, write bool) (*state.State, nfsv4.Nfsstat4) {
+	id, st := c.resolveSid(id)
+	if st != nfsv4.NFS4_OK {
+		return nil, st
+	}
+	s, st := c.s.st.CheckIO(id, c.minor, uint64(c.cur.ino), write)
+	if st != nfsv4.NFS4_OK {
+		return nil, st
+	}
+	return s, nfsv4.NFS4_OK
+}
+
+// needFile checks that the current file handle is a regular file.
+func (c *compound) needFile() nfsv4.Nfsstat4 {
+	if !c.cur.set {
+		return nfsv4.NFS4ERR_NOFILEHANDLE
+	}
+	switch c.cur.typ {
+	case fs.TypeRegular:
+		return nfsv4.NFS4_OK
+	case fs.TypeDirectory:
+		return nfsv4.NFS4ERR_ISDIR
+	case fs.TypeSymlink:
+		if c.minor == 0 {
+			return nfsv4.NFS4ERR_INVAL
+		}
+		return nfsv4.NFS4ERR_SYMLINK
+	}
+	if c.minor == 0 {
+		return nfsv4.NFS4ERR_INVAL
+	}
+	return nfsv4.NFS4ERR_WRONG_TYPE
+}
+
+// openClient returns the client an OPEN/LOCK acts for.
+func (c *compound) openClient(clientID uint64) (*state.Client, nfsv4.Nfsstat4) {
+	if c.minor > 0 {
+		if c.client == nil {
+			return nil, nfsv4.NFS4ERR_OP_NOT_IN_SESSION
+		}
+		return c.client, nfsv4.NFS4_OK
+	}
+	cl, st := c.s.st.Client(clientID)
+	if st != nfsv4.NFS4_OK {
+		return nil, st
+	}
+	return cl, nfsv4.NFS4_OK
+}
+
+// exclTime encodes an exclusive-create verifier as an atime (RFC 8881
+// §18.16.3 lets the server keep it in a time attribute).
+func exclTime(v [8]byte) time.Time {
+	return time.Unix(int64(binary.BigEndian.Uint32(v[:4])), int64(binary.BigEndian.Uint32(v[4:])%1e9))
+}
+
+func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+	fail := func(st nfsv4.Nfsstat4) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+		return errRes(nfsv4.OP_OPEN, st), st
+	}
+	if st := c.needCur(); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	access := a.ShareAccess &^ nfsv4.OPEN4_SHARE_ACCESS_WANT_DELEG_MASK
+	if c.minor == 0 {
+		access = a.ShareAccess
+	}
+	if access == 0 || access > nfsv4.OPEN4_SHARE_ACCESS_BOTH || a.ShareDeny > nfsv4.OPEN4_SHARE_DENY_BOTH {
+		return fail(nfsv4.NFS4ERR_INVAL)
+	}
+	cl, st := c.openClient(a.Owner.Clientid)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+
+	var name string
+	byName := false
+	switch cl := a.Claim.(type) {
+	case *nfsv4.OpenClaim4_CLAIM_NULL:
+		name, byName = cl.File, true
+	case *nfsv4.OpenClaim4_CLAIM_FH:
+		if c.minor == 0 {
+			return fail(nfsv4.NFS4ERR_NOTSUPP)
+		}
+	case *nfsv4.OpenClaim4_CLAIM_PREVIOUS:
+		if c.minor == 0 {
+			return fail(nfsv4.NFS4ERR_RECLAIM_BAD)
+		}
+		return fail(nfsv4.NFS4ERR_NO_GRACE)
+	case *nfsv4.OpenClaim4_CLAIM_DELEGATE_CUR, *nfsv4.OpenClaim4_CLAIM_DELEG_CUR_FH:
+		return fail(nfsv4.NFS4ERR_BAD_STATEID) // no delegations are ever granted
+	default:
+		return fail(nfsv4.NFS4ERR_NOTSUPP)
+	}
+	if byName {
+		if c.cur.typ == fs.TypeSymlink {
+			return fail(nfsv4.NFS4ERR_SYMLINK)
+		}
+		if st := c.needDir(); st != nfsv4.NFS4_OK {
+			return fail(st)
+		}
+		if st := checkName(name); st != nfsv4.NFS4_OK {
+			return fail(st)
+		}
+	}
+
+	var (
+		create   bool
+		req      = fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644}
+		na       newAttrs
+		verf     *[8]byte
+		truncate bool
+	)
+	if how, ok := a.Openhow.(*nfsv4.Openflag4_OPEN4_CREATE); ok {
+		if !byName {
+			return fail(nfsv4.NFS4ERR_INVAL)
+		}
+		create = true
+		switch h := how.How.(type) {
+		case *nfsv4.Createhow4_UNCHECKED4:
+			na, st = decodeSetAttrs(&h.Createattrs, c.minor)
+		case *nfsv4.Createhow4_GUARDED4:
+			na, st = decodeSetAttrs(&h.Createattrs, c.minor)
+			req.Exclusive = true
+		case *nfsv4.Createhow4_EXCLUSIVE4:
+			v := h.Createverf
+			verf, req.Exclusive = &v, true
+		case *nfsv4.Createhow4_EXCLUSIVE4_1:
+			if c.minor == 0 {
+				return fail(nfsv4.NFS4ERR_INVAL)
+			}
+			v := h.ChCreateboth.CvaVerf
+			verf, req.Exclusive = &v, true
+			na, st = decodeSetAttrs(&h.ChCreateboth.CvaAttrs, c.minor)
+			if st == nfsv4.NFS4_OK && na.set.Atime != nil {
+				st = nfsv4.NFS4ERR_INVAL // atime holds the verifier
+			}
+		}
+		if st != nfsv4.NFS4_OK {
+			return fail(st)
+		}
+		if na.set.Mode != nil {
+			req.Mode = *na.set.Mode
+			na.set.Mode = nil
+		}
+		if na.set.Size != nil {
+			if *na.set.Size != 0 {
+				// Only truncation to zero is meaningful at open.
+				na.set.Size = nil
+			} else {
+				truncate = true
+			}
+		}
+	}
+
+	var before, after, obj fs.Attr
+	var created bool
+	err := c.update(func(t *fs.Txn) (err error) {
+		created = false
+		if !byName {
+			obj, err = t.GetAttr(c.ctx, c.cur.ino)
+			return err
+		}
+		if before, err = t.GetAttr(c.ctx, c.cur.ino); err != nil {
+			return err
+		}
+		if create {
+			obj, created, err = t.Create(c.ctx, c.cur.ino, name, req)
+			if err != nil && verf != nil && isExist(err) {
+				// A retransmitted exclusive create succeeds if the
+				// verifier matches (RFC 8881 §18.16.3).
+				var cur fs.Attr
+				cur, err2 := t.Lookup(c.ctx, c.cur.ino, name)
+				if err2 == nil && cur.Type == fs.TypeRegular && cur.Atime.Equal(exclTime(*verf)) {
+					obj, err = cur, nil
+				}
+			}
+			if err != nil {
+				return err
+			}
+		} else if obj, err = t.Lookup(c.ctx, c.cur.ino, name); err != nil {
+			return err
+		}
+		if obj.Type != fs.TypeRegular {
+			return nil // reported below
+		}
+		if !created {
+			var mask uint32
+			if access&nfsv4.OPEN4_SHARE_ACCESS_READ != 0 {
+				mask |= fs.AccessRead
+			}
+			if access&nfsv4.OPEN4_SHARE_ACCESS_WRITE != 0 || truncate {
+				mask |= fs.AccessWrite
+			}
+			allowed, err := t.Access(c.ctx, obj.Ino, mask)
+			if err != nil {
+				return err
+			}
+			if allowed&mask != mask {
+				return fs.ErrAccess
+			}
+		}
+		set := fs.SetAttr{}
+		if created {
+			set = na.set
+			set.Size = nil
+			if verf != nil {
+				set.Atime = &fs.SetTime{Time: exclTime(*verf)}
+			}
+		} else if truncate && obj.Size != 0 {
+			zero := uint64(0)
+			set.Size = &zero
+		}
+		if set != (fs.SetAttr{}) {
+			if obj, err = t.SetAttr(c.ctx, obj.Ino, set); err != nil {
+				return err
+			}
+		}
+		after, err = t.GetAttr(c.ctx, c.cur.ino)
+		return err
+	})
+	if err != nil {
+		return fail(c.s.toStatus(c.ctx, "OPEN", err, aboutName))
+	}
+	switch obj.Type {
+	case fs.TypeRegular:
+	case fs.TypeDirectory:
+		return fail(nfsv4.NFS4ERR_ISDIR)
+	case fs.TypeSymlink:
+		if c.minor == 0 {
+			return fail(nfsv4.NFS4ERR_SYMLINK)
+		}
+		return fail(nfsv4.NFS4ERR_SYMLINK)
+	default:
+		if c.minor == 0 {
+			return fail(nfsv4.NFS4ERR_INVAL)
+		}
+		return fail(nfsv4.NFS4ERR_WRONG_TYPE)
+	}
+	sid, undo, st := c.s.st.Open(cl, a.Owner.Owner, uint64(obj.Ino), access, a.ShareDeny)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	if c.txn != nil {
+		c.undo = append(c.undo, func() { c.s.st.UndoOpen(undo) })
+	}
+	c.setCur(&obj)
+	c.setSid(sid)
+	var attrset []uint32
+	if created {
+		attrset = na.mask
+		if verf != nil {
+			attrset = bmSet(attrset, nfsv4.FATTR4_TIME_ACCESS)
+		}
+	}
+	if !byName {
+		before, after = obj, obj
+	}
+	var deleg nfsv4.OpenDelegation4 = &nfsv4.OpenDelegation4_OPEN_DELEGATE_NONE{}
+	if c.minor > 0 && a.ShareAccess&nfsv4.OPEN4_SHARE_ACCESS_WANT_DELEG_MASK != 0 &&
+		a.ShareAccess&nfsv4.OPEN4_SHARE_ACCESS_WANT_DELEG_MASK != nfsv4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG {
+		deleg = &nfsv4.OpenDelegation4_OPEN_DELEGATE_NONE_EXT{OdWhynone: &nfsv4.OpenNoneDelegation4_default{OndWhy: nfsv4.WND4_NOT_SUPP_FTYPE}}
+	}
+	return &nfsv4.NfsResop4_OP_OPEN{Opopen: &nfsv4.Open4res_NFS4_OK{Resok4: nfsv4.Open4resok{
+		Stateid:    sid,
+		Cinfo:      cinfo(before.Change, after.Change),
+		Rflags:     nfsv4.OPEN4_RESULT_LOCKTYPE_POSIX,
+		Attrset:    attrset,
+		Delegation: deleg,
+	}}}, nfsv4.NFS4_OK
+}
+
+func isExist(err error) bool { return errorsIs(err, fs.ErrExist) }
+
+func (c *compound) close(a *nfsv4.Close4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+	fail := func(st nfsv4.Nfsstat4) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+		return errRes(nfsv4.OP_CLOSE, st), st
+	}
+	if st := c.needCur(); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	id, st := c.resolveSid(a.OpenStateid)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	if c.txn != nil {
+		// Validate now, close after the commit.
+		s, st := c.s.st.Lookup(id, c.minor)
+		if st != nfsv4.NFS4_OK {
+			return fail(st)
+		}
+		if s.Kind != state.KindOpen || s.Ino != uint64(c.cur.ino) {
+			return fail(nfsv4.NFS4ERR_BAD_STATEID)
+		}
+		ino := uint64(c.cur.ino)
+		c.onCommit = append(c.onCommit, func() { c.s.st.Close(id, c.minor, ino) })
+		out := nfsv4.Stateid4{Seqid: 0xffffffff}
+		if c.minor == 0 {
+			out = nfsv4.Stateid4{Seqid: s.Seqid + 1, Other: s.Other}
+		}
+		return &nfsv4.NfsResop4_OP_CLOSE{Opclose: &nfsv4.Close4res_NFS4_OK{OpenStateid: out}}, nfsv4.NFS4_OK
+	}
+	out, st := c.s.st.Close(id, c.minor, uint64(c.cur.ino))
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	c.curSid = nil
+	return &nfsv4.NfsResop4_OP_CLOSE{Opclose: &nfsv4.Close4res_NFS4_OK{OpenStateid: out}}, nfsv4.NFS4_OK
+}
+
+func (c *compound) openConfirm(a *nfsv4.OpenConfirm4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+	if st := c.needCur(); st != nfsv4.NFS4_OK {
+		return errRes(nfsv4.OP_OPEN_CONFIRM, st), st
+	}
+	out, st := c.s.st.Confirm(a.OpenStateid, uint64(c.cur.ino))
+	if st != nfsv4.NFS4_OK {
+		return errRes(nfsv4.OP_OPEN_CONFIRM, st), st
+	}
+	return &nfsv4.NfsResop4_OP_OPEN_CONFIRM{OpopenConfirm: &nfsv4.OpenConfirm4res_NFS4_OK{
+		Resok4: nfsv4.OpenConfirm4resok{OpenStateid: out}}}, nfsv4.NFS4_OK
+}
+
+func (c *compound) openDowngrade(a *nfsv4.OpenDowngrade4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+	fail := func(st nfsv4.Nfsstat4) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+		return errRes(nfsv4.OP_OPEN_DOWNGRADE, st), st
+	}
+	if st := c.needCur(); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	id, st := c.resolveSid(a.OpenStateid)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	out, st := c.s.st.Downgrade(id, c.minor, uint64(c.cur.ino),
+		a.ShareAccess&^nfsv4.OPEN4_SHARE_ACCESS_WANT_DELEG_MASK, a.ShareDeny)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	c.setSid(out)
+	return &nfsv4.NfsResop4_OP_OPEN_DOWNGRADE{OpopenDowngrade: &nfsv4.OpenDowngrade4res_NFS4_OK{
+		Resok4: nfsv4.OpenDowngrade4resok{OpenStateid: out}}}, nfsv4.NFS4_OK
+}
+
+// checkAnonAccess enforces mode bits for I/O with an anonymous stateid.
+func (c *compound) checkAnonAccess(t *fs.Txn, s *state.State, mask uint32) error {
+	if s != nil {
+		return nil
+	}
+	allowed, err := t.Access(c.ctx, c.cur.ino, mask)
+	if err != nil {
+		return err
+	}
+	if allowed&mask != mask {
+		return fs.ErrAccess
+	}
+	return nil
+}
+
+func (c *compound) read(a *nfsv4.Read4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+	fail := func(st nfsv4.Nfsstat4) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+		return errRes(nfsv4.OP_READ, st), st
+	}
+	data, eof, st := c.readData("READ", a.Stateid, a.Offset, a.Count)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	return &nfsv4.NfsResop4_OP_READ{Opread: &nfsv4.Read4res_NFS4_OK{Resok4: nfsv4.Read4resok{Eof: eof, Data: data}}}, nfsv4.NFS4_OK
+}
+
+func (c *compound) readData(op string, sid nfsv4.Stateid4, off uint64, count uint32) ([]byte, bool, nfsv4.Nfsstat4) {
+	if st := c.needFile(); st != nfsv4.NFS4_OK {
+		return nil, false, st
+	}
+	s, st := c.checkStateid(sid, false)
+	if st != nfsv4.NFS4_OK {
+		return nil, false, st
+	}
+	buf := make([]byte, min(count, c.s.cfg.MaxIO))
+	var n int
+	var eof bool
+	err := c.view(func(t *fs.Txn) (err error) {
+		if err := c.checkAnonAccess(t, s, fs.AccessRead); err != nil {
+			return err
+		}
+		n, eof, err = t.Read(c.ctx, c.cur.ino, off, buf)
+		return err
+	})
+	if err != nil {
+		return nil, false, c.s.toStatus(c.ctx, op, err, aboutHandle)
+	}
+	return buf[:n], eof, nfsv4.NFS4_OK
+}
+
+// appendOffset is the vNFS append extension's WRITE offset.
+const appendOffset = math.MaxUint64
+
+func (c *compound) write(a *nfsv4.Write4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+	fail := func(st nfsv4.Nfsstat4) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+		return errRes(nfsv4.OP_WRITE, st), st
+	}
+	if st := c.needFile(); st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	s, st := c.checkStateid(a.Stateid, true)
+	if st != nfsv4.NFS4_OK {
+		return fail(st)
+	}
+	if uint32(len(a.Data)) > c.s.cfg.MaxIO {
+		return fail(nfsv4.NFS4ERR_INVAL)
+	}
+	var err error
+	switch {
+	case a.Offset == appendOffset && c.txn == nil && s != nil:
+		// Group-committed atomic append outside transactions.
+		_, err = c.s.fs.Append(c.ctx, c.cred, c.cur.ino, a.Data)
+	case a.Offset == appendOffset:
+		err = c.update(func(t *fs.Txn) error {
+			if err := c.checkAnonAccess(t, s, fs.AccessWrite); err != nil {
+				return err
+			}
+			_, err := t.Append(c.ctx, c.cur.ino, a.Data)
+			return err
+		})
+	default:
+		if a.Offset+uint64(len(a.Data)) < a.Offset {
+			return fail(nfsv4.NFS4ERR_FBIG)
+		}
+		err = c.update(func(t *fs.Txn) error {
+			if err := c.checkAnonAccess(t, s, fs.AccessWrite); err != nil {
+				return err
+			}
+			return t.Write(c.ctx, c.cur.ino, a.Offset, a.Data)
+		})
+	}
+	if err != nil {
+		return fail(c.s.toStatus(c.ctx, "WRITE", err, aboutHandle))
+	}
+	// Every engine commit is durable when it returns, so all writes are
+	// FILE_SYNC.
+	return &nfsv4.NfsResop4_OP_WRITE{Opwrite: &nfsv4.Write4res_NFS4_OK{Resok4: nfsv4.Write4resok{
+		Count: uint32(len(a.Data)), Committed: nfsv4.FILE_SYNC4, Writeverf: c.s.verf}}}, nfsv4.NFS4_OK
+}
+
+func (c *compound) commit() (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+	if st := c.needFile(); st != nfsv4.NFS4_OK {
+		return errRes(nfsv4.OP_COMMIT, st), st
+	}
+	return &nfsv4.NfsResop4_OP_COMMIT{Opcommit: &nfsv4.Commit4res_NFS4_OK{
+		Resok4: nfsv4.Commit4resok{Writeverf: c.s.verf}}}, nfsv4.NFS4_OK
+}
