@@ -22,6 +22,10 @@ const (
 	// maxInlineRun: adjacent inline extents are merged up to this size;
 	// longer runs are moved into a slice.
 	maxInlineRun = 16 << 10
+	// inlineBudget bounds the inline bytes one region record holds, so a
+	// region record (rewritten on every write to the region) stays small:
+	// past it, compaction moves all inline data into slices.
+	inlineBudget = 64 << 10
 )
 
 // overlay places e over the non-overlapping, sorted pieces in vis (newest
@@ -306,7 +310,7 @@ func (t *Txn) placePieces(ctx context.Context, ino Ino, n *meta.Inode, ps []file
 	}
 	for _, idx := range order {
 		r := byRegion[idx]
-		if len(r.Extents) > compactAfter {
+		if len(r.Extents) > max(compactAfter, 2*int(r.Compacted)) || inlineBytes(r) > inlineBudget {
 			if err := t.compact(ctx, ino, idx, r); err != nil {
 				return err
 			}
@@ -331,8 +335,9 @@ func (t *Txn) compact(ctx context.Context, ino Ino, idx uint64, r *meta.Region) 
 		}
 		out = append(out, e)
 	}
+	evict := inlineBytes(&meta.Region{Extents: out}) > inlineBudget/2
 	for i, e := range out {
-		if e.Kind == meta.KindInline && int(e.Len) > t.fs.cfg.InlineMax {
+		if e.Kind == meta.KindInline && (evict || int(e.Len) > t.fs.cfg.InlineMax) {
 			p, err := t.putSlice(ctx, ino, idx*meta.RegionSize+uint64(e.Off), e.Data)
 			if err != nil {
 				return err
@@ -340,6 +345,7 @@ func (t *Txn) compact(ctx context.Context, ino Ino, idx uint64, r *meta.Region) 
 			out[i].SetPointer(p, 0)
 		}
 	}
+	out = mergePointers(out)
 	if len(out) > defragAfter {
 		var err error
 		if out, err = t.defrag(ctx, ino, idx, out); err != nil {
@@ -347,7 +353,37 @@ func (t *Txn) compact(ctx context.Context, ino Ino, idx uint64, r *meta.Region) 
 		}
 	}
 	r.Extents = out
+	r.Compacted = uint32(len(out))
 	return nil
+}
+
+// mergePointers joins adjacent slice extents whose slices are adjacent in
+// the same backing file into one extent over a combined pointer, so a
+// file written sequentially in small pieces compacts to a few extents.
+func mergePointers(vis []meta.Extent) []meta.Extent {
+	out := vis[:0:0]
+	for _, e := range vis {
+		k := len(out) - 1
+		if k >= 0 && e.Kind == meta.KindSlice && out[k].Kind == meta.KindSlice && out[k].End() == e.Off &&
+			out[k].SliceOff+out[k].Len == out[k].PtrLen && e.SliceOff == 0 {
+			if p, ok := slice.Combine(out[k].Pointer(), e.Pointer()); ok {
+				sliceOff := out[k].SliceOff
+				out[k].SetPointer(p, sliceOff)
+				out[k].Len += e.Len
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func inlineBytes(r *meta.Region) int {
+	n := 0
+	for _, e := range r.Extents {
+		n += len(e.Data)
+	}
+	return n
 }
 
 // defrag reads a fragmented region's visible data and rewrites contiguous

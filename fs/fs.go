@@ -16,7 +16,7 @@ import (
 
 // DefaultInlineMax is the largest write stored inline in the metadata
 // instead of as a slice (see docs/benchmarks.md for the measurement).
-const DefaultInlineMax = 4096
+const DefaultInlineMax = 8192
 
 // Config configures an FS.
 type Config struct {

@@ -335,7 +335,7 @@ func (t *Txn) loadRegion(ctx context.Context, ino Ino, idx uint64) (*meta.Region
 	if c.rec == nil {
 		return &meta.Region{}, nil
 	}
-	return &meta.Region{End: c.rec.End, Extents: slices.Clone(c.rec.Extents)}, nil
+	return &meta.Region{End: c.rec.End, Extents: slices.Clone(c.rec.Extents), Compacted: c.rec.Compacted}, nil
 }
 
 // putRegion stores a region (an empty one is deleted).
@@ -343,7 +343,7 @@ func (t *Txn) putRegion(ino Ino, idx uint64, r *meta.Region) {
 	t.mutations++
 	c := &cachedRegion{dirty: true}
 	if r != nil && len(r.Extents) > 0 {
-		c.rec = &meta.Region{End: r.End, Extents: slices.Clone(r.Extents)}
+		c.rec = &meta.Region{End: r.End, Extents: slices.Clone(r.Extents), Compacted: r.Compacted}
 	}
 	t.regions[regionID{ino, idx}] = c
 }

@@ -187,6 +187,9 @@ type Region struct {
 	// this region (the region's end of data, WTF §2.5).
 	End     uint32
 	Extents []Extent
+	// Compacted is the list length after the last compaction; the list
+	// is compacted again when it has grown well past it.
+	Compacted uint32
 }
 
 func (r *Region) check() error {
