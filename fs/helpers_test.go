@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -61,8 +60,15 @@ type fsOpts struct {
 	clock     func() time.Time
 }
 
+// tbLike is what the helpers need of a *testing.T or a *rapid.T.
+type tbLike interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
+
 // newTestFS opens an engine on in-memory stores; it is closed by t.Cleanup.
-func newTestFS(tb testing.TB, o fsOpts) *testFS {
+func newTestFS(tb tbLike, o fsOpts) *testFS {
 	tb.Helper()
 	ctx := context.Background()
 	mem := vfs.NewMem()
@@ -267,7 +273,7 @@ func snapshot(ctx context.Context, f *fs.FS) (model.Snapshot, error) {
 	return s, err
 }
 
-func mustSnapshot(tb testing.TB, f *fs.FS) model.Snapshot {
+func mustSnapshot(tb tbLike, f *fs.FS) model.Snapshot {
 	tb.Helper()
 	s, err := snapshot(context.Background(), f)
 	if err != nil {
@@ -277,7 +283,7 @@ func mustSnapshot(tb testing.TB, f *fs.FS) model.Snapshot {
 }
 
 // requireSameTree fails if the trees differ.
-func requireSameTree(tb testing.TB, want, got model.Snapshot) {
+func requireSameTree(tb tbLike, want, got model.Snapshot) {
 	tb.Helper()
 	if d := model.Diff(want, got); d != "" {
 		tb.Fatalf("trees differ:\n%s", d)
@@ -285,7 +291,7 @@ func requireSameTree(tb testing.TB, want, got model.Snapshot) {
 }
 
 // requireCheckClean runs fsck and fails on any problem.
-func requireCheckClean(tb testing.TB, f *fs.FS) {
+func requireCheckClean(tb tbLike, f *fs.FS) {
 	tb.Helper()
 	rep, err := f.Check(context.Background())
 	if err != nil {
@@ -341,7 +347,7 @@ func pattern(seed byte, n int) []byte {
 }
 
 // do runs fn in a read-write transaction as root.
-func do(tb testing.TB, f *fs.FS, fn func(ctx context.Context, tx *fs.Txn) error) {
+func do(tb tbLike, f *fs.FS, fn func(ctx context.Context, tx *fs.Txn) error) {
 	tb.Helper()
 	ctx := context.Background()
 	if err := f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error { return fn(ctx, tx) }); err != nil {

@@ -279,7 +279,13 @@ func (m *Model) Create(dir fs.Ino, name string, req fs.CreateRequest) (fs.Attr, 
 		return fs.Attr{}, false, fs.ErrExist
 	}
 	n := &Node{Ino: m.NextIno, Type: req.Type, Mode: req.Mode & fs.ModePerm, Nlink: 1, Xattrs: map[string][]byte{}, Version: 1}
-	m.NextIno++
+	if d.Mode&fs.ModeSetgid != 0 {
+		// BSD group semantics in setgid directories.
+		n.Gid = d.Gid
+		if req.Type == fs.TypeDirectory {
+			n.Mode |= fs.ModeSetgid
+		}
+	}
 	switch req.Type {
 	case fs.TypeDirectory:
 		if d.Nlink >= fs.MaxLinks {
@@ -294,6 +300,7 @@ func (m *Model) Create(dir fs.Ino, name string, req fs.CreateRequest) (fs.Attr, 
 	case fs.TypeChar, fs.TypeBlock:
 		n.Rdev = req.Rdev
 	}
+	m.NextIno++
 	m.Nodes[n.Ino] = n
 	d.Entries[name] = n.Ino
 	m.touch(d)
@@ -560,6 +567,9 @@ func (m *Model) writeAt(f *Node, off uint64, data []byte) error {
 
 // Write writes data at off, extending the file (with zeros) as needed.
 func (m *Model) Write(ino fs.Ino, off uint64, data []byte) error {
+	if end := off + uint64(len(data)); end > fs.MaxFileSize || end < off {
+		return fs.ErrFileTooBig
+	}
 	f, err := m.regular(ino)
 	if err != nil {
 		return err
@@ -600,36 +610,32 @@ func (m *Model) Punch(ino fs.Ino, off, n uint64) error {
 		return err
 	}
 	size := uint64(len(f.Data))
-	if off < size {
+	if off < size && n > 0 {
 		clear(f.Data[off:min(size, off+n)])
+		m.touch(f)
 	}
-	m.touch(f)
 	return nil
 }
 
 // Allocate extends the file to at least off+n bytes.
 func (m *Model) Allocate(ino fs.Ino, off, n uint64) error {
+	if off+n > fs.MaxFileSize || off+n < off {
+		return fs.ErrFileTooBig
+	}
 	f, err := m.regular(ino)
 	if err != nil {
 		return err
 	}
-	if off+n > fs.MaxFileSize {
-		return fs.ErrFileTooBig
-	}
 	if uint64(len(f.Data)) < off+n {
 		f.Data = resize(f.Data, off+n)
+		m.touch(f)
 	}
-	m.touch(f)
 	return nil
 }
 
 // Concat makes dst's content the concatenation of the srcs' contents (as
 // they were before the call; dst may be among them).
 func (m *Model) Concat(dst fs.Ino, srcs []fs.Ino) error {
-	d, err := m.regular(dst)
-	if err != nil {
-		return err
-	}
 	var buf []byte
 	for _, s := range srcs {
 		f, err := m.regular(s)
@@ -637,6 +643,10 @@ func (m *Model) Concat(dst fs.Ino, srcs []fs.Ino) error {
 			return err
 		}
 		buf = append(buf, f.Data...)
+	}
+	d, err := m.regular(dst)
+	if err != nil {
+		return err
 	}
 	if uint64(len(buf)) > fs.MaxFileSize {
 		return fs.ErrFileTooBig
@@ -656,36 +666,62 @@ func (m *Model) Copy(src, dst fs.Ino) error {
 	if err != nil {
 		return err
 	}
-	if s != d {
-		d.Data = bytes.Clone(s.Data)
-		m.touch(d)
-	}
+	d.Data = bytes.Clone(s.Data)
+	m.touch(d)
 	return nil
 }
 
-// CopyRange copies up to n bytes from src at srcOff to dst at dstOff and
-// returns how many it copied (fewer at src's end of file).
+// CopyRange copies up to n bytes (n == 0: up to the end of src) from src
+// at srcOff to dst at dstOff and returns how many it copied (fewer at src's
+// end of file).
 func (m *Model) CopyRange(src fs.Ino, srcOff uint64, dst fs.Ino, dstOff, n uint64) (uint64, error) {
 	s, err := m.regular(src)
 	if err != nil {
 		return 0, err
 	}
+	size := uint64(len(s.Data))
+	var data []byte
+	if srcOff < size {
+		if n == 0 {
+			n = size - srcOff
+		}
+		data = bytes.Clone(s.Data[srcOff:min(size, srcOff+n)])
+	}
+	if dstOff+uint64(len(data)) > fs.MaxFileSize {
+		return 0, fs.ErrFileTooBig
+	}
 	d, err := m.regular(dst)
 	if err != nil {
 		return 0, err
 	}
-	size := uint64(len(s.Data))
-	if srcOff >= size {
-		return 0, nil
-	}
-	data := bytes.Clone(s.Data[srcOff:min(size, srcOff+n)])
 	return uint64(len(data)), m.writeAt(d, dstOff, data)
+}
+
+// xattrAllowed applies the namespace rules (as the superuser): "user."
+// attributes only on regular files and directories; "trusted." and
+// "security." anywhere; other namespaces are not supported.
+func xattrAllowed(n *Node, name string) error {
+	switch {
+	case name == "" || len(name) > 255:
+		return fs.ErrRange
+	case strings.HasPrefix(name, "trusted.") || strings.HasPrefix(name, "security."):
+		return nil
+	case strings.HasPrefix(name, "user."):
+		if n.Type != fs.TypeRegular && n.Type != fs.TypeDirectory {
+			return fs.ErrPerm
+		}
+		return nil
+	}
+	return fs.ErrNotSupported
 }
 
 // GetXattr returns an extended attribute.
 func (m *Model) GetXattr(ino fs.Ino, name string) ([]byte, error) {
 	n, err := m.node(ino)
 	if err != nil {
+		return nil, err
+	}
+	if err := xattrAllowed(n, name); err != nil {
 		return nil, err
 	}
 	v, ok := n.Xattrs[name]
@@ -697,8 +733,14 @@ func (m *Model) GetXattr(ino fs.Ino, name string) ([]byte, error) {
 
 // SetXattr sets an extended attribute.
 func (m *Model) SetXattr(ino fs.Ino, name string, value []byte, fl fs.XattrFlags) error {
+	if len(value) > 64<<10 {
+		return fs.ErrRange
+	}
 	n, err := m.node(ino)
 	if err != nil {
+		return err
+	}
+	if err := xattrAllowed(n, name); err != nil {
 		return err
 	}
 	_, ok := n.Xattrs[name]
@@ -726,6 +768,9 @@ func (m *Model) ListXattr(ino fs.Ino) ([]string, error) {
 func (m *Model) RemoveXattr(ino fs.Ino, name string) error {
 	n, err := m.node(ino)
 	if err != nil {
+		return err
+	}
+	if err := xattrAllowed(n, name); err != nil {
 		return err
 	}
 	if _, ok := n.Xattrs[name]; !ok {
