@@ -810,9 +810,11 @@ func (t *Txn) setAttr(ctx context.Context, ino Ino, n *meta.Inode, sa SetAttr, n
 
 	// Checks done; apply.
 	nowNs := now.UnixNano()
-	if sa.Size != nil && *sa.Size != n.Size {
-		if err := t.truncate(ctx, ino, n, *sa.Size); err != nil {
-			return err
+	if sa.Size != nil {
+		if *sa.Size != n.Size {
+			if err := t.truncate(ctx, ino, n, *sa.Size); err != nil {
+				return err
+			}
 		}
 		n.Mtime = nowNs
 		t.clearSetid(n)

@@ -149,6 +149,10 @@ func (t *Txn) do(ctx context.Context, name string, run func(ctx context.Context)
 	}
 	before := t.mutations
 	res, err := run(ctx)
+	if t.opts.ReadOnly && t.mutations != before {
+		t.poison = fmt.Errorf("%w: %s in a read-only transaction", ErrReadOnly, name)
+		return nil, t.poison
+	}
 	if err != nil && t.mutations != before {
 		t.poison = fmt.Errorf("transaction poisoned by failed %s: %w", name, err)
 	}
