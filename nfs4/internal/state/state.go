@@ -574,7 +574,7 @@ func (m *Manager) FinishSlot(ref *SlotRef, reply []byte) {
 
 // Special stateids (RFC 8881 §8.2.3).
 var (
-	anonOther [12]byte
+	anonOther   [12]byte
 	bypassOther = [12]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 )
 
