@@ -258,22 +258,8 @@ func testModel(t *testing.T, s kv.Store) {
 			return v
 		}
 		key := rapid.SampledFrom(modelKeys)
-		needTxn := func(rt *rapid.T) {
-			if txn == nil {
-				rt.Skip("no open transaction")
-			}
-		}
-		rt.Repeat(map[string]func(*rapid.T){
-			"begin": func(rt *rapid.T) {
-				if txn != nil {
-					rt.Skip("transaction open")
-				}
-				readOnly = rapid.Bool().Draw(rt, "readOnly")
-				txn = begin(rt, s, readOnly)
-				pending = map[string]*string{}
-			},
-			"get": func(rt *rapid.T) {
-				needTxn(rt)
+		actions := map[string]func(){
+			"get": func() {
 				k := key.Draw(rt, "key")
 				want, wantOK := view()[k]
 				got, err := txn.Get(bg, []byte(k))
@@ -287,8 +273,7 @@ func testModel(t *testing.T, s kv.Store) {
 					rt.Fatalf("Get(%q) = %q, %v; want %q, %v", k, got, err, want, wantOK)
 				}
 			},
-			"set": func(rt *rapid.T) {
-				needTxn(rt)
+			"set": func() {
 				k := key.Draw(rt, "key")
 				v := string(rapid.SliceOfN(rapid.Byte(), 0, 6).Draw(rt, "value"))
 				err := txn.Set([]byte(k), []byte(v))
@@ -303,8 +288,7 @@ func testModel(t *testing.T, s kv.Store) {
 				}
 				pending[k] = &v
 			},
-			"delete": func(rt *rapid.T) {
-				needTxn(rt)
+			"delete": func() {
 				k := key.Draw(rt, "key")
 				err := txn.Delete([]byte(k))
 				if readOnly {
@@ -318,8 +302,7 @@ func testModel(t *testing.T, s kv.Store) {
 				}
 				pending[k] = nil
 			},
-			"scan": func(rt *rapid.T) {
-				needTxn(rt)
+			"scan": func() {
 				var start, end []byte
 				if rapid.Bool().Draw(rt, "hasStart") {
 					start = []byte(key.Draw(rt, "start"))
@@ -346,20 +329,18 @@ func testModel(t *testing.T, s kv.Store) {
 					rt.Fatalf("Scan(%q, %q, %d) = %q, want %q", start, end, limit, got, want)
 				}
 			},
-			"commit": func(rt *rapid.T) {
-				needTxn(rt)
+			"commit": func() {
 				if err := txn.Commit(bg); err != nil {
 					rt.Fatalf("Commit: %v", err)
 				}
 				committed = view()
 				txn, pending = nil, nil
 			},
-			"rollback": func(rt *rapid.T) {
-				needTxn(rt)
+			"rollback": func() {
 				txn.Rollback()
 				txn, pending = nil, nil
 			},
-			"snapshot": func(rt *rapid.T) {
+			"snapshot": func() {
 				// A separate read-only transaction sees exactly the
 				// committed state, whatever the open one has pending.
 				ro := begin(rt, s, true)
@@ -377,6 +358,16 @@ func testModel(t *testing.T, s kv.Store) {
 					}
 				}
 			},
-		})
+		}
+		ops := rapid.SampledFrom([]string{"get", "get", "set", "set", "set", "delete", "scan", "scan", "commit", "rollback", "snapshot"})
+		for range rapid.IntRange(10, 200).Draw(rt, "steps") {
+			if txn == nil {
+				readOnly = rapid.Float64().Draw(rt, "p") < 0.25
+				txn = begin(rt, s, readOnly)
+				pending = map[string]*string{}
+				continue
+			}
+			actions[ops.Draw(rt, "op")]()
+		}
 	})
 }

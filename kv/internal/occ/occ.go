@@ -190,6 +190,10 @@ func Scan(ctx context.Context, base Iter, buf *Buffer, start, end []byte, limit 
 		return true
 	})
 	var out []kv.Pair
+	if limit > 0 {
+		out = make([]kv.Pair, 0, min(limit, 256))
+	}
+	var a arena
 	bk, bv, bok, err := base.Next()
 	if err != nil {
 		return nil, Span{}, err
@@ -213,11 +217,11 @@ func Scan(ctx context.Context, base Iter, buf *Buffer, start, end []byte, limit 
 				}
 			}
 			if !p.Deleted {
-				out = append(out, kv.Pair{Key: bytes.Clone(p.Key), Value: append([]byte{}, p.Value...)})
+				out = append(out, kv.Pair{Key: a.copy(p.Key), Value: a.copy(p.Value)})
 			}
 			continue
 		}
-		out = append(out, kv.Pair{Key: bytes.Clone(bk), Value: append([]byte{}, bv...)})
+		out = append(out, kv.Pair{Key: a.copy(bk), Value: a.copy(bv)})
 		if bk, bv, bok, err = base.Next(); err != nil {
 			return nil, Span{}, err
 		}
@@ -227,6 +231,21 @@ func Scan(ctx context.Context, base Iter, buf *Buffer, start, end []byte, limit 
 		span.End = append(bytes.Clone(out[len(out)-1].Key), 0)
 	}
 	return out, span, nil
+}
+
+// arena hands out copies carved from shared blocks, to allocate once per
+// few kilobytes of scan results rather than twice per pair. Each copy has
+// its capacity clipped, so a caller appending to one cannot overwrite
+// another.
+type arena struct{ buf []byte }
+
+func (a *arena) copy(b []byte) []byte {
+	if cap(a.buf)-len(a.buf) < len(b) {
+		a.buf = make([]byte, 0, max(min(2*cap(a.buf), 1<<20), len(b), 4<<10))
+	}
+	start := len(a.buf)
+	a.buf = append(a.buf, b...)
+	return a.buf[start:len(a.buf):len(a.buf)]
 }
 
 // EmptyRange reports whether [start, end) contains no key.
