@@ -58,7 +58,7 @@ func TestCompoundDecodingErrors(t *testing.T) {
 	args := testclient.EncodeCompound(0, false, []nfsv4.NfsArgop4{putroot()})
 	args[len(args)-4-4+3] = 2 // count stays 1; append an unknown op below
 	args = testclient.EncodeCompound(0, false, nil)
-	args[len(args)-1] = 2 // two ops
+	args[len(args)-1] = 2            // two ops
 	args = append(args, 0, 0, 0, 24) // PUTROOTFH
 	args = append(args, 0, 0, 0x27, 0x10)
 	rr, err := c.CallRaw(100003, 4, 1, args)
@@ -92,9 +92,9 @@ func TestMalformedRecordsDoNotHurtOthers(t *testing.T) {
 	ts := startServer(t)
 	good := ts.session(t, 1, "good")
 	for i, raw := range [][]byte{
-		{0x80, 0, 0, 2, 1, 2},                     // a 2-byte record: no xid
-		{0x80, 0, 0, 8, 0, 0, 0, 1, 0, 0, 0, 0},   // call header cut short
-		{0x7f, 0xff, 0xff, 0xff, 1, 2, 3},         // 2 GiB fragment: closed
+		{0x80, 0, 0, 2, 1, 2},                          // a 2-byte record: no xid
+		{0x80, 0, 0, 8, 0, 0, 0, 1, 0, 0, 0, 0},        // call header cut short
+		{0x7f, 0xff, 0xff, 0xff, 1, 2, 3},              // 2 GiB fragment: closed
 		{0x80, 0, 0, 12, 0, 0, 0, 9, 0, 0, 0, 1, 0, 0}, // a REPLY sent to the server
 	} {
 		bad := ts.dial(t)
