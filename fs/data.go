@@ -31,7 +31,10 @@ const (
 // overlay places e over the non-overlapping, sorted pieces in vis (newest
 // wins) and returns the new list.
 func overlay(vis []meta.Extent, e meta.Extent) []meta.Extent {
-	out := vis[:0:0]
+	if n := len(vis); n == 0 || vis[n-1].End() <= e.Off {
+		return append(vis, e) // the common case: writing past everything seen
+	}
+	out := make([]meta.Extent, 0, len(vis)+2)
 	inserted := false
 	for _, p := range vis {
 		if p.End() <= e.Off {

@@ -126,12 +126,20 @@ func (t *Txn) paste(ctx context.Context, ino Ino, f *meta.Inode, off uint64, s S
 	if s.Length == 0 {
 		return nil
 	}
-	ps := holes(off, s.Length)
+	var ps []filePiece
+	covered := uint64(0) // s's pieces cover [0, covered) without a gap
 	for _, p := range s.Pieces {
-		if p.Off+uint64(p.Ext.Len) > s.Length {
-			return fmt.Errorf("%w: piece past the end", ErrBadSlice)
+		if p.Off+uint64(p.Ext.Len) > s.Length || p.Off < covered {
+			return fmt.Errorf("%w: pieces out of order or past the end", ErrBadSlice)
+		}
+		if p.Off == covered {
+			covered += uint64(p.Ext.Len)
 		}
 		ps = append(ps, splitPiece(off+p.Off, p.Ext)...)
+	}
+	if covered < s.Length {
+		// Holes in s must read as zeros: lay a hole under the pieces.
+		ps = append(holes(off, s.Length), ps...)
 	}
 	if err := t.placePieces(ctx, ino, f, ps); err != nil {
 		return err

@@ -18,7 +18,7 @@ const (
 
 // RegionSize is the size of the file regions that each have their own slice
 // list (WTF §2.3).
-const RegionSize = 8 << 20
+const RegionSize = 64 << 20
 
 func key(prefix byte, n uint64, rest []byte) []byte {
 	k := make([]byte, 0, 9+len(rest))
