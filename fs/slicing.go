@@ -27,16 +27,20 @@ type slicesPiece struct {
 	Ext meta.Extent
 }
 
+// slicesWire is Slices without its methods, for encoding (cbor would
+// otherwise call MarshalBinary recursively).
+type slicesWire Slices
+
 // Len returns the number of bytes the slices cover.
 func (s Slices) Len() uint64 { return s.Length }
 
 // MarshalBinary encodes s for transport (e.g. to another process).
-func (s Slices) MarshalBinary() ([]byte, error) { return meta.Marshal(&s) }
+func (s Slices) MarshalBinary() ([]byte, error) { return meta.Marshal((*slicesWire)(&s)) }
 
 // UnmarshalBinary decodes an encoding made by MarshalBinary. The MAC is
 // checked by Paste, not here.
 func (s *Slices) UnmarshalBinary(b []byte) error {
-	if err := meta.Unmarshal(b, s); err != nil {
+	if err := meta.Unmarshal(b, (*slicesWire)(s)); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadSlice, err)
 	}
 	return nil
@@ -49,7 +53,7 @@ func (f *FS) sliceMAC(ctx context.Context, s *Slices) ([]byte, error) {
 	}
 	body := *s
 	body.MAC = nil
-	b, err := meta.Marshal(&body)
+	b, err := meta.Marshal((*slicesWire)(&body))
 	if err != nil {
 		return nil, err
 	}
