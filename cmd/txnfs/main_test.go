@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txnfs/txnfs/datadir"
+	"github.com/txnfs/txnfs/fs"
+)
+
+func runCmd(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	var out bytes.Buffer
+	code := run(context.Background(), args, &out, &out)
+	return code, out.String()
+}
+
+// populate writes a file big enough to live in a slice, then removes
+// another one so the collector has garbage to find.
+func populate(t *testing.T, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	e, err := datadir.Open(ctx, datadir.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	data := bytes.Repeat([]byte("txnfs"), 100000)
+	err = e.FS.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
+		for _, name := range []string{"keep", "drop"} {
+			a, _, err := tx.Create(ctx, fs.RootIno, name, fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+			if err != nil {
+				return err
+			}
+			if err := tx.Write(ctx, a.Ino, 0, data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = e.FS.Do(ctx, fs.RootCred, func(tx *fs.Txn) error { return tx.Unlink(ctx, fs.RootIno, "drop") })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFsckOnNewDirectoryIsClean(t *testing.T) {
+	code, out := runCmd(t, "fsck", "--data", filepath.Join(t.TempDir(), "new"))
+	if code != 0 || !strings.Contains(out, "no problems") {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+}
+
+func TestGCFreesDeletedFileAndFsckStaysClean(t *testing.T) {
+	dir := t.TempDir()
+	populate(t, dir)
+	code, out := runCmd(t, "gc", "--data", dir)
+	if code != 0 || !strings.Contains(out, "freed 500000 bytes") {
+		t.Fatalf("gc exit %d: %s", code, out)
+	}
+	if code, out := runCmd(t, "fsck", "--data", dir); code != 0 {
+		t.Fatalf("fsck after gc, exit %d: %s", code, out)
+	}
+}
+
+func TestFsckReportsCorruptSlice(t *testing.T) {
+	dir := t.TempDir()
+	populate(t, dir)
+	// Flip one byte in every backing file that holds data.
+	files, _ := filepath.Glob(filepath.Join(dir, "slices", "*"))
+	flipped := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		b[len(b)/2] ^= 0xff
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		flipped++
+	}
+	if flipped == 0 {
+		t.Fatal("no backing file with data found")
+	}
+	code, out := runCmd(t, "fsck", "--data", dir)
+	if code != 1 || !strings.Contains(out, "problem:") || !strings.Contains(out, "corrupt") {
+		t.Fatalf("fsck of a corrupt slice: exit %d: %s", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{}, {"nosuch"}, {"fsck"}, {"gc", "--data"}, {"fsck", "--data", "x", "extra"}} {
+		if code, out := runCmd(t, args...); code != 2 {
+			t.Errorf("%q: exit %d, want 2: %s", args, code, out)
+		}
+	}
+}
+
+func TestServeStopsCleanlyOnCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0"}, &out, &out)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), "serving") {
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not log readiness: %s", out.String())
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited early with %d: %s", code, out.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("serve exit %d: %s", code, out.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop after cancellation")
+	}
+}
