@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
@@ -221,6 +222,9 @@ func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 		c.s.met.ops.WithLabelValues(name, statusName(st)).Inc()
 		c.s.met.opLatency.WithLabelValues(name).Observe(time.Since(start).Seconds())
 		results = append(results, res)
+		if c.s.log.Enabled(c.ctx, slog.LevelDebug) {
+			c.s.log.Debug("nfs4: op", "op", name, "status", statusName(st), "minor", c.minor, "txn", c.txn != nil)
+		}
 		if st != nfsv4.NFS4_OK {
 			return results, st
 		}
