@@ -1,0 +1,618 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+)
+
+// Config configures a Client. Zero fields take the defaults noted.
+type Config struct {
+	// Addr is the server's host:port (required).
+	Addr string
+	// Dial opens the TCP connection (default net.Dialer.DialContext).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// UID, GID and GIDs are sent with AUTH_SYS (default: the process's).
+	UID, GID *uint32
+	GIDs     []uint32
+	// MachineName is sent with AUTH_SYS (default: the host name).
+	MachineName string
+	// Owner identifies this client to the server (EXCHANGE_ID
+	// co_ownerid); default: host name, pid and random bytes, so each
+	// Client is a distinct NFSv4 client.
+	Owner string
+	// MinorVersion is 1 or 2; 0 tries 2 and falls back to 1.
+	MinorVersion uint32
+	// MaxRequestSize and MaxResponseSize are asked of the server in
+	// CREATE_SESSION (default 1 MiB + 64 KiB of headroom for headers);
+	// the server may lower them: see Limits.
+	MaxRequestSize, MaxResponseSize uint32
+	// MaxOps is the ca_maxoperations asked for (default 1024).
+	MaxOps uint32
+	// Slots is the number of session slots asked for, i.e. how many
+	// COMPOUNDs may be outstanding at once (default 16).
+	Slots uint32
+	// Logger receives debug logs (default: discard).
+	Logger *slog.Logger
+	// Clock tells the time for lease bookkeeping (default time.Now).
+	Clock func() time.Time
+	// Rand supplies the verifier and owner bytes (default crypto/rand).
+	Rand io.Reader
+	// NoRenew disables the background lease renewal (tests).
+	NoRenew bool
+}
+
+// Validate checks c and fills in defaults.
+func (c *Config) Validate() error {
+	if c.Addr == "" {
+		return errors.New("nfs4 client: Config.Addr is required")
+	}
+	if c.MinorVersion > 2 {
+		return fmt.Errorf("nfs4 client: unsupported minor version %d", c.MinorVersion)
+	}
+	if c.Dial == nil {
+		var d net.Dialer
+		c.Dial = d.DialContext
+	}
+	if c.UID == nil {
+		u := uint32(os.Getuid())
+		c.UID = &u
+	}
+	if c.GID == nil {
+		g := uint32(os.Getgid())
+		c.GID = &g
+	}
+	if c.MachineName == "" {
+		c.MachineName, _ = os.Hostname()
+		if c.MachineName == "" {
+			c.MachineName = "localhost"
+		}
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Reader
+	}
+	if c.Owner == "" {
+		var b [8]byte
+		if _, err := io.ReadFull(c.Rand, b[:]); err != nil {
+			return fmt.Errorf("nfs4 client: random owner: %w", err)
+		}
+		c.Owner = fmt.Sprintf("txnfs-vnfs/%s/%d/%s", c.MachineName, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if c.MaxRequestSize == 0 {
+		c.MaxRequestSize = 1<<20 + 64<<10
+	}
+	if c.MaxResponseSize == 0 {
+		c.MaxResponseSize = 1<<20 + 64<<10
+	}
+	if c.MaxOps == 0 {
+		c.MaxOps = 1024
+	}
+	if c.Slots == 0 {
+		c.Slots = 16
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	return nil
+}
+
+// Limits are the negotiated session limits.
+type Limits struct {
+	MinorVersion    uint32
+	MaxRequestSize  uint32 // whole RPC call, headers included
+	MaxResponseSize uint32 // whole RPC reply, headers included
+	MaxOps          uint32 // operations per COMPOUND, SEQUENCE included
+	Slots           uint32
+	Lease           time.Duration
+	// ServerImpl is the server's implementation name from EXCHANGE_ID
+	// (e.g. "txnfs"); empty if the server sent none.
+	ServerImpl string
+}
+
+// Stats counts the traffic of a Client since it was created.
+type Stats struct {
+	Compounds uint64 // COMPOUND RPCs sent (including session management)
+	Ops       uint64 // operations sent, SEQUENCE excluded
+	BytesOut  uint64 // call bytes
+	BytesIn   uint64 // reply bytes
+}
+
+// Client is an NFSv4.1/4.2 client: one TCP connection (re-dialed when it
+// breaks), one client ID and one session with a slot table. All methods
+// are safe for concurrent use; up to Limits().Slots COMPOUNDs are in flight
+// at once.
+//
+// Lifecycle: Dial returns a ready Client; Close destroys the session and
+// client ID and closes the connection. Exactly one Close must be called.
+type Client struct {
+	cfg   Config
+	cred  []byte
+	verf  [8]byte
+	owner []byte // open-owner
+
+	mu struct {
+		sync.Mutex
+		tr       *transport
+		xid      uint32
+		sess     *session
+		clientID uint64
+		limits   Limits
+		closed   bool
+		lastUse  time.Time
+	}
+	// sessMu serializes session (re)establishment.
+	sessMu sync.Mutex
+
+	stats struct {
+		compounds, ops, out, in atomic.Uint64
+	}
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// session is one NFSv4.1 session and its slot table.
+type session struct {
+	id    [16]byte
+	seq   []uint32 // last sequence id used per slot
+	free  chan uint32
+	gen   uint64
+	limit Limits
+}
+
+// Dial connects to the server, establishes a client ID and a session
+// (EXCHANGE_ID, CREATE_SESSION, RECLAIM_COMPLETE) and starts lease renewal.
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, stop: make(chan struct{})}
+	var err error
+	if c.cred, err = authSys(cfg.MachineName, *cfg.UID, *cfg.GID, cfg.GIDs); err != nil {
+		return nil, err
+	}
+	if _, err := io.ReadFull(cfg.Rand, c.verf[:]); err != nil {
+		return nil, err
+	}
+	var xb [4]byte
+	io.ReadFull(cfg.Rand, xb[:])
+	c.mu.xid = uint32(xb[0])<<24 | uint32(xb[1])<<16 | uint32(xb[2])<<8 | uint32(xb[3])
+	c.owner = []byte("open-" + cfg.Owner)
+	if err := c.establish(ctx, nil); err != nil {
+		c.closeTransport()
+		return nil, err
+	}
+	if !cfg.NoRenew {
+		c.wg.Add(1)
+		go c.renewLoop()
+	}
+	return c, nil
+}
+
+// ClientID returns the current client ID (for OPEN owners).
+func (c *Client) ClientID() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.clientID
+}
+
+// OpenOwner returns the open-owner this client uses.
+func (c *Client) OpenOwner() []byte { return c.owner }
+
+// Limits returns the negotiated limits.
+func (c *Client) Limits() Limits {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.limits
+}
+
+// Stats returns traffic counters.
+func (c *Client) Stats() Stats {
+	return Stats{Compounds: c.stats.compounds.Load(), Ops: c.stats.ops.Load(),
+		BytesOut: c.stats.out.Load(), BytesIn: c.stats.in.Load()}
+}
+
+// transport returns the live connection, dialing a new one if needed.
+func (c *Client) transport(ctx context.Context) (*transport, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return nil, ErrClosed
+	}
+	if c.mu.tr != nil && c.mu.tr.dead() == nil {
+		return c.mu.tr, nil
+	}
+	if c.mu.tr != nil {
+		c.cfg.Logger.Debug("nfs4 client: reconnecting", "addr", c.cfg.Addr, "reason", c.mu.tr.dead())
+	}
+	conn, err := c.cfg.Dial(ctx, "tcp", c.cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dial %s: %v", ErrTransport, c.cfg.Addr, err)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	maxReply := int(c.cfg.MaxResponseSize) + 64<<10
+	if c.mu.limits.MaxResponseSize != 0 {
+		maxReply = int(c.mu.limits.MaxResponseSize) + 64<<10
+	}
+	// Each connection continues the xid sequence so that retransmitted
+	// calls on a new connection do not collide with old xids.
+	c.mu.xid += 1 << 20
+	c.mu.tr = newTransport(conn, c.cred, maxReply, c.mu.xid)
+	return c.mu.tr, nil
+}
+
+func (c *Client) closeTransport() {
+	c.mu.Lock()
+	tr := c.mu.tr
+	c.mu.tr = nil
+	c.mu.Unlock()
+	if tr != nil {
+		tr.close(ErrClosed)
+	}
+}
+
+// rawCall sends COMPOUND args (already encoded) and returns the decoded
+// reply. Transport failures are retried on a new connection up to twice:
+// the session's reply cache makes that safe for SEQUENCE compounds.
+func (c *Client) rawCall(ctx context.Context, args []byte, nops int) (*rawReply, error) {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		tr, err := c.transport(ctx)
+		if err != nil {
+			lastErr = err
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		c.stats.compounds.Add(1)
+		c.stats.ops.Add(uint64(nops))
+		c.stats.out.Add(uint64(len(args)))
+		body, err := tr.call(ctx, 1, [][]byte{args})
+		if err != nil {
+			if errors.Is(err, ErrTransport) {
+				lastErr = err
+				continue
+			}
+			return nil, err
+		}
+		c.stats.in.Add(uint64(len(body)))
+		rep, err := decodeReply(body)
+		if err != nil {
+			return nil, fmt.Errorf("%w: undecodable COMPOUND reply: %v", ErrTransport, err)
+		}
+		return rep, nil
+	}
+	return nil, lastErr
+}
+
+// sessionless runs a COMPOUND of one session-management op (EXCHANGE_ID,
+// CREATE_SESSION, DESTROY_SESSION, DESTROY_CLIENTID).
+func (c *Client) sessionless(ctx context.Context, minor uint32, op nfsv4.NfsArgop4) (nfsv4.NfsResop4, error) {
+	args, err := encodeArgs("vnfs", minor, false, nil, []nfsv4.NfsArgop4{op}, op.GetEncodedSizeBytes())
+	if err != nil {
+		return nil, err
+	}
+	rep, err := c.rawCall(ctx, args, 1)
+	if err != nil {
+		return nil, err
+	}
+	if rep.status != nfsv4.NFS4_OK {
+		return nil, &StatusError{Op: op.GetArgop(), Status: rep.status}
+	}
+	if len(rep.results) != 1 {
+		return nil, fmt.Errorf("%w: %s reply has %d results", ErrTransport, OpName(op.GetArgop()), len(rep.results))
+	}
+	return rep.results[0], nil
+}
+
+// establish creates a client ID (if needed) and a session. old is the
+// session that failed (nil at start); if another goroutine already
+// replaced it, establish returns at once.
+func (c *Client) establish(ctx context.Context, old *session) error {
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	c.mu.Lock()
+	cur := c.mu.sess
+	c.mu.Unlock()
+	if cur != old {
+		return nil
+	}
+	minors := []uint32{c.cfg.MinorVersion}
+	if c.cfg.MinorVersion == 0 {
+		minors = []uint32{2, 1}
+	}
+	var (
+		eid   *nfsv4.ExchangeId4resok
+		minor uint32
+		err   error
+	)
+	for _, minor = range minors {
+		var res nfsv4.NfsResop4
+		res, err = c.sessionless(ctx, minor, &nfsv4.NfsArgop4_OP_EXCHANGE_ID{OpexchangeId: nfsv4.ExchangeId4args{
+			EiaClientowner:  nfsv4.ClientOwner4{CoVerifier: c.verf, CoOwnerid: []byte(c.cfg.Owner)},
+			EiaFlags:        0,
+			EiaStateProtect: &nfsv4.StateProtect4A_SP4_NONE{},
+			EiaClientImplId: []nfsv4.NfsImplId4{{NiiDomain: "txnfs.dev", NiiName: "txnfs vnfs client"}},
+		}})
+		var se *StatusError
+		if errors.As(err, &se) && se.Status == nfsv4.NFS4ERR_MINOR_VERS_MISMATCH {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("nfs4 client: EXCHANGE_ID: %w", err)
+		}
+		ok, isOK := res.(*nfsv4.NfsResop4_OP_EXCHANGE_ID).OpexchangeId.(*nfsv4.ExchangeId4res_NFS4_OK)
+		if !isOK {
+			return fmt.Errorf("nfs4 client: EXCHANGE_ID: unexpected result")
+		}
+		eid = &ok.EirResok4
+		break
+	}
+	if eid == nil {
+		return fmt.Errorf("nfs4 client: server supports neither NFSv4.2 nor NFSv4.1: %w", err)
+	}
+	fore := nfsv4.ChannelAttrs4{
+		CaMaxrequestsize:        c.cfg.MaxRequestSize,
+		CaMaxresponsesize:       c.cfg.MaxResponseSize,
+		CaMaxresponsesizeCached: 64 << 10,
+		CaMaxoperations:         c.cfg.MaxOps,
+		CaMaxrequests:           c.cfg.Slots,
+	}
+	back := nfsv4.ChannelAttrs4{CaMaxrequestsize: 4096, CaMaxresponsesize: 4096,
+		CaMaxresponsesizeCached: 0, CaMaxoperations: 2, CaMaxrequests: 1}
+	res, err := c.sessionless(ctx, minor, &nfsv4.NfsArgop4_OP_CREATE_SESSION{OpcreateSession: nfsv4.CreateSession4args{
+		CsaClientid: eid.EirClientid, CsaSequence: eid.EirSequenceid, CsaFlags: 0,
+		CsaForeChanAttrs: fore, CsaBackChanAttrs: back, CsaCbProgram: 0x40000000,
+		CsaSecParms: []nfsv4.CallbackSecParms4{&nfsv4.CallbackSecParms4_AUTH_NONE{}},
+	}})
+	if err != nil {
+		return fmt.Errorf("nfs4 client: CREATE_SESSION: %w", err)
+	}
+	cs, ok := res.(*nfsv4.NfsResop4_OP_CREATE_SESSION).OpcreateSession.(*nfsv4.CreateSession4res_NFS4_OK)
+	if !ok {
+		return fmt.Errorf("nfs4 client: CREATE_SESSION: unexpected result")
+	}
+	fa := cs.CsrResok4.CsrForeChanAttrs
+	lim := Limits{
+		MinorVersion:    minor,
+		MaxRequestSize:  fa.CaMaxrequestsize,
+		MaxResponseSize: fa.CaMaxresponsesize,
+		MaxOps:          fa.CaMaxoperations,
+		Slots:           max(1, min(fa.CaMaxrequests, c.cfg.Slots)),
+		Lease:           90 * time.Second,
+	}
+	if len(eid.EirServerImplId) > 0 {
+		lim.ServerImpl = eid.EirServerImplId[0].NiiName
+	}
+	s := &session{id: cs.CsrResok4.CsrSessionid, seq: make([]uint32, lim.Slots), free: make(chan uint32, lim.Slots)}
+	for i := uint32(0); i < lim.Slots; i++ {
+		s.free <- i
+	}
+	if old != nil {
+		s.gen = old.gen + 1
+	}
+	s.limit = lim
+	c.mu.Lock()
+	c.mu.sess = s
+	c.mu.clientID = eid.EirClientid
+	c.mu.limits = lim
+	c.mu.lastUse = c.cfg.Clock()
+	c.mu.Unlock()
+	c.cfg.Logger.Debug("nfs4 client: session established", "minor", minor, "server", lim.ServerImpl,
+		"maxreq", lim.MaxRequestSize, "maxresp", lim.MaxResponseSize, "maxops", lim.MaxOps, "slots", lim.Slots)
+
+	// RECLAIM_COMPLETE: we hold no state to reclaim (RFC 8881 §18.51).
+	var rc Compound
+	rc.Add(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{OpreclaimComplete: nfsv4.ReclaimComplete4args{}})
+	if rep, err := c.doSession(ctx, &rc, s); err != nil {
+		return fmt.Errorf("nfs4 client: RECLAIM_COMPLETE: %w", err)
+	} else if rep.Status != nfsv4.NFS4_OK && rep.Status != nfsv4.NFS4ERR_COMPLETE_ALREADY {
+		return fmt.Errorf("nfs4 client: RECLAIM_COMPLETE: %w", rep.Err())
+	}
+	// Lease time, for renewal.
+	var la Compound
+	la.PutRootFH()
+	la.GetAttr(MakeBitmap(nfsv4.FATTR4_LEASE_TIME))
+	if rep, err := c.doSession(ctx, &la, s); err == nil && rep.Status == nfsv4.NFS4_OK {
+		if g, ok := rep.Results[1].(*nfsv4.NfsResop4_OP_GETATTR).Opgetattr.(*nfsv4.Getattr4res_NFS4_OK); ok {
+			if a, err := DecodeAttrs(g.Resok4.ObjAttributes); err == nil && a.LeaseTime > 0 {
+				c.mu.Lock()
+				c.mu.limits.Lease = time.Duration(a.LeaseTime) * time.Second
+				s.limit.Lease = c.mu.limits.Lease
+				c.mu.Unlock()
+			}
+		}
+	}
+	return nil
+}
+
+// Do sends cp as one COMPOUND in the session (SEQUENCE is added) and
+// returns the reply. A non-nil error means the COMPOUND was not executed
+// or its outcome is unknown (ErrTransport, ErrUncertain, context errors),
+// or, with cp.Txn, that the server lacks the extension
+// (ErrTxnUnsupported) or the transaction failed to commit (*StatusError
+// with Op OpTxn); a failing operation is reported in Reply.Status and
+// Reply.Err, not as an error. Do does not retry failed operations.
+func (c *Client) Do(ctx context.Context, cp *Compound) (*Reply, error) {
+	for attempt := 0; ; attempt++ {
+		c.mu.Lock()
+		s := c.mu.sess
+		closed := c.mu.closed
+		c.mu.Unlock()
+		if closed {
+			return nil, ErrClosed
+		}
+		rep, err := c.doSession(ctx, cp, s)
+		var re *sessionError
+		if errors.As(err, &re) && attempt < 4 {
+			c.cfg.Logger.Debug("nfs4 client: re-establishing session", "reason", re.st)
+			if err := c.establish(ctx, s); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		return rep, err
+	}
+}
+
+// sessionError asks Do to re-establish the session and retry.
+type sessionError struct{ st nfsv4.Nfsstat4 }
+
+func (e *sessionError) Error() string { return "session lost: " + StatusName(e.st) }
+
+func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Reply, error) {
+	var slot uint32
+	select {
+	case slot = <-s.free:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { s.free <- slot }()
+	delay := 10 * time.Millisecond
+	for {
+		seq := nfsv4.Sequence4args{SaSessionid: s.id, SaSequenceid: s.seq[slot] + 1,
+			SaSlotid: slot, SaHighestSlotid: uint32(len(s.seq) - 1)}
+		args, err := encodeArgs(cp.Tag, s.limit.MinorVersion, cp.Txn, &seq, cp.ops, cp.size)
+		if err != nil {
+			return nil, err
+		}
+		if uint32(len(args))+200 > s.limit.MaxRequestSize && s.limit.MaxRequestSize > 0 {
+			return nil, &StatusError{Op: nfsv4.OP_SEQUENCE, Status: nfsv4.NFS4ERR_REQ_TOO_BIG}
+		}
+		raw, err := c.rawCall(ctx, args, len(cp.ops))
+		if err != nil {
+			if cp.Txn && errors.Is(err, errGarbageArgs) {
+				return nil, ErrTxnUnsupported
+			}
+			return nil, err
+		}
+		if cp.Txn && raw.txn == nil {
+			// A standard server: the unknown first op was answered
+			// OP_ILLEGAL and nothing (not even SEQUENCE) ran.
+			return nil, ErrTxnUnsupported
+		}
+		if len(raw.results) == 0 || raw.results[0].GetResop() != nfsv4.OP_SEQUENCE {
+			if raw.txn != nil && *raw.txn != nfsv4.NFS4_OK {
+				return nil, &StatusError{Op: OpTxn, Status: *raw.txn}
+			}
+			return nil, &StatusError{Op: nfsv4.OP_SEQUENCE, Status: raw.status}
+		}
+		switch st := raw.statuses[0]; st {
+		case nfsv4.NFS4_OK:
+		case nfsv4.NFS4ERR_DELAY:
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			delay = min(2*delay, time.Second)
+			continue
+		case nfsv4.NFS4ERR_BADSESSION, nfsv4.NFS4ERR_DEADSESSION, nfsv4.NFS4ERR_STALE_CLIENTID,
+			nfsv4.NFS4ERR_EXPIRED, nfsv4.NFS4ERR_SEQ_MISORDERED, nfsv4.NFS4ERR_BADSLOT:
+			return nil, &sessionError{st}
+		case nfsv4.NFS4ERR_RETRY_UNCACHED_REP:
+			s.seq[slot]++
+			return nil, ErrUncertain
+		default:
+			return nil, &StatusError{Op: nfsv4.OP_SEQUENCE, Status: st}
+		}
+		s.seq[slot]++
+		c.mu.Lock()
+		c.mu.lastUse = c.cfg.Clock()
+		c.mu.Unlock()
+		if sr, ok := raw.results[0].(*nfsv4.NfsResop4_OP_SEQUENCE).Opsequence.(*nfsv4.Sequence4res_NFS4_OK); ok {
+			if f := sr.SrResok4.SrStatusFlags; f&(nfsv4.SEQ4_STATUS_EXPIRED_ALL_STATE_REVOKED|
+				nfsv4.SEQ4_STATUS_EXPIRED_SOME_STATE_REVOKED|nfsv4.SEQ4_STATUS_ADMIN_STATE_REVOKED) != 0 {
+				c.cfg.Logger.Warn("nfs4 client: server revoked state", "flags", f)
+			}
+		}
+		if raw.txn != nil && *raw.txn != nfsv4.NFS4_OK {
+			return nil, &StatusError{Op: OpTxn, Status: *raw.txn}
+		}
+		rep := &Reply{Status: raw.status, Results: raw.results[1:], Statuses: raw.statuses[1:]}
+		return rep, nil
+	}
+}
+
+// renewLoop keeps the lease alive with a SEQUENCE-only COMPOUND when the
+// client has been idle for a third of the lease.
+func (c *Client) renewLoop() {
+	defer c.wg.Done()
+	for {
+		lease := c.Limits().Lease
+		select {
+		case <-c.stop:
+			return
+		case <-time.After(lease / 4):
+		}
+		c.mu.Lock()
+		idle := c.cfg.Clock().Sub(c.mu.lastUse)
+		c.mu.Unlock()
+		if idle < lease/3 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), lease/2)
+		var cp Compound
+		_, err := c.Do(ctx, &cp)
+		cancel()
+		if err != nil && !errors.Is(err, ErrClosed) {
+			c.cfg.Logger.Debug("nfs4 client: lease renewal failed", "err", err)
+		}
+	}
+}
+
+// Close destroys the session and the client ID (releasing all server
+// state of this client) and closes the connection.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	s, clientID := c.mu.sess, c.mu.clientID
+	c.mu.Unlock()
+	close(c.stop)
+	c.wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var err error
+	if s != nil {
+		// Wait for in-flight compounds to release their slots.
+		for i := 0; i < cap(s.free); i++ {
+			select {
+			case <-s.free:
+			case <-ctx.Done():
+			}
+		}
+		_, err = c.sessionless(ctx, s.limit.MinorVersion, &nfsv4.NfsArgop4_OP_DESTROY_SESSION{
+			OpdestroySession: nfsv4.DestroySession4args{DsaSessionid: s.id}})
+		if err == nil {
+			_, err = c.sessionless(ctx, s.limit.MinorVersion, &nfsv4.NfsArgop4_OP_DESTROY_CLIENTID{
+				OpdestroyClientid: nfsv4.DestroyClientid4args{DcaClientid: clientID}})
+		}
+	}
+	c.mu.Lock()
+	c.mu.closed = true
+	c.mu.Unlock()
+	c.closeTransport()
+	if err != nil {
+		return fmt.Errorf("nfs4 client: close: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,255 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"github.com/txnfs/txnfs/internal/nfspeers"
+	"github.com/txnfs/txnfs/nfs4/client"
+)
+
+var peers []*nfspeers.Peer
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		work, err := os.MkdirTemp("", "nfs4client-test-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(work)
+		ctx := context.Background()
+		if p, err := nfspeers.StartGanesha(ctx, work+"/g"); err != nil {
+			fmt.Fprintf(os.Stderr, "skipping NFS-Ganesha: %v\n", err)
+		} else {
+			defer p.Stop()
+			peers = append(peers, p)
+		}
+		p, err := nfspeers.StartTxnfs(ctx, work+"/t", nil)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "txnfs server: %v\n", err)
+			return 1
+		}
+		defer p.Stop()
+		peers = append(peers, p)
+		return m.Run()
+	}())
+}
+
+var dirSeq atomic.Int64
+
+// forEachPeer runs fn against each peer with a fresh client and a fresh
+// directory (path from the server root) to work in.
+func forEachPeer(t *testing.T, fn func(t *testing.T, p *nfspeers.Peer, c *client.Client, dir string)) {
+	for _, p := range peers {
+		t.Run(p.Name, func(t *testing.T) {
+			ctx := context.Background()
+			c, err := client.Dial(ctx, client.Config{Addr: p.Addr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := c.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			}()
+			name := fmt.Sprintf("t%d", dirSeq.Add(1))
+			var cp client.Compound
+			lookupPath(&cp, p.Root)
+			cp.Mkdir(name, mode(0o755))
+			mustOK(t, c, &cp)
+			fn(t, p, c, path.Join(p.Root, name))
+		})
+	}
+}
+
+func mode(m uint32) nfsv4.Fattr4 {
+	s := client.SetAttrs{SetMode: true, Mode: m}
+	return s.Encode()
+}
+
+func lookupPath(cp *client.Compound, p string) {
+	cp.PutRootFH()
+	for _, c := range strings.Split(strings.Trim(p, "/"), "/") {
+		if c != "" {
+			cp.Lookup(c)
+		}
+	}
+}
+
+func mustOK(t *testing.T, c *client.Client, cp *client.Compound) *client.Reply {
+	t.Helper()
+	rep, err := c.Do(context.Background(), cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func TestSessionLimits(t *testing.T) {
+	forEachPeer(t, func(t *testing.T, p *nfspeers.Peer, c *client.Client, dir string) {
+		l := c.Limits()
+		t.Logf("%s: %+v", p.Name, l)
+		if l.MinorVersion < 1 || l.MaxRequestSize < 64<<10 || l.MaxOps < 8 || l.Slots < 1 {
+			t.Fatalf("implausible limits %+v", l)
+		}
+	})
+}
+
+// TestOpenWriteReadCloseOneCompound checks the vNFS claim that OPEN,
+// READ/WRITE and CLOSE fit one COMPOUND by using the current stateid.
+func TestOpenWriteReadCloseOneCompound(t *testing.T) {
+	forEachPeer(t, func(t *testing.T, p *nfspeers.Peer, c *client.Client, dir string) {
+		data := bytes.Repeat([]byte("0123456789abcdef"), 1000)
+		var cp client.Compound
+		lookupPath(&cp, dir)
+		cp.Open(c.ClientID(), c.OpenOwner(), client.OpenArgs{Name: "f", Access: nfsv4.OPEN4_SHARE_ACCESS_WRITE,
+			Create: true, CreateAttrs: mode(0o640)})
+		cp.Write(client.CurrentStateid, 0, data, true)
+		cp.Close(client.CurrentStateid)
+		before := c.Stats().Compounds
+		mustOK(t, c, &cp)
+		if n := c.Stats().Compounds - before; n != 1 {
+			t.Fatalf("%d compounds, want 1", n)
+		}
+		cp = client.Compound{}
+		lookupPath(&cp, dir)
+		cp.Open(c.ClientID(), c.OpenOwner(), client.OpenArgs{Name: "f", Access: nfsv4.OPEN4_SHARE_ACCESS_READ})
+		ri := cp.Read(client.CurrentStateid, 0, 1<<20)
+		cp.Close(client.CurrentStateid)
+		gi := cp.GetAttr(client.StatMask)
+		rep := mustOK(t, c, &cp)
+		got := rep.Results[ri].(*nfsv4.NfsResop4_OP_READ).Opread.(*nfsv4.Read4res_NFS4_OK).Resok4
+		if !bytes.Equal(got.Data, data) || !got.Eof {
+			t.Fatalf("read %d bytes eof=%v", len(got.Data), got.Eof)
+		}
+		a, err := client.DecodeAttrs(rep.Results[gi].(*nfsv4.NfsResop4_OP_GETATTR).Opgetattr.(*nfsv4.Getattr4res_NFS4_OK).Resok4.ObjAttributes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Size != uint64(len(data)) || a.Mode != 0o640 || a.Type != nfsv4.NF4REG {
+			t.Fatalf("attrs %+v", a)
+		}
+	})
+}
+
+func TestFailureStopsCompound(t *testing.T) {
+	forEachPeer(t, func(t *testing.T, p *nfspeers.Peer, c *client.Client, dir string) {
+		var cp client.Compound
+		lookupPath(&cp, dir)
+		n := cp.Len()
+		cp.Lookup("missing")
+		cp.GetAttr(client.StatMask)
+		rep, err := c.Do(context.Background(), &cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.FailedAt() != n || !errors.Is(rep.Err(), fs.ErrNotExist) {
+			t.Fatalf("failed at %d (%v), want %d ENOENT", rep.FailedAt(), rep.Err(), n)
+		}
+	})
+}
+
+func TestTxn(t *testing.T) {
+	forEachPeer(t, func(t *testing.T, p *nfspeers.Peer, c *client.Client, dir string) {
+		var cp client.Compound
+		cp.Txn = true
+		lookupPath(&cp, dir)
+		cp.Mkdir("a", mode(0o755))
+		cp.LookupP()
+		cp.Mkdir("a", mode(0o755)) // fails: EEXIST; the first mkdir must be undone
+		_, err := c.Do(context.Background(), &cp)
+		if !p.Txn {
+			if !errors.Is(err, client.ErrTxnUnsupported) {
+				t.Fatalf("got %v, want ErrTxnUnsupported", err)
+			}
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		// Nothing ran (or everything was rolled back): "a" is absent, and
+		// the session is still usable.
+		cp = client.Compound{}
+		lookupPath(&cp, dir)
+		cp.Lookup("a")
+		rep, err := c.Do(context.Background(), &cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(rep.Err(), fs.ErrNotExist) {
+			t.Fatalf("after failed txn: %v", rep.Err())
+		}
+	})
+}
+
+func TestConcurrentCompounds(t *testing.T) {
+	forEachPeer(t, func(t *testing.T, p *nfspeers.Peer, c *client.Client, dir string) {
+		errs := make(chan error, 64)
+		for i := 0; i < 64; i++ {
+			go func() {
+				var cp client.Compound
+				lookupPath(&cp, dir)
+				cp.GetAttr(client.StatMask)
+				rep, err := c.Do(context.Background(), &cp)
+				if err == nil {
+					err = rep.Err()
+				}
+				errs <- err
+			}()
+		}
+		for i := 0; i < 64; i++ {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+func TestLeaseRenewal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a lease period")
+	}
+	for _, p := range peers {
+		if p.Name != "ganesha" {
+			continue // txnfs lease is 90 s
+		}
+		t.Run(p.Name, func(t *testing.T) {
+			ctx := context.Background()
+			c, err := client.Dial(ctx, client.Config{Addr: p.Addr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			lease := c.Limits().Lease
+			if lease > 15*time.Second {
+				t.Skipf("lease %v too long to wait for", lease)
+			}
+			var cp client.Compound
+			lookupPath(&cp, p.Root)
+			cp.Open(c.ClientID(), c.OpenOwner(), client.OpenArgs{Name: "lease-test", Access: nfsv4.OPEN4_SHARE_ACCESS_BOTH, Create: true})
+			cp.GetFH()
+			rep := mustOK(t, c, &cp)
+			sid := rep.Results[len(rep.Results)-2].(*nfsv4.NfsResop4_OP_OPEN).Opopen.(*nfsv4.Open4res_NFS4_OK).Resok4.Stateid
+			fh := rep.Results[len(rep.Results)-1].(*nfsv4.NfsResop4_OP_GETFH).Opgetfh.(*nfsv4.Getfh4res_NFS4_OK).Resok4.Object
+			time.Sleep(lease + lease/2)
+			cp = client.Compound{}
+			cp.PutFH(fh)
+			cp.Write(sid, 0, []byte("x"), false)
+			cp.Close(sid)
+			mustOK(t, c, &cp) // the open state survived thanks to renewal
+		})
+	}
+}
