@@ -319,7 +319,7 @@ func testSyncBadPointer(t *testing.T, s slice.Store) {
 		{},
 		{Backing: math.MaxUint32, Length: 1},
 		{Backing: p.Backing, Offset: math.MaxUint64, Length: 1},
-		{Backing: p.Backing, Offset: p.End() + 1 << 30, Length: 1},
+		{Backing: p.Backing, Offset: p.End() + 1<<30, Length: 1},
 	} {
 		if err := s.Sync(ctx, []slice.Pointer{p, q}); !errors.Is(err, slice.ErrBadPointer) {
 			t.Errorf("Sync(%v) = %v, want ErrBadPointer", q, err)
@@ -359,7 +359,7 @@ func testConcurrent(t *testing.T, s slice.Store) {
 			}
 			var mine []rec
 			for i := range perWriter {
-				d := RandomData(uint64(w*1000+i), 1+r.IntN(200_000))
+				d := RandomData(uint64(w*1000+i), 1+r.IntN(64<<10))
 				p, err := s.Put(ctx, uint64(w), d)
 				if err != nil {
 					errc <- err
