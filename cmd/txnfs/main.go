@@ -27,9 +27,12 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"serve": {"serve a data directory over NFSv4 (4.0, 4.1, 4.2)", runServe},
-		"fsck":  {"check a data directory's consistency; exit 1 if a problem is found", runFsck},
-		"gc":    {"collect garbage slices in a data directory (server must be stopped)", runGC},
+		"serve":  {"serve a data directory over NFSv4 (4.0, 4.1, 4.2)", runServe},
+		"fsck":   {"check a data directory's consistency; exit 1 if a problem is found", runFsck},
+		"gc":     {"collect garbage slices in a data directory (server must be stopped)", runGC},
+		"mount":  {"mount a data directory with FUSE (txnfs mount --data DIR MOUNTPOINT)", runMount},
+		"umount": {"unmount a txnfs FUSE mount, also a crashed one (txnfs umount MOUNTPOINT)", runUmount},
+		"tx":     {"sandbox a FUSE mount: txnfs tx begin|commit|abort|status MOUNTPOINT", runTx},
 	}
 }
 

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/txnfs/txnfs/datadir"
+	"github.com/txnfs/txnfs/fuse"
+)
+
+// notifyEnv names the file descriptor through which a --background child
+// reports that the mount is up ("ok") or why it failed.
+const notifyEnv = "TXNFS_MOUNT_NOTIFY_FD"
+
+// parsePositional parses flags that may appear before or after positional
+// arguments and returns the positional ones.
+func parsePositional(fl *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fl.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		if fl.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fl.Arg(0))
+		args = fl.Args()[1:]
+	}
+}
+
+// cacheTimeout converts a command-line timeout (0: no caching) to
+// fuse.Config's convention (0: default, negative: no caching).
+func cacheTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
+}
+
+func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fl := newFlags("mount", stderr)
+	fl.Usage = func() {
+		fmt.Fprintln(stderr, "usage: txnfs mount --data DIR [flags] MOUNTPOINT")
+		fl.PrintDefaults()
+	}
+	root := os.Geteuid() == 0
+	dir := fl.String("data", "", "data directory to mount (created if missing)")
+	server := fl.String("server", "", "mount a remote NFSv4.1 server HOST:PORT instead of a data directory (not implemented yet)")
+	background := fl.Bool("background", false, "return once mounted and serve from a background process")
+	logFile := fl.String("log", "", "log file (with --background; default: discard)")
+	allowOther := fl.Bool("allow-other", root, "let all users use the mount (permissions are checked per user)")
+	direct := fl.Bool("direct-mount", root, "mount with mount(2) instead of fusermount3 (needs root)")
+	entryTimeout := fl.Duration("entry-timeout", fuse.DefaultTimeout, "kernel cache lifetime of directory entries (0: none)")
+	attrTimeout := fl.Duration("attr-timeout", fuse.DefaultTimeout, "kernel cache lifetime of attributes (0: none)")
+	negTimeout := fl.Duration("negative-timeout", fuse.DefaultTimeout, "kernel cache lifetime of failed lookups (0: none)")
+	debug := fl.Bool("debug", false, "log every FUSE request")
+	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
+	pos, err := parsePositional(fl, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: want exactly one MOUNTPOINT, got %d arguments", errUsage, len(pos))
+	}
+	mnt := pos[0]
+	switch {
+	case *server != "":
+		return fmt.Errorf("--server: remote mounts are not implemented yet (they need the NFS client library)")
+	case *dir == "":
+		return fmt.Errorf("%w: --data is required", errUsage)
+	}
+	if *background && os.Getenv(notifyEnv) == "" {
+		return startBackground(args, *logFile, stderr)
+	}
+	notify := notifyFile()
+	fail := func(err error) error {
+		if notify != nil {
+			fmt.Fprintln(notify, err)
+			notify.Close()
+		}
+		return err
+	}
+
+	logOut := stderr
+	if notify != nil && *logFile != "" {
+		f, err := os.OpenFile(*logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return fail(err)
+		}
+		defer f.Close()
+		logOut = f
+	}
+	if *debug {
+		*level = "debug"
+	}
+	log, err := newLogger(logOut, *level)
+	if err != nil {
+		return fail(err)
+	}
+	e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+	defer e.Close()
+	m, err := fuse.Mount(ctx, mnt, fuse.Config{
+		FS:              e.FS,
+		Logger:          log,
+		EntryTimeout:    cacheTimeout(*entryTimeout),
+		AttrTimeout:     cacheTimeout(*attrTimeout),
+		NegativeTimeout: cacheTimeout(*negTimeout),
+		AllowOther:      *allowOther,
+		DirectMount:     *direct,
+		Debug:           *debug,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	log.Info("txnfs mounted", "mountpoint", mnt, "data", *dir)
+	if notify != nil {
+		fmt.Fprintln(notify, "ok")
+		notify.Close()
+	}
+	return serveMount(ctx, m, log)
+}
+
+// serveMount serves until the mount goes away or ctx ends (SIGINT,
+// SIGTERM), then unmounts.
+func serveMount(ctx context.Context, m *fuse.Server, log *slog.Logger) error {
+	done := make(chan struct{})
+	go func() {
+		m.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		log.Info("txnfs unmounted", "mountpoint", m.Dir())
+		return nil
+	case <-ctx.Done():
+	}
+	log.Info("signal received: unmounting", "mountpoint", m.Dir())
+	for attempt := 0; ; attempt++ {
+		err := m.Unmount()
+		if err == nil {
+			return nil
+		}
+		if attempt == 5 {
+			log.Warn("mount is busy: detaching it lazily; serving until its last user leaves", "err", err)
+			if err := fuse.Unmount(m.Dir(), true); err != nil {
+				return err
+			}
+			<-done
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// notifyFile returns the pipe to the --background parent, if any.
+func notifyFile() *os.File {
+	v := os.Getenv(notifyEnv)
+	if v == "" {
+		return nil
+	}
+	os.Unsetenv(notifyEnv)
+	fd, err := strconv.Atoi(v)
+	if err != nil {
+		return nil
+	}
+	return os.NewFile(uintptr(fd), "notify")
+}
+
+// startBackground re-runs this command in a new session and waits until
+// it reports the mount is up.
+func startBackground(args []string, logFile string, stderr io.Writer) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	cmd := exec.Command(exe, append([]string{"mount"}, args...)...)
+	cmd.Env = append(os.Environ(), notifyEnv+"=3")
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if logFile == "" {
+		cmd.Stdout, cmd.Stderr = nil, nil
+	}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return err
+	}
+	w.Close()
+	line, _ := bufio.NewReader(r).ReadString('\n')
+	line = strings.TrimSpace(line)
+	if line == "ok" {
+		cmd.Process.Release()
+		return nil
+	}
+	cmd.Wait()
+	if line == "" {
+		line = "the background process exited before mounting"
+	}
+	return errors.New(line)
+}
+
+func runUmount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fl := newFlags("umount", stderr)
+	fl.Usage = func() {
+		fmt.Fprintln(stderr, "usage: txnfs umount [--force] MOUNTPOINT")
+		fl.PrintDefaults()
+	}
+	force := fl.Bool("force", false, "abort the FUSE connection and detach even if busy (lazy unmount)")
+	pos, err := parsePositional(fl, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: want exactly one MOUNTPOINT", errUsage)
+	}
+	return fuse.Unmount(pos[0], *force)
+}

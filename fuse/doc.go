@@ -1,0 +1,53 @@
+// Package fuse serves a txnfs engine (package fs) through the Linux FUSE
+// kernel interface, using go-fuse's raw protocol layer
+// (github.com/hanwen/go-fuse/v2/fuse, imported here as raw).
+//
+// It is a thin adapter: each FUSE request becomes one engine transaction
+// run as the caller, and engine errors become errnos in one switch
+// (errno.go). docs/fuse.md is the user manual; this comment is the
+// implementer's.
+//
+// # Identity and permissions
+//
+// FUSE node ids are engine inode numbers (never reused; the root is 1 in
+// both). The mount does not use the kernel's default_permissions: the
+// engine checks permissions from mode bits for the caller's fsuid, fsgid
+// and supplementary groups (read from /proc/TID/status, since FUSE does
+// not send them), so the rules live in one place for FUSE and NFS alike.
+// Open checks read/write/execute access and applies O_TRUNC in the same
+// transaction; reads and writes through a handle are not checked again,
+// as POSIX requires.
+//
+// # Durability and caching
+//
+// Every modifying request is committed durably before it is answered, so
+// fsync and fdatasync have nothing left to do. The kernel caches entries,
+// attributes and negative lookups for Config's timeouts (1 s by default)
+// and keeps a file's pages across opens only if the file's change counter
+// did not move since the previous open through this mount (close-to-open).
+// The kernel writeback cache is not used: with it the kernel owns file
+// sizes and O_APPEND offsets, which would break atomic appends across
+// mounts and the sandbox's abort. Mounts of one FS in one process may be
+// joined in a Group, which invalidates the others' caches after every
+// change so that they see it at once.
+//
+// # Locks
+//
+// flock and POSIX record locks are left to the kernel, which implements
+// them locally when the file system does not: they work between the
+// processes using one mount, not across mounts.
+//
+// # Sandbox
+//
+// Begin, Commit and Abort (or the control ioctl, see Control) turn the
+// mount into a sandbox, WTF's Fig. 8: all requests then run in one engine
+// transaction, invisible to other mounts until Commit, discarded by Abort.
+// Requests are serialized while a sandbox is active.
+//
+// # Concurrency
+//
+// A Mount serves requests concurrently. Kernel cache invalidations are
+// sent from a goroutine of their own (notifier), never from a request
+// handler, because the kernel may hold an inode lock for a request in
+// progress.
+package fuse

@@ -1,0 +1,293 @@
+package fuse
+
+import (
+	"syscall"
+
+	raw "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/txnfs/txnfs/fs"
+)
+
+// fmodeExec is __FMODE_EXEC: the kernel sets it in the open flags of
+// execve, so that the execute permission can be checked at open.
+const fmodeExec = 0x20
+
+// openAccess returns the access bits that open flags need.
+func openAccess(flags uint32) uint32 {
+	var need uint32
+	switch flags & syscall.O_ACCMODE {
+	case syscall.O_RDONLY:
+		need = fs.AccessRead
+	case syscall.O_WRONLY:
+		need = fs.AccessWrite
+	default:
+		need = fs.AccessRead | fs.AccessWrite
+	}
+	if flags&syscall.O_TRUNC != 0 {
+		need |= fs.AccessWrite
+	}
+	if flags&fmodeExec != 0 {
+		need |= fs.AccessExecute
+	}
+	return need
+}
+
+// openChecks checks permission to open ino with flags and applies O_TRUNC,
+// inside the request's transaction. It returns the attributes after open.
+func (m *Server) openChecks(t *fs.Txn, ino fs.Ino, flags uint32) (fs.Attr, error) {
+	need := openAccess(flags)
+	got, err := t.Access(m.ctx, ino, need)
+	if err != nil {
+		return fs.Attr{}, err
+	}
+	if got != need {
+		return fs.Attr{}, fs.ErrAccess
+	}
+	if flags&syscall.O_TRUNC != 0 {
+		zero := uint64(0)
+		// Linux updates mtime and ctime on O_TRUNC even if the file
+		// was already empty.
+		return t.SetAttr(m.ctx, ino, fs.SetAttr{Size: &zero, Mtime: &fs.SetTime{Now: true}, OpenForWrite: true})
+	}
+	return t.GetAttr(m.ctx, ino)
+}
+
+func (m *Server) newHandle(ino fs.Ino, flags uint32) uint64 {
+	return m.handles.add(&handle{
+		ino:    ino,
+		write:  flags&syscall.O_ACCMODE != syscall.O_RDONLY,
+		append: flags&syscall.O_APPEND != 0,
+	})
+}
+
+// Open implements RawFileSystem. The file is pinned while open, so that
+// it outlives its last link (unlink while open).
+func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.Status {
+	ino := fs.Ino(in.NodeId)
+	m.eng.Pin(ino)
+	var a fs.Attr
+	var err error
+	if in.Flags&syscall.O_TRUNC != 0 {
+		err = m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) (err error) {
+			a, err = m.openChecks(t, ino, in.Flags)
+			return err
+		})
+	} else {
+		err = m.view(m.cred(&in.InHeader), func(t *fs.Txn) (err error) {
+			a, err = m.openChecks(t, ino, in.Flags)
+			return err
+		})
+	}
+	if err == nil && a.Type == fs.TypeDirectory && in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		err = fs.ErrIsDir
+	}
+	if err != nil {
+		m.unpin(ino)
+		return m.status("open", err)
+	}
+	out.Fh = m.newHandle(ino, in.Flags)
+	// Close-to-open: the kernel keeps its page cache only if the file
+	// has not changed since it was last opened through this mount.
+	if m.nodes.opened(ino, a.Change) {
+		out.OpenFlags |= raw.FOPEN_KEEP_CACHE
+	}
+	return raw.OK
+}
+
+// Create implements RawFileSystem (open with O_CREAT of a missing name).
+func (m *Server) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *raw.CreateOut) raw.Status {
+	dir := fs.Ino(in.NodeId)
+	req := fs.CreateRequest{Type: fs.TypeRegular, Mode: in.Mode & fs.ModePerm, Exclusive: in.Flags&syscall.O_EXCL != 0}
+	var a fs.Attr
+	inv := &invalidation{}
+	inv.entry(dir, name)
+	inv.ino(dir)
+	err := m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) error {
+		var created bool
+		var err error
+		a, created, err = t.Create(m.ctx, dir, name, req)
+		if err != nil || created {
+			return err
+		}
+		// The name appeared since the kernel's lookup: open it.
+		a, err = m.openChecks(t, a.Ino, in.Flags)
+		return err
+	})
+	if err != nil {
+		return m.status("create", err)
+	}
+	m.eng.Pin(a.Ino)
+	m.entry(&out.EntryOut, &a)
+	out.Fh = m.newHandle(a.Ino, in.Flags)
+	m.nodes.opened(a.Ino, a.Change)
+	return raw.OK
+}
+
+func (m *Server) unpin(ino fs.Ino) {
+	if err := m.eng.Unpin(m.ctx, ino); err != nil {
+		m.log.Error("unpin failed", "ino", ino, "err", err)
+	}
+}
+
+// Release implements RawFileSystem: the last close of a file.
+func (m *Server) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
+	if h := m.handles.remove(in.Fh); h != nil {
+		m.unpin(h.ino)
+	}
+}
+
+// Read implements RawFileSystem. Permission was checked at open.
+func (m *Server) Read(_ <-chan struct{}, in *raw.ReadIn, buf []byte) (raw.ReadResult, raw.Status) {
+	buf = buf[:min(len(buf), int(in.Size))]
+	var n int
+	err := m.view(m.cred(&in.InHeader), func(t *fs.Txn) (err error) {
+		n, _, err = t.Read(m.ctx, fs.Ino(in.NodeId), in.Offset, buf)
+		return err
+	})
+	if err != nil {
+		return nil, m.status("read", err)
+	}
+	return raw.ReadResultData(buf[:n]), raw.OK
+}
+
+// Write implements RawFileSystem. Permission was checked at open. A file
+// opened with O_APPEND is appended to atomically at the engine's end of
+// file, whatever offset the kernel computed from its cached size (another
+// mount may have appended meanwhile).
+func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32, raw.Status) {
+	ino := fs.Ino(in.NodeId)
+	c := m.cred(&in.InHeader)
+	if h := m.handles.get(in.Fh); h != nil && h.append {
+		off, err := m.appendData(c, ino, data)
+		if err != nil {
+			return 0, m.status("write", err)
+		}
+		if off != in.Offset {
+			// The kernel cached the data at the wrong offset.
+			m.notify.push(&invalidation{inos: []fs.Ino{ino}})
+		}
+		return uint32(len(data)), raw.OK
+	}
+	err := m.update(c, &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) error {
+		return t.Write(m.ctx, ino, in.Offset, data)
+	})
+	if err != nil {
+		return 0, m.status("write", err)
+	}
+	return uint32(len(data)), raw.OK
+}
+
+// Flush implements RawFileSystem: nothing is buffered here.
+func (m *Server) Flush(_ <-chan struct{}, _ *raw.FlushIn) raw.Status { return raw.OK }
+
+// Fsync implements RawFileSystem. Every request was committed durably
+// before it was answered, so there is nothing left to sync. (Inside a
+// sandbox nothing is durable before the sandbox commits.)
+func (m *Server) Fsync(_ <-chan struct{}, _ *raw.FsyncIn) raw.Status { return raw.OK }
+
+// FsyncDir implements RawFileSystem, as Fsync.
+func (m *Server) FsyncDir(_ <-chan struct{}, _ *raw.FsyncIn) raw.Status { return raw.OK }
+
+// fallocate(2) modes.
+const (
+	fallocKeepSize  = 0x01
+	fallocPunchHole = 0x02
+	fallocZeroRange = 0x10
+)
+
+// Fallocate implements RawFileSystem: plain allocation extends the file
+// (space is not reserved: slices are allocated when written), PUNCH_HOLE
+// and ZERO_RANGE drop the range's slices (metadata only).
+func (m *Server) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Status {
+	ino := fs.Ino(in.NodeId)
+	mode := in.Mode
+	if mode&^(fallocKeepSize|fallocPunchHole|fallocZeroRange) != 0 ||
+		(mode&fallocPunchHole != 0 && (mode&fallocKeepSize == 0 || mode&fallocZeroRange != 0)) {
+		return raw.Status(syscall.EOPNOTSUPP)
+	}
+	if in.Length == 0 {
+		return raw.EINVAL
+	}
+	if in.Offset+in.Length < in.Offset || in.Offset+in.Length > fs.MaxFileSize {
+		return raw.Status(syscall.EFBIG)
+	}
+	err := m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) error {
+		if mode&(fallocPunchHole|fallocZeroRange) != 0 {
+			if err := t.Punch(m.ctx, ino, in.Offset, in.Length); err != nil {
+				return err
+			}
+		}
+		if mode&fallocKeepSize != 0 {
+			// Nothing to reserve; the inode must still exist.
+			_, err := t.GetAttr(m.ctx, ino)
+			return err
+		}
+		return t.Allocate(m.ctx, ino, in.Offset, in.Length)
+	})
+	return m.status("fallocate", err)
+}
+
+// lseek whence values served by the file system (the kernel does the rest).
+const (
+	seekData = 3
+	seekHole = 4
+)
+
+// Lseek implements RawFileSystem for SEEK_DATA and SEEK_HOLE.
+func (m *Server) Lseek(_ <-chan struct{}, in *raw.LseekIn, out *raw.LseekOut) raw.Status {
+	var whence fs.Whence
+	switch in.Whence {
+	case seekData:
+		whence = fs.SeekData
+	case seekHole:
+		whence = fs.SeekHole
+	default:
+		return raw.EINVAL
+	}
+	var off uint64
+	var eof bool
+	var size uint64
+	err := m.view(m.cred(&in.InHeader), func(t *fs.Txn) error {
+		a, err := t.GetAttr(m.ctx, fs.Ino(in.NodeId))
+		if err != nil {
+			return err
+		}
+		size = a.Size
+		off, eof, err = t.Seek(m.ctx, fs.Ino(in.NodeId), in.Offset, whence)
+		return err
+	})
+	if err != nil {
+		return m.status("lseek", err)
+	}
+	if in.Offset >= size || (whence == fs.SeekData && eof) {
+		return raw.Status(syscall.ENXIO)
+	}
+	out.Offset = off
+	return raw.OK
+}
+
+// maxCopy bounds one copy_file_range reply (its count is 32 bits); the
+// caller loops over short copies.
+const maxCopy = 1 << 30
+
+// CopyFileRange implements RawFileSystem with the engine's metadata-only
+// CopyRange: no data is read or written.
+func (m *Server) CopyFileRange(_ <-chan struct{}, in *raw.CopyFileRangeIn) (uint32, raw.Status) {
+	if in.Flags != 0 {
+		return 0, raw.EINVAL
+	}
+	n := min(in.Len, maxCopy)
+	if n == 0 {
+		return 0, raw.OK
+	}
+	src, dst := fs.Ino(in.NodeId), fs.Ino(in.NodeIdOut)
+	var copied uint64
+	err := m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{dst}}, func(t *fs.Txn) (err error) {
+		copied, err = t.CopyRange(m.ctx, src, in.OffIn, dst, in.OffOut, n)
+		return err
+	})
+	if err != nil {
+		return 0, m.status("copy_file_range", err)
+	}
+	return uint32(copied), raw.OK
+}

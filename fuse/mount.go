@@ -1,0 +1,448 @@
+package fuse
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	raw "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/txnfs/txnfs/fs"
+)
+
+// DefaultTimeout is the default kernel cache lifetime of attributes,
+// directory entries and negative lookups.
+const DefaultTimeout = time.Second
+
+// DefaultMaxWrite is the largest READ/WRITE request asked of the kernel.
+// Larger requests mean fewer engine transactions for streaming I/O.
+const DefaultMaxWrite = 1 << 20
+
+// blockSize is reported as st_blksize, the I/O size programs such as cp
+// and stdio use for buffers; a large value means fewer, larger requests.
+const blockSize = 128 << 10
+
+// Config configures Mount.
+type Config struct {
+	// FS is the engine to serve. Required. Several mounts may share one.
+	FS *fs.FS
+	// Logger receives errors and, with Debug, the FUSE request trace.
+	Logger *slog.Logger
+	// EntryTimeout, AttrTimeout and NegativeTimeout are how long the
+	// kernel may cache a directory entry, an inode's attributes and a
+	// failed lookup. 0 means DefaultTimeout; a negative value disables
+	// that cache (every path walk and stat reaches the engine).
+	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
+	// AllowOther lets users other than the one who mounted use the
+	// mount (the engine checks permissions for each of them).
+	AllowOther bool
+	// DirectMount calls mount(2) directly (needs root) before falling
+	// back to fusermount3.
+	DirectMount bool
+	// NoGroups skips reading callers' supplementary groups from /proc:
+	// permission checks then see only the primary group.
+	NoGroups bool
+	// Group, if set, connects mounts of the same FS in this process:
+	// a change committed through one invalidates the others' kernel
+	// caches at once, so they see it without waiting for timeouts.
+	Group *Group
+	// FsName is shown as the source in /proc/mounts ("txnfs" if empty).
+	FsName string
+	// MaxWrite overrides DefaultMaxWrite.
+	MaxWrite int
+	// Debug logs every FUSE request and reply.
+	Debug bool
+}
+
+// Validate checks c and fills in defaults.
+func (c *Config) Validate() error {
+	if c.FS == nil {
+		return errors.New("fuse: Config.FS is required")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	for _, d := range []*time.Duration{&c.EntryTimeout, &c.AttrTimeout, &c.NegativeTimeout} {
+		switch {
+		case *d == 0:
+			*d = DefaultTimeout
+		case *d < 0:
+			*d = 0
+		}
+	}
+	if c.FsName == "" {
+		c.FsName = "txnfs"
+	}
+	if c.MaxWrite <= 0 {
+		c.MaxWrite = DefaultMaxWrite
+	}
+	return nil
+}
+
+// Server is a mounted txnfs. It implements go-fuse's RawFileSystem: FUSE
+// node ids are engine inode numbers (the root is 1 in both), so no node
+// table is needed beyond lookup counts.
+//
+// Every request runs as one engine transaction (FS.Do or FS.View) with the
+// caller's credentials, and is therefore durable when it is answered;
+// while a sandbox is active (Begin) every request of this mount runs in
+// the sandbox's single transaction instead. Requests may run concurrently.
+type Server struct {
+	raw.RawFileSystem // ENOSYS for the operations not implemented here
+
+	cfg Config
+	eng *fs.FS
+	log *slog.Logger
+	dir string
+	uid uint32 // the daemon's uid: it and root may control the sandbox
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	srv    *raw.Server
+
+	handles handleTable
+	nodes   nodeTable
+	sb      sandbox
+	notify  notifier
+}
+
+var _ raw.RawFileSystem = (*Server)(nil)
+
+// Mount mounts cfg.FS on dir and serves it until Unmount (or an unmount
+// from outside, e.g. "txnfs umount"). ctx bounds the mount attempt only.
+func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	mctx, cancel := context.WithCancel(context.Background())
+	m := &Server{
+		RawFileSystem: raw.NewDefaultRawFileSystem(),
+		cfg:           cfg,
+		eng:           cfg.FS,
+		log:           cfg.Logger.With("mount", dir),
+		dir:           dir,
+		uid:           uint32(os.Getuid()),
+		ctx:           mctx,
+		cancel:        cancel,
+	}
+	m.handles.init()
+	m.nodes.init()
+	opts := &raw.MountOptions{
+		AllowOther:    cfg.AllowOther,
+		FsName:        cfg.FsName,
+		Name:          "txnfs",
+		MaxWrite:      cfg.MaxWrite,
+		MaxBackground: 64,
+		DirectMount:   cfg.DirectMount,
+		Debug:         cfg.Debug,
+		Logger:        log.New(&logWriter{m.log}, "", 0),
+		// ATOMIC_O_TRUNC: O_TRUNC arrives with OPEN and is applied in
+		// the same transaction as the permission check.
+		// HANDLE_KILLPRIV: the engine clears setuid/setgid on write,
+		// truncate and chown; without it the kernel would send a mode
+		// change on behalf of a writer who does not own the file.
+		// IOCTL_DIR: the sandbox is controlled by an ioctl on the root.
+		ExtraCapabilities: raw.CAP_ATOMIC_O_TRUNC | raw.CAP_HANDLE_KILLPRIV | raw.CAP_IOCTL_DIR,
+	}
+	srv, err := raw.NewServer(m, dir, opts)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("fuse: mounting %s: %w", dir, err)
+	}
+	m.srv = srv
+	m.notify.start(srv, m.log)
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		srv.Unmount()
+		cancel()
+		return nil, fmt.Errorf("fuse: mounting %s: %w", dir, err)
+	}
+	if cfg.Group != nil {
+		cfg.Group.add(m)
+	}
+	return m, nil
+}
+
+// Dir returns the mount point.
+func (m *Server) Dir() string { return m.dir }
+
+// Wait blocks until the file system is unmounted.
+func (m *Server) Wait() {
+	m.srv.Wait()
+	m.shutdown()
+}
+
+// Unmount unmounts the file system; it fails (EBUSY) while it is in use.
+// An active sandbox is aborted.
+func (m *Server) Unmount() error {
+	if err := m.srv.Unmount(); err != nil {
+		return fmt.Errorf("fuse: unmounting %s: %w", m.dir, err)
+	}
+	m.srv.Wait()
+	m.shutdown()
+	return nil
+}
+
+func (m *Server) shutdown() {
+	if m.cfg.Group != nil {
+		m.cfg.Group.remove(m)
+	}
+	m.sb.gate.Lock()
+	if m.sb.txn != nil {
+		m.log.Warn("unmounted with an active sandbox: aborting it", "operations", m.sb.ops)
+		m.sb.txn.Abort()
+		m.sb.txn = nil
+	}
+	m.sb.gate.Unlock()
+	m.notify.stop()
+	m.cancel()
+}
+
+// String implements RawFileSystem.
+func (m *Server) String() string { return "txnfs" }
+
+// Init implements RawFileSystem.
+func (m *Server) Init(*raw.Server) {}
+
+// OnUnmount implements RawFileSystem.
+func (m *Server) OnUnmount() {}
+
+// cred returns the credential a request runs as: the caller's fsuid and
+// fsgid from the request header and, for non-root callers, the
+// supplementary groups of the calling thread (the kernel does not send
+// them).
+func (m *Server) cred(h *raw.InHeader) fs.Cred {
+	c := fs.Cred{Uid: h.Uid, Gid: h.Gid}
+	if c.Uid != 0 && h.Pid != 0 && !m.cfg.NoGroups {
+		c.Groups = procGroups(h.Pid)
+	}
+	return c
+}
+
+// procGroups reads the supplementary groups of thread pid. A thread id is
+// also a valid /proc entry, so this is right for multi-threaded callers
+// that change their groups per thread.
+func procGroups(pid uint32) []uint32 {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/status")
+	if err != nil {
+		return nil
+	}
+	i := bytes.Index(b, []byte("\nGroups:"))
+	if i < 0 {
+		return nil
+	}
+	line := b[i+len("\nGroups:"):]
+	if j := bytes.IndexByte(line, '\n'); j >= 0 {
+		line = line[:j]
+	}
+	var gs []uint32
+	for _, f := range bytes.Fields(line) {
+		g, err := strconv.ParseUint(string(f), 10, 32)
+		if err == nil {
+			gs = append(gs, uint32(g))
+		}
+	}
+	return gs
+}
+
+// update runs fn as one read-write transaction (or in the sandbox). On
+// success the names and inodes recorded in inv are invalidated in the
+// kernel caches of the other mounts of the group (or, inside a sandbox,
+// remembered for abort).
+func (m *Server) update(c fs.Cred, inv *invalidation, fn func(*fs.Txn) error) error {
+	m.sb.gate.RLock()
+	defer m.sb.gate.RUnlock()
+	if t := m.sb.txn; t != nil {
+		m.sb.mu.Lock()
+		defer m.sb.mu.Unlock()
+		t.SetCred(c)
+		m.sb.ops++
+		err := fn(t)
+		if err == nil && inv != nil {
+			m.sb.touched.merge(inv)
+		}
+		return err
+	}
+	err := m.eng.Do(m.ctx, c, fn)
+	if err == nil && inv != nil && m.cfg.Group != nil {
+		m.cfg.Group.broadcast(m, inv)
+	}
+	return err
+}
+
+// view runs fn as a read-only transaction (or in the sandbox).
+func (m *Server) view(c fs.Cred, fn func(*fs.Txn) error) error {
+	m.sb.gate.RLock()
+	defer m.sb.gate.RUnlock()
+	if t := m.sb.txn; t != nil {
+		m.sb.mu.Lock()
+		defer m.sb.mu.Unlock()
+		t.SetCred(c)
+		return fn(t)
+	}
+	return m.eng.View(m.ctx, c, fn)
+}
+
+// appendData appends data to ino atomically at the current end of file
+// and returns the offset used.
+func (m *Server) appendData(c fs.Cred, ino fs.Ino, data []byte) (uint64, error) {
+	m.sb.gate.RLock()
+	defer m.sb.gate.RUnlock()
+	if t := m.sb.txn; t != nil {
+		m.sb.mu.Lock()
+		defer m.sb.mu.Unlock()
+		t.SetCred(c)
+		m.sb.ops++
+		off, err := t.Append(m.ctx, ino, data)
+		if err == nil {
+			m.sb.touched.inos = append(m.sb.touched.inos, ino)
+		}
+		return off, err
+	}
+	off, err := m.eng.Append(m.ctx, c, ino, data)
+	if err == nil && m.cfg.Group != nil {
+		m.cfg.Group.broadcast(m, &invalidation{inos: []fs.Ino{ino}})
+	}
+	return off, err
+}
+
+// handleTable maps FUSE file handles to open files.
+type handleTable struct {
+	mu struct {
+		sync.Mutex
+		next uint64
+		m    map[uint64]*handle
+	}
+}
+
+// handle is an open regular file. Its fields are immutable.
+type handle struct {
+	ino    fs.Ino
+	write  bool // opened for writing: ftruncate skips the permission check
+	append bool // O_APPEND: writes go to the end of file, atomically
+}
+
+func (h *handleTable) init() { h.mu.m = map[uint64]*handle{} }
+
+func (h *handleTable) add(fh *handle) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.mu.next++
+	h.mu.m[h.mu.next] = fh
+	return h.mu.next
+}
+
+func (h *handleTable) get(id uint64) *handle {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mu.m[id]
+}
+
+func (h *handleTable) remove(id uint64) *handle {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fh := h.mu.m[id]
+	delete(h.mu.m, id)
+	return fh
+}
+
+// nodeTable counts the kernel's references (lookups) to each inode, so
+// that the sandbox can invalidate everything the kernel caches, and
+// remembers the change counter seen at the last open of each inode to
+// decide whether the kernel may keep its page cache.
+type nodeTable struct {
+	mu struct {
+		sync.Mutex
+		m map[fs.Ino]*node
+	}
+}
+
+type node struct {
+	lookups uint64
+	change  uint64 // fs.Attr.Change at the last open; 0: unknown
+}
+
+func (n *nodeTable) init() { n.mu.m = map[fs.Ino]*node{} }
+
+// ref records one kernel lookup of ino.
+func (n *nodeTable) ref(ino fs.Ino) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	nd := n.mu.m[ino]
+	if nd == nil {
+		nd = &node{}
+		n.mu.m[ino] = nd
+	}
+	nd.lookups++
+}
+
+// forget drops k lookups of ino.
+func (n *nodeTable) forget(ino fs.Ino, k uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	nd := n.mu.m[ino]
+	if nd == nil {
+		return
+	}
+	if nd.lookups <= k {
+		delete(n.mu.m, ino)
+		return
+	}
+	nd.lookups -= k
+}
+
+// opened records the change counter of ino at open and reports whether it
+// equals the one seen at the previous open (so cached pages are current).
+func (n *nodeTable) opened(ino fs.Ino, change uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	nd := n.mu.m[ino]
+	if nd == nil {
+		return false
+	}
+	same := nd.change == change
+	nd.change = change
+	return same
+}
+
+// resetChanges forgets all remembered change counters.
+func (n *nodeTable) resetChanges() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, nd := range n.mu.m {
+		nd.change = 0
+	}
+}
+
+// known returns every inode the kernel holds.
+func (n *nodeTable) known() []fs.Ino {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]fs.Ino, 0, len(n.mu.m))
+	for ino := range n.mu.m {
+		out = append(out, ino)
+	}
+	return out
+}
+
+// logWriter sends go-fuse's log lines to slog.
+type logWriter struct{ log *slog.Logger }
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.log.Debug(string(bytes.TrimRight(p, "\n")), "component", "go-fuse")
+	return len(p), nil
+}
+
+// isBusy reports whether an unmount failed because the mount is in use.
+func isBusy(err error) bool { return errors.Is(err, syscall.EBUSY) }

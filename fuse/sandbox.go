@@ -1,0 +1,266 @@
+package fuse
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	raw "github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/txnfs/txnfs/fs"
+)
+
+// The sandbox (WTF §4.1, Fig. 8): between Begin and Commit every request
+// of the mount runs in one long-lived engine transaction, so its changes
+// are invisible to every other mount and client; Commit makes all of them
+// visible atomically (the engine replays the operation log on conflict and
+// fails only if a replayed result differs); Abort discards them.
+
+var (
+	errNoSandbox     = errors.New("no sandbox is active")
+	errSandboxActive = errors.New("a sandbox is already active")
+)
+
+// sandbox is the state of a mount's sandbox.
+//
+// Lock order: gate before mu. Requests hold gate shared for their whole
+// duration; Begin, Commit and Abort hold it exclusively, so they wait for
+// requests in flight and requests wait for them. mu serializes requests
+// on the one transaction (an fs.Txn is not safe for concurrent use).
+type sandbox struct {
+	gate sync.RWMutex
+	mu   sync.Mutex
+
+	// Guarded by gate (written with gate held exclusively); ops and
+	// touched are also guarded by mu.
+	txn     *fs.Txn
+	since   time.Time
+	ops     int
+	touched invalidation
+}
+
+// SandboxStatus describes a mount's sandbox.
+type SandboxStatus struct {
+	Active bool
+	Since  time.Time // when Begin was called
+	Ops    int       // modifying requests run in the sandbox
+}
+
+// Begin starts a sandbox on m.
+func (m *Server) Begin() error {
+	m.sb.gate.Lock()
+	defer m.sb.gate.Unlock()
+	if m.sb.txn != nil {
+		return errSandboxActive
+	}
+	t, err := m.eng.Begin(m.ctx, fs.RootCred, fs.TxnOptions{})
+	if err != nil {
+		return err
+	}
+	m.sb.txn, m.sb.since, m.sb.ops, m.sb.touched = t, time.Now(), 0, invalidation{}
+	m.log.Info("sandbox begun")
+	return nil
+}
+
+// Commit commits the sandbox: all its changes become visible at once, or
+// none does (the error then wraps fs.ErrConflict, or the I/O error) and
+// the mount shows the committed state again.
+func (m *Server) Commit() error {
+	m.sb.gate.Lock()
+	t, touched, ops := m.sb.txn, m.sb.touched, m.sb.ops
+	if t == nil {
+		m.sb.gate.Unlock()
+		return errNoSandbox
+	}
+	err := t.Commit(m.ctx)
+	m.sb.txn, m.sb.touched = nil, invalidation{}
+	m.sb.gate.Unlock()
+	if err != nil {
+		m.log.Warn("sandbox commit failed; its changes are discarded", "operations", ops, "err", err)
+		m.invalidateAll(&touched)
+		return err
+	}
+	m.log.Info("sandbox committed", "operations", ops)
+	if m.cfg.Group != nil {
+		m.cfg.Group.broadcast(m, &touched)
+	}
+	return nil
+}
+
+// Abort discards the sandbox's changes.
+func (m *Server) Abort() error {
+	m.sb.gate.Lock()
+	t, touched, ops := m.sb.txn, m.sb.touched, m.sb.ops
+	if t == nil {
+		m.sb.gate.Unlock()
+		return errNoSandbox
+	}
+	t.Abort()
+	m.sb.txn, m.sb.touched = nil, invalidation{}
+	m.sb.gate.Unlock()
+	m.log.Info("sandbox aborted", "operations", ops)
+	m.invalidateAll(&touched)
+	return nil
+}
+
+// Status reports the sandbox state.
+func (m *Server) Status() SandboxStatus {
+	m.sb.gate.RLock()
+	defer m.sb.gate.RUnlock()
+	if m.sb.txn == nil {
+		return SandboxStatus{}
+	}
+	m.sb.mu.Lock()
+	defer m.sb.mu.Unlock()
+	return SandboxStatus{Active: true, Since: m.sb.since, Ops: m.sb.ops}
+}
+
+// invalidateAll drops everything this mount's kernel caches: the names
+// the sandbox touched (they may exist again, or no longer) and the
+// attributes and pages of every inode the kernel knows.
+func (m *Server) invalidateAll(touched *invalidation) {
+	m.nodes.resetChanges()
+	inv := &invalidation{entries: touched.entries, inos: m.nodes.known()}
+	m.notify.push(inv)
+}
+
+// The control ioctl: an _IOWR ioctl, with a ctlMsg, on the mount point (or
+// any file or directory of the mount). Only root and the user who mounted
+// may issue it.
+const (
+	ctlType = 0xb7 // ioctl "magic" byte
+	ctlNr   = 0x01
+
+	ctlBegin  = 1
+	ctlCommit = 2
+	ctlAbort  = 3
+	ctlStatus = 4
+)
+
+// ctlMsg is the ioctl argument: Op is set by the caller, the rest is the
+// reply.
+type ctlMsg struct {
+	Op     uint32
+	Errno  uint32 // 0 or the errno of a failed Op
+	Active uint32 // 1 if a sandbox is active after Op
+	_      uint32
+	Ops    uint64    // requests run in the sandbox
+	Since  int64     // Unix nanoseconds at Begin
+	Msg    [224]byte // NUL-terminated detail
+}
+
+const ctlSize = int(unsafe.Sizeof(ctlMsg{}))
+
+// ctlCmd is _IOWR(ctlType, ctlNr, ctlMsg).
+const ctlCmd = (3 << 30) | uint32(ctlSize)<<16 | ctlType<<8 | ctlNr
+
+// Ioctl implements RawFileSystem: the sandbox control ioctl; anything else
+// is ENOTTY.
+func (m *Server) Ioctl(_ <-chan struct{}, in *raw.IoctlIn, inbuf []byte, out *raw.IoctlOut, outbuf []byte) raw.Status {
+	if in.Cmd != ctlCmd || len(inbuf) < ctlSize || len(outbuf) < ctlSize {
+		return raw.Status(syscall.ENOTTY)
+	}
+	if in.Uid != 0 && in.Uid != m.uid {
+		return raw.EPERM
+	}
+	req := *(*ctlMsg)(unsafe.Pointer(&inbuf[0]))
+	var err error
+	switch req.Op {
+	case ctlBegin:
+		err = m.Begin()
+	case ctlCommit:
+		err = m.Commit()
+	case ctlAbort:
+		err = m.Abort()
+	case ctlStatus:
+	default:
+		return raw.EINVAL
+	}
+	rep := ctlMsg{Op: req.Op}
+	if err != nil {
+		rep.Errno = uint32(errnoOf(m.log, "sandbox", err))
+		msg := err.Error()
+		if errors.Is(err, fs.ErrConflict) {
+			msg = "conflict: a concurrent change altered what the sandbox had read; nothing was committed (" + err.Error() + ")"
+		}
+		copy(rep.Msg[:len(rep.Msg)-1], msg)
+	}
+	if st := m.Status(); st.Active {
+		rep.Active, rep.Ops, rep.Since = 1, uint64(st.Ops), st.Since.UnixNano()
+	}
+	copy(outbuf, unsafe.Slice((*byte)(unsafe.Pointer(&rep)), ctlSize))
+	out.Result = 0
+	return raw.OK
+}
+
+// SandboxOp names a sandbox control operation for Control.
+type SandboxOp int
+
+// Sandbox control operations.
+const (
+	OpBegin  SandboxOp = ctlBegin
+	OpCommit SandboxOp = ctlCommit
+	OpAbort  SandboxOp = ctlAbort
+	OpStatus SandboxOp = ctlStatus
+)
+
+// ParseSandboxOp parses "begin", "commit", "abort" or "status".
+func ParseSandboxOp(s string) (SandboxOp, error) {
+	switch s {
+	case "begin":
+		return OpBegin, nil
+	case "commit":
+		return OpCommit, nil
+	case "abort":
+		return OpAbort, nil
+	case "status":
+		return OpStatus, nil
+	}
+	return 0, fmt.Errorf("unknown sandbox operation %q (want begin, commit, abort or status)", s)
+}
+
+// SandboxError is a failed sandbox operation reported by a mount.
+type SandboxError struct {
+	Errno syscall.Errno
+	Msg   string
+}
+
+func (e *SandboxError) Error() string { return e.Msg }
+
+// Unwrap lets errors.Is match the errno (e.g. syscall.EBUSY: conflict).
+func (e *SandboxError) Unwrap() error { return e.Errno }
+
+// Control sends a sandbox operation to the txnfs mount that path is on
+// (the mount point, typically) and returns the sandbox status after it.
+func Control(path string, op SandboxOp) (SandboxStatus, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return SandboxStatus{}, err
+	}
+	defer f.Close()
+	msg := ctlMsg{Op: uint32(op)}
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), uintptr(ctlCmd), uintptr(unsafe.Pointer(&msg))); e != 0 {
+		if e == syscall.ENOTTY || e == syscall.ENOSYS || e == syscall.EINVAL {
+			return SandboxStatus{}, fmt.Errorf("%s is not a txnfs mount: %w", path, e)
+		}
+		return SandboxStatus{}, fmt.Errorf("sandbox control on %s: %w", path, e)
+	}
+	st := SandboxStatus{Active: msg.Active != 0, Ops: int(msg.Ops)}
+	if st.Active {
+		st.Since = time.Unix(0, msg.Since)
+	}
+	if msg.Errno != 0 {
+		text := string(msg.Msg[:])
+		if i := bytes.IndexByte(msg.Msg[:], 0); i >= 0 {
+			text = string(msg.Msg[:i])
+		}
+		return st, &SandboxError{Errno: syscall.Errno(msg.Errno), Msg: text}
+	}
+	return st, nil
+}

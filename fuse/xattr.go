@@ -1,0 +1,77 @@
+package fuse
+
+import (
+	raw "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/txnfs/txnfs/fs"
+)
+
+// setxattr(2) flags.
+const (
+	xattrCreate  = 1
+	xattrReplace = 2
+)
+
+// GetXAttr implements RawFileSystem. A zero-length dest asks for the size.
+func (m *Server) GetXAttr(_ <-chan struct{}, h *raw.InHeader, name string, dest []byte) (uint32, raw.Status) {
+	var v []byte
+	err := m.view(m.cred(h), func(t *fs.Txn) (err error) {
+		v, err = t.GetXattr(m.ctx, fs.Ino(h.NodeId), name)
+		return err
+	})
+	if err != nil {
+		return 0, m.status("getxattr", err)
+	}
+	if len(dest) == 0 {
+		return uint32(len(v)), raw.OK
+	}
+	if len(v) > len(dest) {
+		return uint32(len(v)), raw.ERANGE
+	}
+	return uint32(copy(dest, v)), raw.OK
+}
+
+// ListXAttr implements RawFileSystem: NUL-terminated names.
+func (m *Server) ListXAttr(_ <-chan struct{}, h *raw.InHeader, dest []byte) (uint32, raw.Status) {
+	var names []string
+	err := m.view(m.cred(h), func(t *fs.Txn) (err error) {
+		names, err = t.ListXattr(m.ctx, fs.Ino(h.NodeId))
+		return err
+	})
+	if err != nil {
+		return 0, m.status("listxattr", err)
+	}
+	var b []byte
+	for _, n := range names {
+		b = append(append(b, n...), 0)
+	}
+	if len(dest) == 0 {
+		return uint32(len(b)), raw.OK
+	}
+	if len(b) > len(dest) {
+		return uint32(len(b)), raw.ERANGE
+	}
+	return uint32(copy(dest, b)), raw.OK
+}
+
+// SetXAttr implements RawFileSystem.
+func (m *Server) SetXAttr(_ <-chan struct{}, in *raw.SetXAttrIn, name string, data []byte) raw.Status {
+	if in.Flags&^(xattrCreate|xattrReplace) != 0 {
+		return raw.EINVAL
+	}
+	flags := fs.XattrFlags{Create: in.Flags&xattrCreate != 0, Replace: in.Flags&xattrReplace != 0}
+	ino := fs.Ino(in.NodeId)
+	err := m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) error {
+		return t.SetXattr(m.ctx, ino, name, data, flags)
+	})
+	return m.status("setxattr", err)
+}
+
+// RemoveXAttr implements RawFileSystem.
+func (m *Server) RemoveXAttr(_ <-chan struct{}, h *raw.InHeader, name string) raw.Status {
+	ino := fs.Ino(h.NodeId)
+	err := m.update(m.cred(h), &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) error {
+		return t.RemoveXattr(m.ctx, ino, name)
+	})
+	return m.status("removexattr", err)
+}
