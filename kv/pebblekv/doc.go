@@ -31,9 +31,9 @@
 // Validation and application form one critical section, so the order of
 // sequence numbers is both the validation order and Pebble's apply order,
 // and there is no moment at which a transaction has validated but is not
-// yet visible. Begin takes its snapshot under the same mutex, so a snapshot
-// contains exactly the commits with sequence <= start: a prefix of the
-// serial order. (A design that calls batch.Commit outside the mutex must
+// yet visible. A read-write Begin takes its snapshot under the same mutex,
+// so the snapshot contains exactly the commits with sequence <= start: a
+// prefix of the serial order. (A design that calls batch.Commit outside the mutex must
 // instead advance start only over a contiguous prefix of applied commits
 // and validate against everything above it; with Pebble it would also let
 // the apply order differ from the validation order, which allows a
@@ -68,6 +68,11 @@
 // transaction (later calls return kv.ErrTxnDone) and closes Pebble.
 //
 // Lock order: closeMu (shared by every operation, exclusive in Close), then
-// mu (commit critical section, Begin, finishing transactions). No lock is
-// held across a WAL fsync.
+// either mu (commit critical section, read-write Begin, finishing a
+// read-write transaction) or live (the set of open transactions), never
+// both. No lock is held across a WAL fsync. Read-only Begin does not take
+// mu: because commits are applied one at a time in sequence order and
+// Pebble publishes batches in order, every Pebble snapshot is a prefix of
+// the serial order, so readers never wait behind a commit (or a write
+// stall).
 package pebblekv

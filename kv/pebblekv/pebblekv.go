@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -53,14 +54,22 @@ type store struct {
 	closeMu sync.RWMutex
 	closed  bool // guarded by closeMu
 
+	// failed is set when a commit failed after validation; the store then
+	// refuses new transactions.
+	failed atomic.Pointer[error]
+
 	// mu serializes validation and application of commits, and the taking
 	// of read-write snapshots. It is never held across a WAL sync.
 	mu struct {
 		sync.Mutex
-		seq    uint64 // sequence of the last applied commit
-		log    *occ.Log
-		live   map[*txn]struct{} // open transactions, for Close
-		failed error             // set when a commit failed after validation
+		seq uint64 // sequence of the last applied commit
+		log *occ.Log
+	}
+
+	// live tracks open transactions, for Close.
+	live struct {
+		sync.Mutex
+		txns map[*txn]struct{}
 	}
 }
 
@@ -93,7 +102,7 @@ func Open(opts Options) (kv.Store, error) {
 	}
 	s := &store{db: db, noSync: opts.NoSync}
 	s.mu.log = occ.NewLog(maxLog)
-	s.mu.live = map[*txn]struct{}{}
+	s.live.txns = map[*txn]struct{}{}
 	return s, nil
 }
 
@@ -106,24 +115,36 @@ func (s *store) Begin(ctx context.Context, opts kv.TxnOptions) (kv.Txn, error) {
 	if s.closed {
 		return nil, kv.ErrClosed
 	}
+	if err := s.failedErr(); err != nil {
+		return nil, fmt.Errorf("pebblekv: begin: %w", err)
+	}
 	t := &txn{s: s, readOnly: opts.ReadOnly}
-	if !opts.ReadOnly {
+	if opts.ReadOnly {
+		// Commits are applied one at a time in sequence order and Pebble
+		// publishes them in that order, so any Pebble snapshot is a prefix
+		// of the serial order: no need to wait for the commit mutex.
+		t.snap = s.db.NewSnapshot()
+	} else {
 		t.buf = occ.NewBuffer()
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.failed != nil {
-		return nil, fmt.Errorf("pebblekv: begin: store failed earlier: %w", s.mu.failed)
-	}
-	// Under mu no commit is between validation and visibility, so the
-	// snapshot holds exactly the commits with sequence <= s.mu.seq.
-	t.snap = s.db.NewSnapshot()
-	t.start = s.mu.seq
-	if !opts.ReadOnly {
+		// Under mu no commit is between validation and visibility, so the
+		// snapshot holds exactly the commits with sequence <= s.mu.seq.
+		s.mu.Lock()
+		t.snap = s.db.NewSnapshot()
+		t.start = s.mu.seq
 		s.mu.log.Register(t.start)
+		s.mu.Unlock()
 	}
-	s.mu.live[t] = struct{}{}
+	s.live.Lock()
+	s.live.txns[t] = struct{}{}
+	s.live.Unlock()
 	return t, nil
+}
+
+func (s *store) failedErr() error {
+	if p := s.failed.Load(); p != nil {
+		return fmt.Errorf("store failed earlier: %w", *p)
+	}
+	return nil
 }
 
 // Close closes the database. Transactions still open are finished: their
@@ -136,11 +157,14 @@ func (s *store) Close() error {
 		return nil
 	}
 	s.closed = true
-	s.mu.Lock()
-	for t := range s.mu.live {
-		t.finishLocked()
+	s.live.Lock()
+	for t := range s.live.txns {
+		// No operation of t can be running: we hold closeMu.
+		t.done = true
+		_ = t.snap.Close()
 	}
-	s.mu.Unlock()
+	s.live.txns = nil
+	s.live.Unlock()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("pebblekv: close: %w", err)
 	}
@@ -152,9 +176,9 @@ type txn struct {
 	snap     *pebble.Snapshot
 	start    uint64
 	readOnly bool
-	// done is written under s.mu (finishLocked, possibly by Close) and read
-	// by the owning goroutine under s.closeMu held shared, which excludes
-	// Close.
+	// done is written by the owning goroutine, or by Close while it holds
+	// s.closeMu exclusively; the owner reads and writes it only while
+	// holding s.closeMu shared.
 	done  bool
 	buf   *occ.Buffer // nil when readOnly
 	reads occ.ReadSet
@@ -162,24 +186,23 @@ type txn struct {
 
 var _ kv.Txn = (*txn)(nil)
 
-// finishLocked releases the transaction's snapshot and log registration.
-// s.mu must be held.
-func (t *txn) finishLocked() {
+// finish releases the transaction's snapshot and log registration. The
+// caller holds s.closeMu shared.
+func (t *txn) finish() {
 	if t.done {
 		return
 	}
 	t.done = true
-	delete(t.s.mu.live, t)
+	s := t.s
 	if !t.readOnly {
-		t.s.mu.log.Unregister(t.start)
+		s.mu.Lock()
+		s.mu.log.Unregister(t.start)
+		s.mu.Unlock()
 	}
+	s.live.Lock()
+	delete(s.live.txns, t)
+	s.live.Unlock()
 	_ = t.snap.Close()
-}
-
-func (t *txn) finish() {
-	t.s.mu.Lock()
-	t.finishLocked()
-	t.s.mu.Unlock()
 }
 
 // enter starts an operation: it takes s.closeMu shared and checks that the
@@ -370,9 +393,9 @@ func (t *txn) Commit(ctx context.Context) error {
 func (s *store) applyValidated(t *txn, b *pebble.Batch) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.mu.failed != nil {
+	if err := s.failedErr(); err != nil {
 		_ = b.Close()
-		return fmt.Errorf("pebblekv: commit: store failed earlier: %w", s.mu.failed)
+		return fmt.Errorf("pebblekv: commit: %w", err)
 	}
 	if s.mu.log.Conflicts(t.start, &t.reads) {
 		_ = b.Close()
@@ -389,7 +412,7 @@ func (s *store) applyValidated(t *txn, b *pebble.Batch) error {
 	if err != nil {
 		// The commit may or may not be in the WAL; pebble's commit pipeline
 		// is stuck either way. Refuse further work.
-		s.mu.failed = err
+		s.fail(err)
 		return fmt.Errorf("pebblekv: commit outcome unknown: %w", err)
 	}
 	s.mu.seq++
@@ -398,11 +421,7 @@ func (s *store) applyValidated(t *txn, b *pebble.Batch) error {
 }
 
 func (s *store) fail(err error) {
-	s.mu.Lock()
-	if s.mu.failed == nil {
-		s.mu.failed = err
-	}
-	s.mu.Unlock()
+	s.failed.CompareAndSwap(nil, &err)
 }
 
 func closeBatch(b *pebble.Batch) error {
@@ -416,9 +435,7 @@ func closeBatch(b *pebble.Batch) error {
 func (t *txn) Rollback() {
 	t.s.closeMu.RLock()
 	defer t.s.closeMu.RUnlock()
-	if !t.done {
-		t.finish()
-	}
+	t.finish()
 }
 
 // backendErr wraps a pebble error with context. pebble's ErrClosed becomes
