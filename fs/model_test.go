@@ -959,6 +959,20 @@ func (h *harness) commit(t *rapid.T) {
 		spuriousPathAborts.Add(1)
 	}
 	if err == nil && same {
+		if readOnly && model.Diff(replay.Snapshot(), h.committed.Snapshot()) != "" {
+			// The transaction changed nothing in its own snapshot, so
+			// its commit may serialize it at that snapshot (nothing to
+			// write, nothing to validate) or replay it on the current
+			// state, where its operations may now change something.
+			got, err := snapshot(h.ctx, h.f.FS)
+			if err != nil {
+				t.Fatalf("snapshot: %v", err)
+			}
+			if model.Diff(h.committed.Snapshot(), got) == "" {
+				t.Logf("  read-only transaction serialized at its snapshot")
+				return
+			}
+		}
 		h.committed = replay
 	}
 }
