@@ -37,7 +37,7 @@ func (m *Server) OpenDir(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) ra
 		}
 		return nil
 	})
-	return m.status("opendir", err)
+	return m.nodeStatus("opendir", err)
 }
 
 // ReleaseDir implements RawFileSystem.

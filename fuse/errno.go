@@ -74,3 +74,15 @@ func errnoOf(log *slog.Logger, op string, err error) syscall.Errno {
 func (m *Server) status(op string, err error) raw.Status {
 	return raw.Status(errnoOf(m.log, op, err))
 }
+
+// nodeStatus is status for operations on the inode a request names by
+// node id. If that inode is gone (it was removed or replaced by another
+// mount, or by a rename, after the kernel looked it up) the answer is
+// ESTALE: the kernel then retries the path walk once with a fresh lookup,
+// as it does for NFS, instead of failing with ENOENT on a name that exists.
+func (m *Server) nodeStatus(op string, err error) raw.Status {
+	if errors.Is(err, fs.ErrNotExist) {
+		return raw.Status(syscall.ESTALE)
+	}
+	return m.status(op, err)
+}

@@ -60,11 +60,10 @@ func (m *Server) newHandle(ino fs.Ino, flags uint32) uint64 {
 	})
 }
 
-// Open implements RawFileSystem. The file is pinned while open, so that
-// it outlives its last link (unlink while open).
+// Open implements RawFileSystem. (The inode is pinned since its lookup,
+// so it outlives its last link while open.)
 func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.Status {
 	ino := fs.Ino(in.NodeId)
-	m.eng.Pin(ino)
 	var a fs.Attr
 	var err error
 	if in.Flags&syscall.O_TRUNC != 0 {
@@ -82,8 +81,7 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 		err = fs.ErrIsDir
 	}
 	if err != nil {
-		m.unpin(ino)
-		return m.status("open", err)
+		return m.nodeStatus("open", err)
 	}
 	out.Fh = m.newHandle(ino, in.Flags)
 	// Close-to-open: the kernel keeps its page cache only if the file
@@ -116,24 +114,15 @@ func (m *Server) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *r
 	if err != nil {
 		return m.status("create", err)
 	}
-	m.eng.Pin(a.Ino)
 	m.entry(&out.EntryOut, &a)
 	out.Fh = m.newHandle(a.Ino, in.Flags)
 	m.nodes.opened(a.Ino, a.Change)
 	return raw.OK
 }
 
-func (m *Server) unpin(ino fs.Ino) {
-	if err := m.eng.Unpin(m.ctx, ino); err != nil {
-		m.log.Error("unpin failed", "ino", ino, "err", err)
-	}
-}
-
 // Release implements RawFileSystem: the last close of a file.
 func (m *Server) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
-	if h := m.handles.remove(in.Fh); h != nil {
-		m.unpin(h.ino)
-	}
+	m.handles.remove(in.Fh)
 }
 
 // Read implements RawFileSystem. Permission was checked at open.

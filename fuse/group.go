@@ -40,7 +40,8 @@ func (v *invalidation) merge(o *invalidation) {
 // inodes (FUSE notify_inval_entry / notify_inval_inode). Without a group,
 // a mount sees other writers' changes when its cache timeouts expire.
 type Group struct {
-	mu struct {
+	pins pinGate
+	mu   struct {
 		sync.Mutex
 		mounts []*Server
 	}

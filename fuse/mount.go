@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -112,6 +113,8 @@ type Server struct {
 	nodes   nodeTable
 	sb      sandbox
 	notify  notifier
+	pins    *pinGate
+	unpins  sync.WaitGroup // unpinLater goroutines
 }
 
 var _ raw.RawFileSystem = (*Server)(nil)
@@ -138,6 +141,10 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
 	}
 	m.handles.init()
 	m.nodes.init()
+	m.pins = &pinGate{}
+	if cfg.Group != nil {
+		m.pins = &cfg.Group.pins
+	}
 	opts := &raw.MountOptions{
 		AllowOther:    cfg.AllowOther,
 		FsName:        cfg.FsName,
@@ -147,6 +154,11 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
 		DirectMount:   cfg.DirectMount,
 		Debug:         cfg.Debug,
 		Logger:        log.New(&logWriter{m.log}, "", 0),
+		// The kernel checks permissions from its cached attributes, as
+		// the engine does again from its own: without this, paths the
+		// kernel has cached are walked without search permission checks
+		// and execute permission is "any x bit".
+		Options: []string{"default_permissions"},
 		// ATOMIC_O_TRUNC: O_TRUNC arrives with OPEN and is applied in
 		// the same transaction as the permission check.
 		// HANDLE_KILLPRIV: the engine clears setuid/setgid on write,
@@ -206,6 +218,11 @@ func (m *Server) shutdown() {
 	}
 	m.sb.gate.Unlock()
 	m.notify.stop()
+	m.unpins.Wait()
+	for _, ino := range m.nodes.drain() {
+		m.unpinLater(ino)
+	}
+	m.unpins.Wait()
 	m.cancel()
 }
 
@@ -317,6 +334,52 @@ func (m *Server) appendData(c fs.Cred, ino fs.Ino, data []byte) (uint64, error) 
 	return off, err
 }
 
+// Inodes the kernel knows are pinned in the engine (FS.Pin) from their
+// first lookup until the kernel forgets them, so that a name the kernel
+// resolved keeps working after another process removes or renames over
+// it, as on a local file system: an open of a file unlinked after its
+// lookup, or a file unlinked while open, still reaches the data.
+//
+// pinGate closes the window between an engine operation that may delete
+// an inode (it checks the pin counts when it runs, but commits later) and
+// a concurrent pin: removals hold it shared for their whole transaction,
+// pinning holds it exclusively, so after pin returns no removal that
+// missed the pin can still commit; a removal that committed before is
+// detected by counting removals started (lookup then looks again). The
+// engine could do this itself: fuse/ENGINE-REQUESTS.md. Mounts of a Group
+// share one gate.
+type pinGate struct {
+	mu      sync.RWMutex
+	started atomic.Uint64 // removals begun
+}
+
+// removing runs fn, a transaction that may delete inodes.
+func (g *pinGate) removing(fn func() error) error {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	g.started.Add(1)
+	return fn()
+}
+
+// pin pins ino.
+func (m *Server) pin(ino fs.Ino) {
+	m.pins.mu.Lock()
+	m.eng.Pin(ino)
+	m.pins.mu.Unlock()
+}
+
+// unpinLater releases a pin from a goroutine: the last release of an
+// orphan deletes it, which is I/O that Forget must not wait for.
+func (m *Server) unpinLater(ino fs.Ino) {
+	m.unpins.Add(1)
+	go func() {
+		defer m.unpins.Done()
+		if err := m.eng.Unpin(m.ctx, ino); err != nil && m.ctx.Err() == nil {
+			m.log.Error("unpin failed", "ino", ino, "err", err)
+		}
+	}()
+}
+
 // handleTable maps FUSE file handles to open files.
 type handleTable struct {
 	mu struct {
@@ -375,8 +438,9 @@ type node struct {
 
 func (n *nodeTable) init() { n.mu.m = map[fs.Ino]*node{} }
 
-// ref records one kernel lookup of ino.
-func (n *nodeTable) ref(ino fs.Ino) {
+// ref records one kernel lookup of ino and reports whether it is the
+// first (the inode must be pinned).
+func (n *nodeTable) ref(ino fs.Ino) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	nd := n.mu.m[ino]
@@ -385,21 +449,36 @@ func (n *nodeTable) ref(ino fs.Ino) {
 		n.mu.m[ino] = nd
 	}
 	nd.lookups++
+	return nd.lookups == 1
 }
 
-// forget drops k lookups of ino.
-func (n *nodeTable) forget(ino fs.Ino, k uint64) {
+// forget drops k lookups of ino and reports whether none is left (the
+// inode must be unpinned).
+func (n *nodeTable) forget(ino fs.Ino, k uint64) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	nd := n.mu.m[ino]
 	if nd == nil {
-		return
+		return false
 	}
 	if nd.lookups <= k {
 		delete(n.mu.m, ino)
-		return
+		return true
 	}
 	nd.lookups -= k
+	return false
+}
+
+// drain forgets every inode and returns those that were known.
+func (n *nodeTable) drain() []fs.Ino {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]fs.Ino, 0, len(n.mu.m))
+	for ino := range n.mu.m {
+		out = append(out, ino)
+	}
+	clear(n.mu.m)
+	return out
 }
 
 // opened records the change counter of ino at open and reports whether it

@@ -86,7 +86,9 @@ func (m *Server) entry(out *raw.EntryOut, a *fs.Attr) {
 	out.SetEntryTimeout(m.cfg.EntryTimeout)
 	out.SetAttrTimeout(m.cfg.AttrTimeout)
 	fillAttr(&out.Attr, a)
-	m.nodes.ref(a.Ino)
+	if m.nodes.ref(a.Ino) {
+		m.pin(a.Ino)
+	}
 }
 
 func (m *Server) attrOut(out *raw.AttrOut, a *fs.Attr) {
@@ -97,33 +99,55 @@ func (m *Server) attrOut(out *raw.AttrOut, a *fs.Attr) {
 // Lookup implements RawFileSystem.
 func (m *Server) Lookup(_ <-chan struct{}, h *raw.InHeader, name string, out *raw.EntryOut) raw.Status {
 	dir := fs.Ino(h.NodeId)
-	var a fs.Attr
-	err := m.view(m.cred(h), func(t *fs.Txn) (err error) {
-		switch name {
-		case ".":
-			a, err = t.GetAttr(m.ctx, dir)
-		case "..":
-			a, err = t.Parent(m.ctx, dir)
-		default:
-			a, err = t.Lookup(m.ctx, dir, name)
+	c := m.cred(h)
+	for attempt := 0; ; attempt++ {
+		removals := m.pins.started.Load()
+		var a fs.Attr
+		err := m.view(c, func(t *fs.Txn) (err error) {
+			switch name {
+			case ".":
+				a, err = t.GetAttr(m.ctx, dir)
+			case "..":
+				a, err = t.Parent(m.ctx, dir)
+			default:
+				a, err = t.Lookup(m.ctx, dir, name)
+			}
+			return err
+		})
+		if errors.Is(err, fs.ErrNotExist) && m.cfg.NegativeTimeout > 0 {
+			// A negative entry: the kernel caches the absence.
+			*out = raw.EntryOut{}
+			out.SetEntryTimeout(m.cfg.NegativeTimeout)
+			return raw.OK
 		}
+		if err != nil {
+			return m.status("lookup", err)
+		}
+		m.entry(out, &a)
+		if m.pins.started.Load() == removals || attempt == 3 || m.alive(c, a.Ino) {
+			return raw.OK
+		}
+		// A removal committed between the lookup and the pin: the
+		// inode may be gone. Look again.
+		m.Forget(uint64(a.Ino), 1)
+	}
+}
+
+// alive reports whether ino still exists.
+func (m *Server) alive(c fs.Cred, ino fs.Ino) bool {
+	err := m.view(c, func(t *fs.Txn) error {
+		_, err := t.GetAttr(m.ctx, ino)
 		return err
 	})
-	if errors.Is(err, fs.ErrNotExist) && m.cfg.NegativeTimeout > 0 {
-		// A negative entry: the kernel caches the absence.
-		*out = raw.EntryOut{}
-		out.SetEntryTimeout(m.cfg.NegativeTimeout)
-		return raw.OK
-	}
-	if err != nil {
-		return m.status("lookup", err)
-	}
-	m.entry(out, &a)
-	return raw.OK
+	return !errors.Is(err, fs.ErrNotExist)
 }
 
 // Forget implements RawFileSystem.
-func (m *Server) Forget(nodeid, nlookup uint64) { m.nodes.forget(fs.Ino(nodeid), nlookup) }
+func (m *Server) Forget(nodeid, nlookup uint64) {
+	if m.nodes.forget(fs.Ino(nodeid), nlookup) {
+		m.unpinLater(fs.Ino(nodeid))
+	}
+}
 
 // GetAttr implements RawFileSystem.
 func (m *Server) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.AttrOut) raw.Status {
@@ -133,7 +157,7 @@ func (m *Server) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.AttrOut)
 		return err
 	})
 	if err != nil {
-		return m.status("getattr", err)
+		return m.nodeStatus("getattr", err)
 	}
 	m.attrOut(out, &a)
 	return raw.OK
@@ -173,7 +197,7 @@ func (m *Server) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.AttrOut)
 		return err
 	})
 	if err != nil {
-		return m.status("setattr", err)
+		return m.nodeStatus("setattr", err)
 	}
 	m.attrOut(out, &a)
 	return raw.OK
@@ -251,19 +275,21 @@ func (m *Server) Link(_ <-chan struct{}, in *raw.LinkIn, name string, out *raw.E
 func (m *Server) remove(op string, h *raw.InHeader, name string, rmdir bool) raw.Status {
 	dir := fs.Ino(h.NodeId)
 	inv := &invalidation{}
-	err := m.update(m.cred(h), inv, func(t *fs.Txn) error {
-		*inv = invalidation{}
-		inv.entry(dir, name)
-		inv.ino(dir)
-		if m.cfg.Group != nil {
-			if a, err := t.Lookup(m.ctx, dir, name); err == nil {
-				inv.ino(a.Ino)
+	err := m.pins.removing(func() error {
+		return m.update(m.cred(h), inv, func(t *fs.Txn) error {
+			*inv = invalidation{}
+			inv.entry(dir, name)
+			inv.ino(dir)
+			if m.cfg.Group != nil {
+				if a, err := t.Lookup(m.ctx, dir, name); err == nil {
+					inv.ino(a.Ino)
+				}
 			}
-		}
-		if rmdir {
-			return t.Rmdir(m.ctx, dir, name)
-		}
-		return t.Unlink(m.ctx, dir, name)
+			if rmdir {
+				return t.Rmdir(m.ctx, dir, name)
+			}
+			return t.Unlink(m.ctx, dir, name)
+		})
 	})
 	return m.status(op, err)
 }
@@ -296,20 +322,22 @@ func (m *Server) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newName st
 	flags := fs.RenameFlags{NoReplace: in.Flags&renameNoReplace != 0, Exchange: in.Flags&renameExchange != 0}
 	src, dst := fs.Ino(in.NodeId), fs.Ino(in.Newdir)
 	inv := &invalidation{}
-	err := m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) error {
-		*inv = invalidation{}
-		inv.entry(src, oldName)
-		inv.entry(dst, newName)
-		inv.ino(src, dst)
-		for _, e := range inv.entries {
-			if m.cfg.Group == nil {
-				break
+	err := m.pins.removing(func() error {
+		return m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) error {
+			*inv = invalidation{}
+			inv.entry(src, oldName)
+			inv.entry(dst, newName)
+			inv.ino(src, dst)
+			for _, e := range inv.entries {
+				if m.cfg.Group == nil {
+					break
+				}
+				if a, err := t.Lookup(m.ctx, e.parent, e.name); err == nil {
+					inv.ino(a.Ino)
+				}
 			}
-			if a, err := t.Lookup(m.ctx, e.parent, e.name); err == nil {
-				inv.ino(a.Ino)
-			}
-		}
-		return t.Rename(m.ctx, src, oldName, dst, newName, flags)
+			return t.Rename(m.ctx, src, oldName, dst, newName, flags)
+		})
 	})
 	return m.status("rename", err)
 }
@@ -322,7 +350,7 @@ func (m *Server) Readlink(_ <-chan struct{}, h *raw.InHeader) ([]byte, raw.Statu
 		return err
 	})
 	if err != nil {
-		return nil, m.status("readlink", err)
+		return nil, m.nodeStatus("readlink", err)
 	}
 	return []byte(target), raw.OK
 }
@@ -336,7 +364,7 @@ func (m *Server) Access(_ <-chan struct{}, in *raw.AccessIn) raw.Status {
 		return err
 	})
 	if err != nil {
-		return m.status("access", err)
+		return m.nodeStatus("access", err)
 	}
 	if got != mask {
 		return raw.EACCES

@@ -20,7 +20,7 @@ func (m *Server) GetXAttr(_ <-chan struct{}, h *raw.InHeader, name string, dest 
 		return err
 	})
 	if err != nil {
-		return 0, m.status("getxattr", err)
+		return 0, m.nodeStatus("getxattr", err)
 	}
 	if len(dest) == 0 {
 		return uint32(len(v)), raw.OK
@@ -39,7 +39,7 @@ func (m *Server) ListXAttr(_ <-chan struct{}, h *raw.InHeader, dest []byte) (uin
 		return err
 	})
 	if err != nil {
-		return 0, m.status("listxattr", err)
+		return 0, m.nodeStatus("listxattr", err)
 	}
 	var b []byte
 	for _, n := range names {
@@ -64,7 +64,7 @@ func (m *Server) SetXAttr(_ <-chan struct{}, in *raw.SetXAttrIn, name string, da
 	err := m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) error {
 		return t.SetXattr(m.ctx, ino, name, data, flags)
 	})
-	return m.status("setxattr", err)
+	return m.nodeStatus("setxattr", err)
 }
 
 // RemoveXAttr implements RawFileSystem.
@@ -73,5 +73,5 @@ func (m *Server) RemoveXAttr(_ <-chan struct{}, h *raw.InHeader, name string) ra
 	err := m.update(m.cred(h), &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) error {
 		return t.RemoveXattr(m.ctx, ino, name)
 	})
-	return m.status("removexattr", err)
+	return m.nodeStatus("removexattr", err)
 }
