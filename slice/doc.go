@@ -5,4 +5,114 @@
 // file, offset, length and CRC32C, and every read verifies the checksum.
 // Slices are never modified; unreferenced ones are found by the metadata
 // scan in package fs and released with Free.
+//
+// # Stores
+//
+// Store is the interface; Local keeps slices in a directory of any vfs.FS
+// (the project's one disk seam, shared with the pebble kv backend), and
+// Cache is the memory tier placed in front of any Store:
+//
+//	l, err := slice.OpenLocal(ctx, slice.LocalOptions{Dir: dir})
+//	store := slice.NewCache(l, 1<<30) // 1 GiB of verified slices in RAM
+//	p, err := store.Put(ctx, regionID, data) // hint: same region, same file
+//	err = store.Sync(ctx, []slice.Pointer{p}) // before committing metadata
+//	err = store.ReadAt(ctx, p, off, buf)
+//
+// Package slicetest is the conformance suite every Store passes.
+//
+// # On-disk layout
+//
+// Dir holds backing files slices-000001.dat … slices-NNNNNN.dat and a lock
+// file, slices.lock. A backing file is nothing but slice bytes appended
+// back to back, with no headers, padding or index:
+//
+//	slices-000001.dat
+//	+-----------+---------+------------+-----------+----------------+
+//	| slice A   | slice B | (garbage)  | slice C   | un-synced tail |
+//	+-----------+---------+------------+-----------+----------------+
+//	0           A.End()   B.End()      C.Offset    Size
+//
+// Everything needed to find and verify a slice is in its Pointer, whose
+// 20-byte encoding (Pointer.AppendBinary) is
+//
+//	0        4                12       16       20
+//	+--------+----------------+--------+--------+
+//	|backing |     offset     | length |  crc   |   big endian
+//	+--------+----------------+--------+--------+
+//
+// where crc is the CRC32C (Castagnoli, Checksum) of the slice's bytes and
+// backing is the number in the file name (ids start at 1, so the zero
+// Pointer is never valid). Garbage ranges (failed writes, freed slices, a
+// crash's torn tail) need no bookkeeping: no durable pointer names them.
+//
+// # Put and locality
+//
+// Put appends to backing file hint%Files under that file's mutex and
+// returns the Pointer; puts with one hint are adjacent on disk (WTF §2.7).
+// A write that fails consumes its range, which is never handed out.
+//
+// # Sync: group commit
+//
+// Each backing file records how much has been written and how much is
+// known durable. Sync finds, for every file its pointers touch, the end of
+// the last one; if that is not yet durable it joins the fdatasync in flight
+// on that file or, if none is, starts one covering everything written so
+// far. A caller whose bytes were written after the in-flight fdatasync
+// started waits for it and then for the next one, which covers every such
+// caller at once: N concurrent Syncs on one file cost about two fdatasyncs.
+// Files are synced in parallel. No mutex is held across fdatasync, so Puts
+// proceed while it runs.
+//
+// # Failure semantics
+//
+//   - Every read verifies length and CRC32C before returning a byte. A
+//     mismatch, a short read, a truncated file or a freed (zeroed) range is
+//     ErrCorrupt; the error names the pointer. Corrupt data is never
+//     returned.
+//   - Malformed pointers (zero or oversized length, offset beyond 2^63,
+//     unknown backing id, sub-range outside the slice) are ErrBadPointer,
+//     whatever the fields hold; nothing panics.
+//   - I/O errors from the FS (EIO, ENOSPC, injected faults) are returned
+//     wrapped, distinct from ErrCorrupt.
+//   - If an fdatasync fails, the kernel may already have dropped the dirty
+//     pages, so a later fdatasync could "succeed" without them. Therefore a
+//     failure is sticky: Sync of any byte in that file beyond what was
+//     durable before the failure returns the error forever (until the store
+//     is reopened, when such slices are garbage), bytes synced earlier stay
+//     durable, and Put skips the file (moving to the next healthy one).
+//   - After a crash every slice whose Sync returned nil is intact; others
+//     read correctly or as ErrCorrupt. Reopening appends after the files'
+//     current size, whatever garbage their un-synced tail holds. New backing
+//     files and directories are made durable by syncing their parents.
+//
+// # Memory tier
+//
+// Cache (BFS's memory data tier) is an LRU of verified slice contents
+// bounded by bytes (plus a small per-entry overhead). It is write-through:
+// Put stores through the next Store and keeps a copy, so recent data
+// reads at memory speed. Hits are served without touching the next Store;
+// concurrent misses of one slice share one load (of the whole slice, which
+// the next Store verifies). Slices are immutable, so cached copies need no
+// coherence protocol; only Free invalidates, dropping every cached slice
+// overlapping the freed range. OpenLocal does not add a cache: compose
+// NewCache(local, n) and Free through the Cache.
+//
+// # Free
+//
+// Free(id, off, length) punches a hole (fallocate PUNCH_HOLE|KEEP_SIZE) when
+// the file is an OS file, else writes zeros. Size is unchanged; Allocated
+// (st_blocks*512) drops by the whole blocks inside the range. Freed slices
+// read as ErrCorrupt — except a slice whose bytes were all zero, whose
+// checksum still matches the zeros it now reads (the bytes are correct,
+// but the slice is no longer really stored). Free is not synced: after a
+// crash the space may be allocated again, and the next collection frees it.
+//
+// # Concurrency
+//
+// All methods of Local and Cache may be called concurrently. Close waits
+// for running calls and in-flight fsyncs. Buffers passed to Put and ReadAt
+// are owned by the caller: Put neither modifies nor retains data; ReadAt
+// writes only into buf (and on error buf's contents are unspecified). The
+// vfs.FS given to OpenLocal must allow WriteAt, ReadAt and SyncData on one
+// file to overlap, as vfs.Default, vfs.MemFS and errorfs do.
 package slice
