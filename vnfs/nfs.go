@@ -1,0 +1,312 @@
+package vnfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"github.com/txnfs/txnfs/nfs4/client"
+)
+
+// Config configures an NFS FS.
+type Config struct {
+	// Addr is the server's host:port (required).
+	Addr string
+	// Root is the directory, as a path from the server's root file
+	// handle, that FS paths are relative to (default "/"). For
+	// NFS-Ganesha exports this is typically the export's pseudo path.
+	Root string
+	// Client configures the NFSv4 client (Addr is taken from above).
+	Client client.Config
+	// MaxOps caps the operations per COMPOUND (default 256, as in vNFS;
+	// never more than the session allows).
+	MaxOps int
+	// MaxIO caps one READ or WRITE (default: the server's maxread and
+	// maxwrite attributes, at most 1 MiB).
+	MaxIO int
+	// NoPathCompression reaches every directory from the root (for
+	// measurements).
+	NoPathCompression bool
+	// Append says whether the server supports the append extension:
+	// AppendAuto (default) trusts txnfs servers (by EXCHANGE_ID
+	// implementation name) and probes others on first use.
+	Append AppendSupport
+	// Scalar makes the FS a scalar baseline client: every vector call
+	// is executed one POSIX call at a time, each with the RPCs a kernel
+	// client would send. For benchmarks only.
+	Scalar bool
+	// Logger receives debug logs (default: discard).
+	Logger *slog.Logger
+}
+
+// AppendSupport says how appends are done.
+type AppendSupport int
+
+const (
+	AppendAuto AppendSupport = iota
+	AppendExtension
+	AppendEmulate
+)
+
+// Stats counts RPC traffic.
+type Stats = client.Stats
+
+// StatsFS is implemented by NFS file systems.
+type StatsFS interface {
+	Stats() Stats
+	// Limits returns the negotiated session limits.
+	Limits() client.Limits
+}
+
+// Dial connects to an NFSv4.1+ server.
+func Dial(ctx context.Context, cfg Config) (FS, error) {
+	if cfg.Addr == "" {
+		return nil, errors.New("vnfs: Config.Addr is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cc := cfg.Client
+	cc.Addr = cfg.Addr
+	if cc.Logger == nil {
+		cc.Logger = cfg.Logger
+	}
+	c, err := client.Dial(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("vnfs: %w", err)
+	}
+	n := &nfsFS{c: c, cfg: cfg, sh: &shared{fds: map[FD]*fdEntry{}}}
+	if err := n.init(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if cfg.Scalar {
+		return &scalarFS{n: n, dirs: map[string][]byte{}}, nil
+	}
+	return n, nil
+}
+
+// nfsFS is the vectorized NFS client.
+type nfsFS struct {
+	c      *client.Client
+	cfg    Config
+	rootFH []byte
+	txn    bool // the Txn view
+
+	maxOps, maxReq, maxResp int
+	maxRead, maxWrite       int
+	minor                   uint32
+
+	sh *shared
+}
+
+// shared is the state common to an FS and its Txn view.
+type shared struct {
+	mu     sync.Mutex
+	fds    map[FD]*fdEntry
+	nextFD FD
+	owners atomic.Uint64
+	// Capabilities learnt by probing: 0 unknown, 1 yes, 2 no.
+	appendOK atomic.Int32
+	copyOK   atomic.Int32
+	cloneOK  atomic.Int32
+}
+
+type fdEntry struct {
+	path  string
+	fh    []byte
+	sid   nfsv4.Stateid4
+	owner []byte
+	flags OpenFlags
+}
+
+var _ FS = (*nfsFS)(nil)
+
+func (n *nfsFS) init(ctx context.Context) error {
+	lim := n.c.Limits()
+	n.minor = lim.MinorVersion
+	n.maxOps = 256
+	if n.cfg.MaxOps > 0 {
+		n.maxOps = n.cfg.MaxOps
+	}
+	n.maxOps = min(n.maxOps, int(lim.MaxOps)-1) // SEQUENCE
+	n.maxReq, n.maxResp = int(lim.MaxRequestSize), int(lim.MaxResponseSize)
+	switch n.cfg.Append {
+	case AppendExtension:
+		n.sh.appendOK.Store(1)
+	case AppendEmulate:
+		n.sh.appendOK.Store(2)
+	default:
+		if lim.ServerImpl == "txnfs" {
+			n.sh.appendOK.Store(1)
+		}
+	}
+	if n.minor < 2 {
+		n.sh.copyOK.Store(2)
+		n.sh.cloneOK.Store(2)
+	}
+	if err := n.probeMaxOps(ctx); err != nil {
+		return err
+	}
+	root, err := cleanPath(n.cfg.Root)
+	if err != nil {
+		return err
+	}
+	var cp client.Compound
+	cp.PutRootFH()
+	for _, c := range components(root) {
+		cp.Lookup(c)
+	}
+	fhi := cp.GetFH()
+	ai := cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_TYPE, nfsv4.FATTR4_MAXREAD, nfsv4.FATTR4_MAXWRITE))
+	rep, err := n.c.Do(ctx, &cp)
+	if err == nil {
+		err = rep.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("vnfs: resolving root %q: %w", "/"+root, err)
+	}
+	n.rootFH = rep.Results[fhi].(*nfsv4.NfsResop4_OP_GETFH).Opgetfh.(*nfsv4.Getfh4res_NFS4_OK).Resok4.Object
+	a, err := client.DecodeAttrs(rep.Results[ai].(*nfsv4.NfsResop4_OP_GETATTR).Opgetattr.(*nfsv4.Getattr4res_NFS4_OK).Resok4.ObjAttributes)
+	if err != nil {
+		return fmt.Errorf("vnfs: root attributes: %w", err)
+	}
+	if a.Type != nfsv4.NF4DIR {
+		return fmt.Errorf("vnfs: root %q is not a directory", "/"+root)
+	}
+	n.maxRead, n.maxWrite = 1<<20, 1<<20
+	if a.MaxRead > 0 && a.MaxRead < uint64(n.maxRead) {
+		n.maxRead = int(a.MaxRead)
+	}
+	if a.MaxWrite > 0 && a.MaxWrite < uint64(n.maxWrite) {
+		n.maxWrite = int(a.MaxWrite)
+	}
+	if n.cfg.MaxIO > 0 {
+		n.maxRead, n.maxWrite = min(n.maxRead, n.cfg.MaxIO), min(n.maxWrite, n.cfg.MaxIO)
+	}
+	return nil
+}
+
+// Stats returns RPC counters.
+func (n *nfsFS) Stats() Stats { return n.c.Stats() }
+
+// Limits returns the session limits.
+func (n *nfsFS) Limits() client.Limits { return n.c.Limits() }
+
+// Txn returns the transactional view.
+func (n *nfsFS) Txn() FS {
+	if n.txn {
+		return n
+	}
+	t := *n
+	t.txn = true
+	t.maxOps--
+	return &t
+}
+
+// Close closes open descriptors and the connection.
+func (n *nfsFS) Close() error {
+	if n.txn {
+		return nil
+	}
+	n.sh.mu.Lock()
+	var fds []FD
+	for fd := range n.sh.fds {
+		fds = append(fds, fd)
+	}
+	n.sh.mu.Unlock()
+	if len(fds) > 0 {
+		n.VClose(context.Background(), fds)
+	}
+	return n.c.Close()
+}
+
+// owner returns a fresh open-owner for one vector call, so that concurrent
+// calls never share (and close) each other's open state.
+func (n *nfsFS) owner() []byte {
+	return fmt.Appendf(nil, "%s/%d", n.c.OpenOwner(), n.sh.owners.Add(1))
+}
+
+// cleanPath makes p relative to the root ("" is the root).
+func cleanPath(p string) (string, error) {
+	if strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("vnfs: path %q contains NUL", p)
+	}
+	c := path.Clean("/" + p)
+	return strings.TrimPrefix(c, "/"), nil
+}
+
+// splitPath returns the parent directory and the name of p ("" name for
+// the root).
+func splitPath(p string) (dir, name string) {
+	i := strings.LastIndexByte(p, '/')
+	if i < 0 {
+		return "", p
+	}
+	return p[:i], p[i+1:]
+}
+
+func (n *nfsFS) fd(fd FD) (*fdEntry, bool) {
+	n.sh.mu.Lock()
+	defer n.sh.mu.Unlock()
+	e, ok := n.sh.fds[fd]
+	return e, ok
+}
+
+func statusOf(err error) nfsv4.Nfsstat4 {
+	var se *client.StatusError
+	if errors.As(err, &se) {
+		return se.Status
+	}
+	return nfsv4.NFS4_OK
+}
+
+// probeMaxOps checks that the server accepts COMPOUNDs of maxOps
+// operations. Some servers negotiate a ca_maxoperations they do not honour
+// (NFS-Ganesha 4.3 answers NFS4ERR_RESOURCE above 100 operations): a
+// COMPOUND of cheap PUTROOTFHs finds the real limit by bisection. A
+// rejected COMPOUND executes nothing.
+func (n *nfsFS) probeMaxOps(ctx context.Context) error {
+	try := func(k int) (bool, error) {
+		var cp client.Compound
+		for i := 0; i < k; i++ {
+			cp.PutRootFH()
+		}
+		rep, err := n.c.Do(ctx, &cp)
+		switch st := statusOf(err); {
+		case err == nil:
+			return rep.Status == nfsv4.NFS4_OK, nil
+		case st == nfsv4.NFS4ERR_RESOURCE || st == nfsv4.NFS4ERR_TOO_MANY_OPS || st == nfsv4.NFS4ERR_REQ_TOO_BIG:
+			return false, nil
+		default:
+			return false, err
+		}
+	}
+	ok, err := try(n.maxOps)
+	if err != nil || ok {
+		return err
+	}
+	lo, hi := 1, n.maxOps // lo works, hi does not
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		ok, err := try(mid)
+		if err != nil {
+			return err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	n.cfg.Logger.Debug("vnfs: server accepts fewer operations than negotiated", "maxops", lo+1)
+	n.maxOps = lo
+	return nil
+}

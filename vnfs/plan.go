@@ -1,0 +1,413 @@
+package vnfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"github.com/txnfs/txnfs/nfs4/client"
+)
+
+// This file turns vectors of items into COMPOUNDs.
+//
+// Each item becomes a task. The runner asks tasks, in order, to emit their
+// operations into the current batch (one COMPOUND under construction). A
+// task checks that what it added fits the negotiated limits and, if not,
+// rolls the batch back and reports emitFull; the runner then sends the
+// batch and asks again with an empty one. A task whose data does not fit
+// one COMPOUND emits a part and reports emitMore. Replies are matched to
+// operations through per-operation handlers; the first failing operation
+// names the failing item, and nothing after it runs.
+//
+// The batch tracks which object the current and saved file handles refer
+// to, so that a task can reach its directory with the fewest operations
+// (path compression, vNFS §4): from the export root (PUTFH + one LOOKUP per
+// component), from the current directory (LOOKUPP up to the common
+// ancestor, then LOOKUPs; only when the current object is known to be a
+// directory), or from the saved directory (RESTOREFH, then the same). A
+// task about to leave its directory for a file saves the directory
+// (SAVEFH) when the next items would reach their directories more cheaply
+// from it.
+
+// Estimated reply sizes of operations (bytes), used to keep replies under
+// the negotiated maximum.
+const (
+	respSmall   = 16  // PUTFH, LOOKUP, SAVEFH, ...
+	respFH      = 140 // GETFH
+	respOpen    = 200
+	respClose   = 24
+	respAttr    = 256 // GETATTR of the attributes we ask for
+	respWrite   = 32
+	respCreate  = 64
+	respRename  = 56
+	respLink    = 64 // READLINK adds the target length
+	respCopy    = 96
+	respReadHdr = 16
+	rpcReplyHdr = 160 // RPC reply header, COMPOUND header, SEQUENCE result
+	rpcCallHdr  = 600 // RPC call header with AUTH_SYS, COMPOUND header, SEQUENCE
+	writeHdr    = 48  // encoded WRITE arguments besides the data
+)
+
+// pos says what a file handle refers to.
+type pos struct {
+	path  string // relative to the FS root; "" is the root
+	valid bool
+	dir   bool // known to be a directory
+}
+
+type resFn func(res nfsv4.NfsResop4) error
+
+type opHandler struct {
+	task int
+	fn   resFn
+}
+
+// openRec is an OPEN whose CLOSE has not been seen yet.
+type openRec struct {
+	task int
+	path string
+	sid  nfsv4.Stateid4
+}
+
+// batch is one COMPOUND under construction.
+type batch struct {
+	n        *nfsFS
+	cp       client.Compound
+	hs       []opHandler
+	resp     int
+	cur      pos
+	saved    pos
+	compress bool
+
+	maxOps, maxReq, maxResp int
+	// lookahead holds the directories of the next tasks (for SAVEFH).
+	lookahead []string
+	// opens are OPENs executed without their CLOSE (filled by handlers).
+	opens []openRec
+	// err is the error of the failed task after send.
+	err error
+}
+
+type mark struct {
+	ops, hs, resp int
+	cur, saved    pos
+}
+
+func (b *batch) mark() mark {
+	return mark{b.cp.Len(), len(b.hs), b.resp, b.cur, b.saved}
+}
+
+func (b *batch) rollback(m mark) {
+	b.cp.Truncate(m.ops)
+	b.hs = b.hs[:m.hs]
+	b.resp, b.cur, b.saved = m.resp, m.cur, m.saved
+}
+
+func (b *batch) empty() bool { return b.cp.Len() == 0 }
+
+func (b *batch) over() bool {
+	return b.cp.Len() > b.maxOps || b.cp.Size()+rpcCallHdr > b.maxReq || b.resp+rpcReplyHdr > b.maxResp
+}
+
+// roomReq is the number of request bytes still free.
+func (b *batch) roomReq() int { return b.maxReq - rpcCallHdr - b.cp.Size() }
+
+// roomResp is the number of reply bytes still free.
+func (b *batch) roomResp() int { return b.maxResp - rpcReplyHdr - b.resp }
+
+// roomOps is the number of operations still free.
+func (b *batch) roomOps() int { return b.maxOps - b.cp.Len() }
+
+func (b *batch) track(task, resp int, fn resFn) {
+	b.hs = append(b.hs, opHandler{task, fn})
+	b.resp += resp
+}
+
+// components splits a relative path.
+func components(p string) []string {
+	if p == "" {
+		return nil
+	}
+	return strings.Split(p, "/")
+}
+
+// dist returns the LOOKUPPs and LOOKUPs needed to go from a to b.
+func dist(a, b string) (ups, downs int) {
+	ca, cb := components(a), components(b)
+	i := 0
+	for i < len(ca) && i < len(cb) && ca[i] == cb[i] {
+		i++
+	}
+	return len(ca) - i, len(cb) - i
+}
+
+// costFrom returns the operations needed to reach dir from p (-1 if p
+// cannot be used: going up requires p to be a directory).
+func costFrom(p pos, dir string) int {
+	if !p.valid {
+		return -1
+	}
+	ups, downs := dist(p.path, dir)
+	if ups > 0 && !p.dir {
+		return -1
+	}
+	return ups + downs
+}
+
+// cd makes the current file handle the directory dir.
+func (b *batch) cd(task int, dir string) {
+	if b.cur.valid && b.cur.path == dir {
+		b.cur.dir = true
+		return
+	}
+	best, how := 1+len(components(dir)), 0
+	if b.compress {
+		if c := costFrom(b.cur, dir); c >= 0 && c < best {
+			best, how = c, 1
+		}
+		if c := costFrom(b.saved, dir); c >= 0 && c+1 < best {
+			best, how = c+1, 2
+		}
+	}
+	var from string
+	switch how {
+	case 0:
+		b.putRoot(task)
+	case 1:
+		from = b.cur.path
+	case 2:
+		b.cp.RestoreFH()
+		b.track(task, respSmall, nil)
+		from = b.saved.path
+	}
+	ups, _ := dist(from, dir)
+	for i := 0; i < ups; i++ {
+		b.cp.LookupP()
+		b.track(task, respSmall, nil)
+	}
+	cf, cd := components(from), components(dir)
+	for _, c := range cd[len(cf)-ups:] {
+		b.cp.Lookup(c)
+		b.track(task, respSmall, nil)
+	}
+	b.cur = pos{path: dir, valid: true, dir: true}
+}
+
+func (b *batch) putRoot(task int) {
+	if b.n.rootFH != nil {
+		b.cp.PutFH(b.n.rootFH)
+	} else {
+		b.cp.PutRootFH()
+	}
+	b.track(task, respSmall, nil)
+	b.cur = pos{path: "", valid: true, dir: true}
+}
+
+// putFH makes the current file handle fh (an object at p, or unknown).
+func (b *batch) putFH(task int, fh []byte, p string) {
+	b.cp.PutFH(fh)
+	b.track(task, respSmall, nil)
+	b.cur = pos{path: p, valid: p != "", dir: false}
+}
+
+// keepDir is called by a task whose current file handle is dir and that
+// is about to move it to a non-directory. It saves dir when that makes the
+// next tasks cheaper.
+func (b *batch) keepDir(task int, dir string) {
+	if !b.compress || (b.saved.valid && b.saved.path == dir) {
+		return
+	}
+	gain := -1 // the SAVEFH itself
+	for _, next := range b.lookahead {
+		without := 1 + len(components(next))
+		if c := costFrom(b.saved, next); c >= 0 && c+1 < without {
+			without = c + 1
+		}
+		with := 1 + costFrom(pos{path: dir, valid: true, dir: true}, next)
+		if with < without {
+			gain += without - with
+		}
+	}
+	if gain > 0 {
+		b.cp.SaveFH()
+		b.track(task, respSmall, nil)
+		b.saved = pos{path: dir, valid: true, dir: true}
+	}
+}
+
+// invalidate forgets file-handle positions at or below p (renamed or
+// removed: the handles may now be elsewhere or stale).
+func (b *batch) invalidate(p string) {
+	for _, q := range []*pos{&b.cur, &b.saved} {
+		if q.valid && (q.path == p || strings.HasPrefix(q.path, p+"/")) {
+			*q = pos{}
+		}
+	}
+}
+
+// lookup moves the current file handle to name in the current directory.
+func (b *batch) lookup(task int, name string) {
+	b.cp.Lookup(name)
+	b.track(task, respSmall, nil)
+	b.cur = pos{path: path.Join(b.cur.path, name), valid: b.cur.valid}
+}
+
+// emitResult is what a task's emit reports.
+type emitResult int
+
+const (
+	// emitDone: the task emitted all its operations.
+	emitDone emitResult = iota
+	// emitMore: the task emitted part of its operations; call again
+	// with a new batch after this one is sent.
+	emitMore
+	// emitFull: nothing was emitted because it does not fit.
+	emitFull
+)
+
+// task is one item of a vector call.
+type task interface {
+	// emit adds the task's (next) operations to b; ti is its index.
+	emit(b *batch, ti int) emitResult
+	// navDir is the directory the task will navigate to first, if any.
+	navDir() (string, bool)
+}
+
+// runOpts configure a run.
+type runOpts struct {
+	op    string               // for errors: "read", "mkdir", ...
+	names func(i int) string   // path of item i, for errors
+	txn   bool                 // one transactional COMPOUND
+}
+
+// run executes tasks in order, splitting them over as many COMPOUNDs as
+// needed. It returns the number of tasks that succeeded and, on failure,
+// an *Error for the first failed task.
+func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
+	if len(tasks) == 0 {
+		return 0, nil
+	}
+	b := n.newBatch()
+	first := 0 // first task with operations in b
+	for i := 0; i < len(tasks); {
+		b.lookahead = b.lookahead[:0]
+		for j := i + 1; j < len(tasks) && len(b.lookahead) < 2; j++ {
+			if d, ok := tasks[j].navDir(); ok {
+				b.lookahead = append(b.lookahead, d)
+			}
+		}
+		r := tasks[i].emit(b, i)
+		if r == emitDone {
+			i++
+			if i < len(tasks) {
+				continue
+			}
+		}
+		if r == emitFull && b.empty() {
+			return i, n.itemErr(o, i, fmt.Errorf("item does not fit one COMPOUND (limits %d ops, %d/%d bytes)", b.maxOps, b.maxReq, b.maxResp))
+		}
+		if o.txn && (r != emitDone || i < len(tasks)) {
+			return 0, fmt.Errorf("vnfs: %s: %w (%d items)", o.op, ErrTxnTooLarge, len(tasks))
+		}
+		// Send b.
+		failed, err := n.send(ctx, o, b)
+		if err != nil {
+			if o.txn {
+				return 0, err
+			}
+			return first, err
+		}
+		if failed >= 0 {
+			if o.txn {
+				return 0, b.err
+			}
+			return failed, b.err
+		}
+		b = n.newBatch()
+		first = i
+	}
+	return len(tasks), nil
+}
+
+// send sends b and runs handlers; it returns the index of the failed task
+// (-1 if none) with b.err set, or a transport/protocol error.
+func (n *nfsFS) send(ctx context.Context, o runOpts, b *batch) (int, error) {
+	b.cp.Txn = o.txn
+	b.cp.Tag = "vnfs " + o.op
+	rep, err := n.c.Do(ctx, &b.cp)
+	if err != nil {
+		if errors.Is(err, client.ErrTxnUnsupported) {
+			return -1, fmt.Errorf("vnfs: %s: %w", o.op, ErrTxnUnsupported)
+		}
+		if len(b.hs) > 0 {
+			return -1, n.itemErr(o, b.hs[0].task, err)
+		}
+		return -1, err
+	}
+	defer n.closeDangling(ctx, b)
+	for k, res := range rep.Results {
+		h := b.hs[k]
+		if st := rep.Statuses[k]; st != nfsv4.NFS4_OK {
+			b.err = n.itemErr(o, h.task, &client.StatusError{Op: res.GetResop(), Index: k, Status: st})
+			return h.task, nil
+		}
+		if h.fn != nil {
+			if err := h.fn(res); err != nil {
+				b.err = n.itemErr(o, h.task, err)
+				return h.task, nil
+			}
+		}
+	}
+	if rep.Status != nfsv4.NFS4_OK || len(rep.Results) != len(b.hs) {
+		t := 0
+		if len(rep.Results) < len(b.hs) {
+			t = b.hs[len(rep.Results)].task
+		}
+		b.err = n.itemErr(o, t, &client.StatusError{Op: nfsv4.OP_ILLEGAL, Status: rep.Status})
+		return t, nil
+	}
+	return -1, nil
+}
+
+func (n *nfsFS) itemErr(o runOpts, i int, err error) error {
+	name := ""
+	if o.names != nil {
+		name = o.names(i)
+	}
+	return &Error{Op: o.op, Index: i, Path: name, Err: err}
+}
+
+// closeDangling closes files a failed COMPOUND opened but did not close.
+func (n *nfsFS) closeDangling(ctx context.Context, b *batch) {
+	if len(b.opens) == 0 {
+		return
+	}
+	var cp client.Compound
+	for _, o := range b.opens {
+		if n.rootFH != nil {
+			cp.PutFH(n.rootFH)
+		} else {
+			cp.PutRootFH()
+		}
+		for _, c := range components(o.path) {
+			cp.Lookup(c)
+		}
+		cp.Close(o.sid)
+		// Each close in its own COMPOUND so that one failure does not
+		// leave the others open.
+		if _, err := n.c.Do(context.WithoutCancel(ctx), &cp); err != nil {
+			n.cfg.Logger.Debug("vnfs: closing dangling open", "path", o.path, "err", err)
+		}
+		cp.Reset()
+	}
+	b.opens = nil
+}
+
+func (n *nfsFS) newBatch() *batch {
+	return &batch{n: n, compress: !n.cfg.NoPathCompression,
+		maxOps: n.maxOps, maxReq: n.maxReq, maxResp: n.maxResp}
+}

@@ -1,0 +1,694 @@
+package vnfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sync"
+	"syscall"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"github.com/txnfs/txnfs/nfs4/client"
+)
+
+// scalarFS is the baseline client of the benchmarks: it executes vector
+// calls one POSIX call at a time, each POSIX call with the COMPOUNDs the
+// Linux kernel client sends for it (vNFS Figure 1):
+//
+//	stat     PUTFH dir; LOOKUP name; GETFH; GETATTR     (cached per path)
+//	open     PUTFH dir; OPEN name; GETFH; GETATTR
+//	read     PUTFH fh; READ            (one per rsize)
+//	write    PUTFH fh; WRITE           (one per wsize)
+//	close    PUTFH fh; [COMMIT;] CLOSE (COMMIT after unstable writes)
+//	mkdir    PUTFH dir; CREATE; GETFH; GETATTR
+//	unlink   PUTFH dir; REMOVE
+//	rename   PUTFH src; SAVEFH; PUTFH dst; RENAME
+//	chmod... PUTFH fh; SETATTR; GETATTR (one per attribute kind)
+//	readdir  PUTFH dir; READDIR (with attributes, like READDIRPLUS)
+//
+// Like the kernel's dentry cache it remembers the file handles of the
+// directories it has looked up, so path walks cost one LOOKUP per new
+// directory. It is not meant for anything but comparisons.
+type scalarFS struct {
+	n    *nfsFS
+	mu   sync.Mutex
+	dirs map[string][]byte
+}
+
+var _ FS = (*scalarFS)(nil)
+
+func (s *scalarFS) Stats() Stats            { return s.n.Stats() }
+func (s *scalarFS) Limits() client.Limits   { return s.n.Limits() }
+func (s *scalarFS) Txn() FS                 { return noTxn{s} }
+func (s *scalarFS) Close() error            { return s.n.Close() }
+func (s *scalarFS) owner() []byte           { return s.n.owner() }
+func (s *scalarFS) clientID() uint64        { return s.n.c.ClientID() }
+func (s *scalarFS) do(ctx context.Context, cp *client.Compound) (*client.Reply, error) {
+	rep, err := s.n.c.Do(ctx, cp)
+	if err != nil {
+		return nil, err
+	}
+	return rep, rep.Err()
+}
+
+func fhOf(res nfsv4.NfsResop4) []byte {
+	return res.(*nfsv4.NfsResop4_OP_GETFH).Opgetfh.(*nfsv4.Getfh4res_NFS4_OK).Resok4.Object
+}
+
+// dirFH walks to dir, one LOOKUP RPC per uncached component.
+func (s *scalarFS) dirFH(ctx context.Context, dir string) ([]byte, error) {
+	if dir == "" {
+		return s.n.rootFH, nil
+	}
+	s.mu.Lock()
+	fh, ok := s.dirs[dir]
+	s.mu.Unlock()
+	if ok {
+		return fh, nil
+	}
+	pd, name := splitPath(dir)
+	pfh, err := s.dirFH(ctx, pd)
+	if err != nil {
+		return nil, err
+	}
+	fh, _, err = s.lookup(ctx, pfh, name)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.dirs[dir] = fh
+	s.mu.Unlock()
+	return fh, nil
+}
+
+// lookup is one LOOKUP RPC (stat).
+func (s *scalarFS) lookup(ctx context.Context, dirfh []byte, name string) ([]byte, client.Attrs, error) {
+	var cp client.Compound
+	cp.PutFH(dirfh)
+	cp.Lookup(name)
+	cp.GetFH()
+	cp.GetAttr(client.StatMask)
+	rep, err := s.do(ctx, &cp)
+	if err != nil {
+		return nil, client.Attrs{}, err
+	}
+	a, err := getattrRes(rep.Results[3])
+	return fhOf(rep.Results[2]), a, err
+}
+
+// resolve returns the file handle of p (stat).
+func (s *scalarFS) resolve(ctx context.Context, f File) ([]byte, client.Attrs, error) {
+	if f.FD != 0 {
+		e, ok := s.n.fd(f.FD)
+		if !ok {
+			return nil, client.Attrs{}, ErrBadFD
+		}
+		return e.fh, client.Attrs{}, nil
+	}
+	p, err := cleanPath(f.Path)
+	if err != nil {
+		return nil, client.Attrs{}, err
+	}
+	if p == "" {
+		var cp client.Compound
+		cp.PutFH(s.n.rootFH)
+		cp.GetAttr(client.StatMask)
+		rep, err := s.do(ctx, &cp)
+		if err != nil {
+			return nil, client.Attrs{}, err
+		}
+		a, err := getattrRes(rep.Results[1])
+		return s.n.rootFH, a, err
+	}
+	d, name := splitPath(p)
+	dfh, err := s.dirFH(ctx, d)
+	if err != nil {
+		return nil, client.Attrs{}, err
+	}
+	return s.lookup(ctx, dfh, name)
+}
+
+type scalarOpen struct {
+	fh    []byte
+	sid   nfsv4.Stateid4
+	dirty bool // unstable writes to COMMIT on close
+}
+
+// open is one OPEN RPC.
+func (s *scalarFS) open(ctx context.Context, p string, a client.OpenArgs, owner []byte) (*scalarOpen, error) {
+	c, err := cleanPath(p)
+	if err != nil {
+		return nil, err
+	}
+	if c == "" {
+		return nil, syscall.EISDIR
+	}
+	d, name := splitPath(c)
+	dfh, err := s.dirFH(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	var cp client.Compound
+	cp.PutFH(dfh)
+	a.Name = name
+	cp.Open(s.clientID(), owner, a)
+	cp.GetFH()
+	cp.GetAttr(client.StatMask)
+	rep, err := s.do(ctx, &cp)
+	if err != nil {
+		return nil, err
+	}
+	sid := rep.Results[1].(*nfsv4.NfsResop4_OP_OPEN).Opopen.(*nfsv4.Open4res_NFS4_OK).Resok4.Stateid
+	return &scalarOpen{fh: fhOf(rep.Results[2]), sid: sid}, nil
+}
+
+func (s *scalarFS) close(ctx context.Context, o *scalarOpen) error {
+	var cp client.Compound
+	cp.PutFH(o.fh)
+	if o.dirty {
+		cp.Commit()
+	}
+	cp.Close(o.sid)
+	_, err := s.do(ctx, &cp)
+	return err
+}
+
+func (s *scalarFS) read(ctx context.Context, fh []byte, sid nfsv4.Stateid4, io *IO) error {
+	for io.N < len(io.Data) && !io.EOF {
+		var cp client.Compound
+		cp.PutFH(fh)
+		cp.Read(sid, io.Offset+uint64(io.N), uint32(min(len(io.Data)-io.N, s.n.maxRead)))
+		rep, err := s.do(ctx, &cp)
+		if err != nil {
+			return err
+		}
+		r := rep.Results[1].(*nfsv4.NfsResop4_OP_READ).Opread.(*nfsv4.Read4res_NFS4_OK).Resok4
+		io.N += copy(io.Data[io.N:], r.Data)
+		io.EOF = r.Eof
+		if len(r.Data) == 0 && !r.Eof {
+			return syscall.EIO
+		}
+	}
+	return nil
+}
+
+func (s *scalarFS) write(ctx context.Context, o *scalarOpen, sid nfsv4.Stateid4, io *IO, off uint64) error {
+	for io.N < len(io.Data) || len(io.Data) == 0 {
+		if len(io.Data) == 0 {
+			return nil
+		}
+		c := min(len(io.Data)-io.N, s.n.maxWrite)
+		var cp client.Compound
+		cp.PutFH(o.fh)
+		stable := io.Flags&Stable != 0
+		cp.Write(sid, off+uint64(io.N), io.Data[io.N:io.N+c], stable)
+		rep, err := s.do(ctx, &cp)
+		if err != nil {
+			return err
+		}
+		w := rep.Results[1].(*nfsv4.NfsResop4_OP_WRITE).Opwrite.(*nfsv4.Write4res_NFS4_OK).Resok4
+		if w.Count == 0 {
+			return syscall.EIO
+		}
+		io.N += int(w.Count)
+		if w.Committed == nfsv4.UNSTABLE4 {
+			o.dirty = true
+		}
+	}
+	return nil
+}
+
+func scalarErr(op string, i int, name string, err error) error {
+	return &Error{Op: op, Index: i, Path: name, Err: err}
+}
+
+func (s *scalarFS) loop(ctx context.Context, op string, n int, name func(int) string, fn func(i int) error) (int, error) {
+	for i := 0; i < n; i++ {
+		if err := fn(i); err != nil {
+			return i, scalarErr(op, i, name(i), err)
+		}
+	}
+	return n, nil
+}
+
+// VRead implements FS: open, read, close per file.
+func (s *scalarFS) VRead(ctx context.Context, ios []IO) (int, error) {
+	owner := s.owner()
+	return s.loop(ctx, "read", len(ios), ioNames(ios), func(i int) error {
+		io := &ios[i]
+		io.N, io.EOF = 0, false
+		if io.File.FD != 0 {
+			e, ok := s.n.fd(io.File.FD)
+			if !ok {
+				return ErrBadFD
+			}
+			sid := e.sid
+			sid.Seqid = 0
+			return s.read(ctx, e.fh, sid, io)
+		}
+		o, err := s.open(ctx, io.File.Path, client.OpenArgs{Access: nfsv4.OPEN4_SHARE_ACCESS_READ}, owner)
+		if err != nil {
+			return err
+		}
+		err = s.read(ctx, o.fh, o.sid, io)
+		if cerr := s.close(ctx, o); err == nil {
+			err = cerr
+		}
+		return err
+	})
+}
+
+// VWrite implements FS: open (creating), write, close per file. Appends
+// use the size from a GETATTR, like the kernel client.
+func (s *scalarFS) VWrite(ctx context.Context, ios []IO) (int, error) {
+	owner := s.owner()
+	return s.loop(ctx, "write", len(ios), ioNames(ios), func(i int) error {
+		io := &ios[i]
+		io.N = 0
+		var o *scalarOpen
+		var sid nfsv4.Stateid4
+		if io.File.FD != 0 {
+			e, ok := s.n.fd(io.File.FD)
+			if !ok {
+				return ErrBadFD
+			}
+			o = &scalarOpen{fh: e.fh}
+			sid = e.sid
+			sid.Seqid = 0
+		} else {
+			a := client.OpenArgs{Access: nfsv4.OPEN4_SHARE_ACCESS_WRITE}
+			if io.Flags&Create != 0 {
+				a.Create, a.Exclusive = true, io.Flags&Exclusive != 0
+				a.CreateAttrs = modeAttrs(io.Mode, 0o644)
+			}
+			var err error
+			if o, err = s.open(ctx, io.File.Path, a, owner); err != nil {
+				return err
+			}
+			sid = o.sid
+			defer func() { s.close(ctx, o) }()
+		}
+		if io.Flags&Truncate != 0 {
+			if err := s.setattr(ctx, o.fh, sid, client.SetAttrs{SetSize: true}); err != nil {
+				return err
+			}
+		}
+		off := io.Offset
+		if off == AppendOffset {
+			var cp client.Compound
+			cp.PutFH(o.fh)
+			cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_SIZE))
+			rep, err := s.do(ctx, &cp)
+			if err != nil {
+				return err
+			}
+			a, err := getattrRes(rep.Results[1])
+			if err != nil {
+				return err
+			}
+			off = a.Size
+		}
+		return s.write(ctx, o, sid, io, off)
+	})
+}
+
+func (s *scalarFS) setattr(ctx context.Context, fh []byte, sid nfsv4.Stateid4, sa client.SetAttrs) error {
+	var cp client.Compound
+	cp.PutFH(fh)
+	cp.SetAttr(sid, sa.Encode())
+	cp.GetAttr(client.StatMask)
+	_, err := s.do(ctx, &cp)
+	return err
+}
+
+// VOpen implements FS.
+func (s *scalarFS) VOpen(ctx context.Context, items []OpenItem) (int, error) {
+	return s.loop(ctx, "open", len(items), func(i int) string { return items[i].Path }, func(i int) error {
+		it := &items[i]
+		a := client.OpenArgs{}
+		if it.Flags&OpenRead != 0 || it.Flags&(OpenRead|OpenWrite) == 0 {
+			a.Access |= nfsv4.OPEN4_SHARE_ACCESS_READ
+		}
+		if it.Flags&OpenWrite != 0 {
+			a.Access |= nfsv4.OPEN4_SHARE_ACCESS_WRITE
+		}
+		if it.Flags&OpenCreate != 0 {
+			a.Create, a.Exclusive = true, it.Flags&OpenExclusive != 0
+			a.CreateAttrs = modeAttrs(it.Mode, 0o644)
+		}
+		owner := s.owner()
+		o, err := s.open(ctx, it.Path, a, owner)
+		if err != nil {
+			return err
+		}
+		if it.Flags&OpenTruncate != 0 {
+			if err := s.setattr(ctx, o.fh, o.sid, client.SetAttrs{SetSize: true}); err != nil {
+				return err
+			}
+		}
+		it.FD = s.n.addFD(&fdEntry{path: it.Path, fh: o.fh, sid: o.sid, owner: owner, flags: it.Flags})
+		return nil
+	})
+}
+
+// VClose implements FS.
+func (s *scalarFS) VClose(ctx context.Context, fds []FD) (int, error) {
+	return s.loop(ctx, "close", len(fds), func(i int) string { return D(fds[i]).String() }, func(i int) error {
+		e, ok := s.n.fd(fds[i])
+		if !ok {
+			return ErrBadFD
+		}
+		s.n.forgetFD(fds[i])
+		return s.close(ctx, &scalarOpen{fh: e.fh, sid: e.sid})
+	})
+}
+
+// VGetAttrs implements FS: one stat per item.
+func (s *scalarFS) VGetAttrs(ctx context.Context, items []AttrItem) (int, error) {
+	return s.loop(ctx, "getattr", len(items), func(i int) string { return items[i].File.String() }, func(i int) error {
+		fh, a, err := s.resolve(ctx, items[i].File)
+		if err != nil {
+			return err
+		}
+		if items[i].File.FD != 0 {
+			var cp client.Compound
+			cp.PutFH(fh)
+			cp.GetAttr(client.StatMask)
+			rep, err := s.do(ctx, &cp)
+			if err != nil {
+				return err
+			}
+			if a, err = getattrRes(rep.Results[1]); err != nil {
+				return err
+			}
+		}
+		items[i].Attr = fromNFS(&a)
+		return nil
+	})
+}
+
+// VSetAttrs implements FS: stat, then one SETATTR per attribute kind
+// (chmod, chown, truncate, utimes are separate system calls).
+func (s *scalarFS) VSetAttrs(ctx context.Context, items []AttrItem) (int, error) {
+	owner := s.owner()
+	return s.loop(ctx, "setattr", len(items), func(i int) string { return items[i].File.String() }, func(i int) error {
+		it := &items[i]
+		fh, _, err := s.resolve(ctx, it.File)
+		if err != nil {
+			return err
+		}
+		sa := setAttrs(it.Mask, &it.Attr)
+		// truncate, chown, chmod, then utimes (last, as tar does, so
+		// that the other calls do not change the times).
+		if sa.SetSize {
+			o, err := s.open(ctx, it.File.Path, client.OpenArgs{Access: nfsv4.OPEN4_SHARE_ACCESS_WRITE}, owner)
+			if err != nil {
+				return err
+			}
+			err = s.setattr(ctx, o.fh, o.sid, client.SetAttrs{SetSize: true, Size: sa.Size})
+			if cerr := s.close(ctx, o); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		}
+		parts := []client.SetAttrs{
+			{SetUid: sa.SetUid, Uid: sa.Uid, SetGid: sa.SetGid, Gid: sa.Gid},
+			{SetMode: sa.SetMode, Mode: sa.Mode},
+			{SetAtime: sa.SetAtime, Atime: sa.Atime, SetMtime: sa.SetMtime, Mtime: sa.Mtime},
+		}
+		for _, p := range parts {
+			if !p.Empty() {
+				if err := s.setattr(ctx, fh, client.AnonymousStateid, p); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// VCopy implements FS: stat, open, read, open, write, close, close.
+func (s *scalarFS) VCopy(ctx context.Context, items []CopyItem) (int, error) {
+	return s.loop(ctx, "copy", len(items), copyNames(items), func(i int) error {
+		it := &items[i]
+		_, a, err := s.resolve(ctx, it.Src)
+		if err != nil {
+			return err
+		}
+		n := it.Length
+		if n == CopyToEnd {
+			n = a.Size - min(a.Size, it.SrcOffset)
+		}
+		buf := make([]byte, n)
+		rd := []IO{{File: it.Src, Offset: it.SrcOffset, Data: buf}}
+		if _, err := s.VRead(ctx, rd); err != nil {
+			return errors.Unwrap(err)
+		}
+		wr := []IO{{File: it.Dst, Offset: it.DstOffset, Data: buf[:rd[0].N], Flags: it.Flags, Mode: it.Mode}}
+		if _, err := s.VWrite(ctx, wr); err != nil {
+			return errors.Unwrap(err)
+		}
+		it.N = uint64(wr[0].N)
+		return nil
+	})
+}
+
+// VSCopy implements FS: the kernel client has no server-side copy for cp.
+func (s *scalarFS) VSCopy(ctx context.Context, items []CopyItem) (int, error) {
+	return s.VCopy(ctx, items)
+}
+
+// VClone implements FS: open, open, CLONE, close, close.
+func (s *scalarFS) VClone(ctx context.Context, items []CopyItem) (int, error) {
+	return s.n.VClone(ctx, items)
+}
+
+// VMkdir implements FS.
+func (s *scalarFS) VMkdir(ctx context.Context, items []MkdirItem) (int, error) {
+	return s.loop(ctx, "mkdir", len(items), func(i int) string { return items[i].Path }, func(i int) error {
+		c, err := cleanPath(items[i].Path)
+		if err != nil {
+			return err
+		}
+		if c == "" {
+			return syscall.EEXIST
+		}
+		d, name := splitPath(c)
+		dfh, err := s.dirFH(ctx, d)
+		if err != nil {
+			return err
+		}
+		var cp client.Compound
+		cp.PutFH(dfh)
+		cp.Mkdir(name, modeAttrs(items[i].Mode, 0o755))
+		cp.GetFH()
+		cp.GetAttr(client.StatMask)
+		rep, err := s.do(ctx, &cp)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.dirs[c] = fhOf(rep.Results[2])
+		s.mu.Unlock()
+		return nil
+	})
+}
+
+func (s *scalarFS) parent(p string) ([]byte, string, string, error) {
+	c, err := cleanPath(p)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if c == "" {
+		return nil, "", "", syscall.EBUSY
+	}
+	d, name := splitPath(c)
+	return nil, d, name, nil
+}
+
+// VRemove implements FS.
+func (s *scalarFS) VRemove(ctx context.Context, paths []string) (int, error) {
+	return s.loop(ctx, "remove", len(paths), func(i int) string { return paths[i] }, func(i int) error {
+		_, d, name, err := s.parent(paths[i])
+		if err != nil {
+			return err
+		}
+		dfh, err := s.dirFH(ctx, d)
+		if err != nil {
+			return err
+		}
+		var cp client.Compound
+		cp.PutFH(dfh)
+		cp.Remove(name)
+		_, err = s.do(ctx, &cp)
+		s.forget(path.Join(d, name))
+		return err
+	})
+}
+
+func (s *scalarFS) forget(p string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.dirs {
+		if k == p || len(k) > len(p) && k[:len(p)+1] == p+"/" {
+			delete(s.dirs, k)
+		}
+	}
+}
+
+// VRename implements FS.
+func (s *scalarFS) VRename(ctx context.Context, items []RenameItem) (int, error) {
+	return s.loop(ctx, "rename", len(items), func(i int) string { return items[i].Old }, func(i int) error {
+		_, sd, sn, err := s.parent(items[i].Old)
+		if err != nil {
+			return err
+		}
+		_, dd, dn, err := s.parent(items[i].New)
+		if err != nil {
+			return err
+		}
+		sfh, err := s.dirFH(ctx, sd)
+		if err != nil {
+			return err
+		}
+		dfh, err := s.dirFH(ctx, dd)
+		if err != nil {
+			return err
+		}
+		var cp client.Compound
+		cp.PutFH(sfh)
+		cp.SaveFH()
+		cp.PutFH(dfh)
+		cp.Rename(sn, dn)
+		_, err = s.do(ctx, &cp)
+		s.forget(path.Join(sd, sn))
+		return err
+	})
+}
+
+// VHardlink implements FS.
+func (s *scalarFS) VHardlink(ctx context.Context, items []LinkItem) (int, error) {
+	return s.loop(ctx, "link", len(items), func(i int) string { return items[i].New }, func(i int) error {
+		fh, _, err := s.resolve(ctx, P(items[i].Old))
+		if err != nil {
+			return err
+		}
+		_, dd, dn, err := s.parent(items[i].New)
+		if err != nil {
+			return err
+		}
+		dfh, err := s.dirFH(ctx, dd)
+		if err != nil {
+			return err
+		}
+		var cp client.Compound
+		cp.PutFH(fh)
+		cp.SaveFH()
+		cp.PutFH(dfh)
+		cp.Link(dn)
+		_, err = s.do(ctx, &cp)
+		return err
+	})
+}
+
+// VSymlink implements FS.
+func (s *scalarFS) VSymlink(ctx context.Context, items []SymlinkItem) (int, error) {
+	return s.loop(ctx, "symlink", len(items), func(i int) string { return items[i].Path }, func(i int) error {
+		_, d, name, err := s.parent(items[i].Path)
+		if err != nil {
+			return err
+		}
+		dfh, err := s.dirFH(ctx, d)
+		if err != nil {
+			return err
+		}
+		var cp client.Compound
+		cp.PutFH(dfh)
+		cp.Symlink(name, items[i].Target, modeAttrs(0o777, 0o777))
+		cp.GetFH()
+		cp.GetAttr(client.StatMask)
+		_, err = s.do(ctx, &cp)
+		return err
+	})
+}
+
+// VReadlink implements FS: stat, then READLINK.
+func (s *scalarFS) VReadlink(ctx context.Context, items []ReadlinkItem) (int, error) {
+	return s.loop(ctx, "readlink", len(items), func(i int) string { return items[i].Path }, func(i int) error {
+		fh, _, err := s.resolve(ctx, P(items[i].Path))
+		if err != nil {
+			return err
+		}
+		var cp client.Compound
+		cp.PutFH(fh)
+		cp.Readlink()
+		rep, err := s.do(ctx, &cp)
+		if err != nil {
+			return err
+		}
+		items[i].Target = string(rep.Results[1].(*nfsv4.NfsResop4_OP_READLINK).Opreadlink.(*nfsv4.Readlink4res_NFS4_OK).Resok4.Link)
+		return nil
+	})
+}
+
+// VListDir implements FS: opendir (lookup), then READDIR RPCs with
+// attributes, one directory at a time.
+func (s *scalarFS) VListDir(ctx context.Context, dirs []string, opts ListOptions, fn func(DirEntry) error) error {
+	mask := bitmap(opts.Mask | AttrType)
+	type dir struct{ p, shown string }
+	level := make([]dir, len(dirs))
+	for i, d := range dirs {
+		c, err := cleanPath(d)
+		if err != nil {
+			return scalarErr("listdir", i, d, err)
+		}
+		level[i] = dir{c, d}
+	}
+	for depth := 0; len(level) > 0; depth++ {
+		var next []dir
+		for i, d := range level {
+			fh, err := s.dirFH(ctx, d.p)
+			if err != nil {
+				return scalarErr("listdir", i, d.shown, err)
+			}
+			var cookie uint64
+			var verf [8]byte
+			for {
+				var cp client.Compound
+				cp.PutFH(fh)
+				cp.Readdir(cookie, verf, 32<<10, 64<<10, mask)
+				rep, err := s.do(ctx, &cp)
+				if err != nil {
+					return scalarErr("listdir", i, d.shown, err)
+				}
+				ok := rep.Results[1].(*nfsv4.NfsResop4_OP_READDIR).Opreaddir.(*nfsv4.Readdir4res_NFS4_OK)
+				verf = ok.Resok4.Cookieverf
+				for e := ok.Resok4.Reply.Entries; e != nil; e = e.Nextentry {
+					cookie = e.Cookie
+					a, err := client.DecodeAttrs(e.Attrs)
+					if err != nil {
+						return scalarErr("listdir", i, d.shown, fmt.Errorf("entry %q: %w", e.Name, err))
+					}
+					de := DirEntry{Dir: d.shown, Name: e.Name, Attr: fromNFS(&a), Depth: depth}
+					if opts.Recursive && de.Attr.Type == TypeDir {
+						next = append(next, dir{path.Join(d.p, e.Name), path.Join(d.shown, e.Name)})
+					}
+					if fn != nil {
+						if err := fn(de); err != nil {
+							return err
+						}
+					}
+				}
+				if ok.Resok4.Reply.Eof || ok.Resok4.Reply.Entries == nil {
+					break
+				}
+			}
+		}
+		level = next
+	}
+	return nil
+}

@@ -1,0 +1,276 @@
+package vnfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/url"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// EnsureDirectory makes sure dir and all its ancestors exist (vNFS
+// ensure_directory): one VGetAttrs finds the first missing ancestor, one
+// VMkdir creates the rest. A non-directory in the way is ENOTDIR.
+func EnsureDirectory(ctx context.Context, f FS, dir string, mode uint32) error {
+	c, err := cleanPath(dir)
+	if err != nil {
+		return err
+	}
+	if c == "" {
+		return nil
+	}
+	comps := strings.Split(c, "/")
+	items := make([]AttrItem, len(comps))
+	for i := range comps {
+		items[i] = AttrItem{File: P(strings.Join(comps[:i+1], "/")), Mask: AttrType}
+	}
+	k, err := f.VGetAttrs(ctx, items)
+	for i := 0; i < k; i++ {
+		if items[i].Attr.Type != TypeDir {
+			return &Error{Op: "mkdir", Index: i, Path: items[i].File.Path, Err: syscall.ENOTDIR}
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	mk := make([]MkdirItem, 0, len(comps)-k)
+	for i := k; i < len(comps); i++ {
+		mk = append(mk, MkdirItem{Path: items[i].File.Path, Mode: mode})
+	}
+	if _, err := f.VMkdir(ctx, mk); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
+}
+
+// RemoveRecursive removes paths and everything below them (vNFS
+// rm_recursive): one recursive VListDir, then one VRemove vector with the
+// files first and the directories deepest first. A missing path is an
+// error (fs.ErrNotExist), as with rm -r.
+func RemoveRecursive(ctx context.Context, f FS, paths ...string) error {
+	items := make([]AttrItem, len(paths))
+	for i, p := range paths {
+		items[i] = AttrItem{File: P(p), Mask: AttrType}
+	}
+	if _, err := f.VGetAttrs(ctx, items); err != nil {
+		return err
+	}
+	var files, dirs, tops []string
+	var roots []string
+	for i, p := range paths {
+		if items[i].Attr.Type == TypeDir {
+			roots = append(roots, p)
+			tops = append(tops, p)
+		} else {
+			files = append(files, p)
+		}
+	}
+	if len(roots) > 0 {
+		err := f.VListDir(ctx, roots, ListOptions{Recursive: true}, func(e DirEntry) error {
+			if e.Attr.Type == TypeDir {
+				dirs = append(dirs, e.Path())
+			} else {
+				files = append(files, e.Path())
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	rm := make([]string, 0, len(files)+len(dirs)+len(tops))
+	rm = append(rm, files...)
+	// Breadth-first order reversed: children before parents.
+	for i := len(dirs) - 1; i >= 0; i-- {
+		rm = append(rm, dirs[i])
+	}
+	for i := len(tops) - 1; i >= 0; i-- {
+		rm = append(rm, tops[i])
+	}
+	_, err := f.VRemove(ctx, rm)
+	return err
+}
+
+// ReadFile reads a whole file (one round trip for files up to 256 KiB).
+func ReadFile(ctx context.Context, f FS, p string) ([]byte, error) {
+	buf := make([]byte, 256<<10)
+	var out []byte
+	off := uint64(0)
+	for {
+		ios := []IO{{File: P(p), Offset: off, Data: buf}}
+		if _, err := f.VRead(ctx, ios); err != nil {
+			return nil, err
+		}
+		out = append(out, buf[:ios[0].N]...)
+		off += uint64(ios[0].N)
+		if ios[0].EOF || ios[0].N == 0 {
+			return out, nil
+		}
+		if len(buf) < 16<<20 {
+			buf = make([]byte, 4*len(buf))
+		}
+	}
+}
+
+// WriteFile creates or truncates p and writes data (stable).
+func WriteFile(ctx context.Context, f FS, p string, data []byte, mode uint32) error {
+	_, err := f.VWrite(ctx, []IO{{File: P(p), Data: data, Flags: Create | Truncate | Stable, Mode: mode}})
+	return err
+}
+
+// AppendFile appends data to p, creating it if needed.
+func AppendFile(ctx context.Context, f FS, p string, data []byte) error {
+	_, err := f.VWrite(ctx, []IO{{File: P(p), Offset: AppendOffset, Data: data, Flags: Create}})
+	return err
+}
+
+// Stat returns the attributes of p (not following a final symlink).
+func Stat(ctx context.Context, f FS, p string) (Attr, error) {
+	it := []AttrItem{{File: P(p), Mask: AttrStat}}
+	_, err := f.VGetAttrs(ctx, it)
+	return it[0].Attr, err
+}
+
+// Mkdir creates one directory.
+func Mkdir(ctx context.Context, f FS, p string, mode uint32) error {
+	_, err := f.VMkdir(ctx, []MkdirItem{{Path: p, Mode: mode}})
+	return err
+}
+
+// Remove removes one file or empty directory.
+func Remove(ctx context.Context, f FS, p string) error {
+	_, err := f.VRemove(ctx, []string{p})
+	return err
+}
+
+// Rename renames one object.
+func Rename(ctx context.Context, f FS, oldPath, newPath string) error {
+	_, err := f.VRename(ctx, []RenameItem{{Old: oldPath, New: newPath}})
+	return err
+}
+
+// Symlink creates one symbolic link.
+func Symlink(ctx context.Context, f FS, target, p string) error {
+	_, err := f.VSymlink(ctx, []SymlinkItem{{Path: p, Target: target}})
+	return err
+}
+
+// Readlink reads one symbolic link.
+func Readlink(ctx context.Context, f FS, p string) (string, error) {
+	it := []ReadlinkItem{{Path: p}}
+	_, err := f.VReadlink(ctx, it)
+	return it[0].Target, err
+}
+
+// Link creates one hard link.
+func Link(ctx context.Context, f FS, oldPath, newPath string) error {
+	_, err := f.VHardlink(ctx, []LinkItem{{Old: oldPath, New: newPath}})
+	return err
+}
+
+// ReadDir lists one directory with the attributes in mask, sorted by name.
+func ReadDir(ctx context.Context, f FS, dir string, mask AttrMask) ([]DirEntry, error) {
+	var out []DirEntry
+	err := f.VListDir(ctx, []string{dir}, ListOptions{Mask: mask}, func(e DirEntry) error {
+		out = append(out, e)
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, err
+}
+
+// Mounts resolves tool arguments — local paths and nfs://HOST[:PORT]/path
+// URLs — to an FS and a path in it, keeping one connection per server.
+// It is safe for concurrent use; Close closes every connection.
+type Mounts struct {
+	// Config is the template for NFS connections (Addr is set per URL).
+	Config Config
+
+	mu    sync.Mutex
+	nfs   map[string]FS
+	local FS
+}
+
+// Target is a resolved argument.
+type Target struct {
+	FS   FS
+	Path string // path in FS
+	// Server is "host:port" for NFS targets, "" for local ones.
+	Server string
+	// Arg is the argument as given.
+	Arg string
+}
+
+// IsNFS reports whether arg is an nfs:// URL.
+func IsNFS(arg string) bool { return strings.HasPrefix(arg, "nfs://") }
+
+// Resolve returns the FS and path for arg.
+func (m *Mounts) Resolve(ctx context.Context, arg string) (Target, error) {
+	if !IsNFS(arg) {
+		abs, err := filepath.Abs(arg)
+		if err != nil {
+			return Target{}, err
+		}
+		m.mu.Lock()
+		if m.local == nil {
+			m.local = Local("/")
+		}
+		l := m.local
+		m.mu.Unlock()
+		return Target{FS: l, Path: abs, Arg: arg}, nil
+	}
+	u, err := url.Parse(arg)
+	if err != nil {
+		return Target{}, fmt.Errorf("bad URL %q: %w", arg, err)
+	}
+	host := u.Host
+	if host == "" {
+		return Target{}, fmt.Errorf("bad URL %q: no host", arg)
+	}
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		host = net.JoinHostPort(host, "2049")
+	}
+	p := path.Clean("/" + u.Path)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.nfs == nil {
+		m.nfs = map[string]FS{}
+	}
+	f, ok := m.nfs[host]
+	if !ok {
+		cfg := m.Config
+		cfg.Addr = host
+		cfg.Root = "/"
+		if f, err = Dial(ctx, cfg); err != nil {
+			return Target{}, fmt.Errorf("%s: %w", arg, err)
+		}
+		m.nfs[host] = f
+	}
+	return Target{FS: f, Path: p, Server: host, Arg: arg}, nil
+}
+
+// Close closes all connections.
+func (m *Mounts) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	for _, f := range m.nfs {
+		errs = append(errs, f.Close())
+	}
+	m.nfs = nil
+	if m.local != nil {
+		m.local.Close()
+		m.local = nil
+	}
+	return errors.Join(errs...)
+}
