@@ -329,7 +329,7 @@ var (
 	// ErrNotSupported means the server lacks an operation (COPY, CLONE);
 	// it unwraps to EOPNOTSUPP.
 	ErrNotSupported = fmt.Errorf("vnfs: operation not supported by the server: %w", syscall.EOPNOTSUPP)
-	errIsDir = fmt.Errorf("vnfs: is the root directory: %w", syscall.EISDIR)
+	errIsDir        = fmt.Errorf("vnfs: is the root directory: %w", syscall.EISDIR)
 	// ErrBadFD means a descriptor is not open.
 	ErrBadFD = fmt.Errorf("vnfs: bad file descriptor: %w", syscall.EBADF)
 )

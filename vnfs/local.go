@@ -581,16 +581,16 @@ type noTxn struct{ FS }
 
 func (noTxn) fail(op string) error { return fmt.Errorf("vnfs: %s: %w", op, ErrTxnUnsupported) }
 
-func (t noTxn) VOpen(context.Context, []OpenItem) (int, error)    { return 0, t.fail("open") }
-func (t noTxn) VClose(context.Context, []FD) (int, error)         { return 0, t.fail("close") }
-func (t noTxn) VRead(context.Context, []IO) (int, error)          { return 0, t.fail("read") }
-func (t noTxn) VWrite(context.Context, []IO) (int, error)         { return 0, t.fail("write") }
+func (t noTxn) VOpen(context.Context, []OpenItem) (int, error)     { return 0, t.fail("open") }
+func (t noTxn) VClose(context.Context, []FD) (int, error)          { return 0, t.fail("close") }
+func (t noTxn) VRead(context.Context, []IO) (int, error)           { return 0, t.fail("read") }
+func (t noTxn) VWrite(context.Context, []IO) (int, error)          { return 0, t.fail("write") }
 func (t noTxn) VGetAttrs(context.Context, []AttrItem) (int, error) { return 0, t.fail("getattr") }
 func (t noTxn) VSetAttrs(context.Context, []AttrItem) (int, error) { return 0, t.fail("setattr") }
-func (t noTxn) VCopy(context.Context, []CopyItem) (int, error)    { return 0, t.fail("copy") }
-func (t noTxn) VSCopy(context.Context, []CopyItem) (int, error)   { return 0, t.fail("scopy") }
-func (t noTxn) VClone(context.Context, []CopyItem) (int, error)   { return 0, t.fail("clone") }
-func (t noTxn) VMkdir(context.Context, []MkdirItem) (int, error)  { return 0, t.fail("mkdir") }
+func (t noTxn) VCopy(context.Context, []CopyItem) (int, error)     { return 0, t.fail("copy") }
+func (t noTxn) VSCopy(context.Context, []CopyItem) (int, error)    { return 0, t.fail("scopy") }
+func (t noTxn) VClone(context.Context, []CopyItem) (int, error)    { return 0, t.fail("clone") }
+func (t noTxn) VMkdir(context.Context, []MkdirItem) (int, error)   { return 0, t.fail("mkdir") }
 func (t noTxn) VListDir(context.Context, []string, ListOptions, func(DirEntry) error) error {
 	return t.fail("listdir")
 }

@@ -232,11 +232,11 @@ func vcopy(ctx context.Context, f FS, items []CopyItem) (int, error) {
 	}
 	// Pieces of at most copyBudget bytes, grouped up to copyBudget.
 	type piece struct {
-		item       int
-		srcOff     uint64
-		dstOff     uint64
-		n          int
-		first      bool
+		item   int
+		srcOff uint64
+		dstOff uint64
+		n      int
+		first  bool
 	}
 	var group []piece
 	var groupBytes int

@@ -279,9 +279,9 @@ type task interface {
 
 // runOpts configure a run.
 type runOpts struct {
-	op    string               // for errors: "read", "mkdir", ...
-	names func(i int) string   // path of item i, for errors
-	txn   bool                 // one transactional COMPOUND
+	op    string             // for errors: "read", "mkdir", ...
+	names func(i int) string // path of item i, for errors
+	txn   bool               // one transactional COMPOUND
 }
 
 // run executes tasks in order, splitting them over as many COMPOUNDs as

@@ -39,12 +39,12 @@ type scalarFS struct {
 
 var _ FS = (*scalarFS)(nil)
 
-func (s *scalarFS) Stats() Stats            { return s.n.Stats() }
-func (s *scalarFS) Limits() client.Limits   { return s.n.Limits() }
-func (s *scalarFS) Txn() FS                 { return noTxn{s} }
-func (s *scalarFS) Close() error            { return s.n.Close() }
-func (s *scalarFS) owner() []byte           { return s.n.owner() }
-func (s *scalarFS) clientID() uint64        { return s.n.c.ClientID() }
+func (s *scalarFS) Stats() Stats          { return s.n.Stats() }
+func (s *scalarFS) Limits() client.Limits { return s.n.Limits() }
+func (s *scalarFS) Txn() FS               { return noTxn{s} }
+func (s *scalarFS) Close() error          { return s.n.Close() }
+func (s *scalarFS) owner() []byte         { return s.n.owner() }
+func (s *scalarFS) clientID() uint64      { return s.n.c.ClientID() }
 func (s *scalarFS) do(ctx context.Context, cp *client.Compound) (*client.Reply, error) {
 	rep, err := s.n.c.Do(ctx, cp)
 	if err != nil {
