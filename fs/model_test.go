@@ -1224,3 +1224,42 @@ func TestYankPasteProbe(t *testing.T) {
 		_ = ctx
 	}
 }
+
+// TestNoSpuriousAbortLookupPath: WTF §2.6 aborts a transaction only "if
+// any replayed operation returns a value different from the logged call".
+// LookupPath returns the attributes of the last component only, so a
+// concurrent change to an ancestor directory's attributes (here: a new
+// entry in the root) must not abort a transaction that looked up a path
+// through it.
+func TestNoSpuriousAbortLookupPath(t *testing.T) {
+	ctx := context.Background()
+	f := newTestFS(t, fsOpts{})
+	do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+		d, _, err := tx.Create(ctx, fs.RootIno, "d", fs.CreateRequest{Type: fs.TypeDirectory, Mode: 0o755})
+		if err != nil {
+			return err
+		}
+		_, _, err = tx.Create(ctx, d.Ino, "f", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+		return err
+	})
+	tx, err := f.Begin(ctx, fs.RootCred, fs.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := tx.LookupPath(ctx, "/d/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Write(ctx, a.Ino, 0, []byte("mine")); err != nil {
+		t.Fatal(err)
+	}
+	// A concurrent transaction changes the root (not /d/f).
+	do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+		_, _, err := tx.Create(ctx, fs.RootIno, "other", fs.CreateRequest{Type: fs.TypeRegular})
+		return err
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("BUG: spurious abort: %v (replaying LookupPath(\"/d/f\") returns the same attributes; "+
+			"only the root's, an intermediate result the caller never saw, changed)", err)
+	}
+}
