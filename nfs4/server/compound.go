@@ -326,7 +326,7 @@ func encodeCompound(st nfsv4.Nfsstat4, tag string, txr *txnResult, results []nfs
 	for _, r := range results {
 		if _, err := r.WriteTo(buf); err != nil {
 			// Only a server bug (e.g. an over-long field) gets here.
-			panic("nfs4: encoding result: " + err.Error())
+			return encodeCompound(nfsv4.NFS4ERR_SERVERFAULT, "", nil, nil)
 		}
 	}
 	return buf.Bytes()

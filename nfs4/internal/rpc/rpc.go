@@ -39,6 +39,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -305,10 +306,24 @@ func (cn *conn) readLoop(ctx context.Context) error {
 		go func() {
 			defer cn.wg.Done()
 			defer func() { <-cn.sem }()
-			rep := cn.srv.cfg.Handler.Handle(ctx, call)
+			rep := cn.srv.handle(ctx, call)
 			cn.writeReply(call.Xid, &rep)
 		}()
 	}
+}
+
+// handle runs the handler. A panic is a server bug: it is logged with its
+// stack and answered SYSTEM_ERR, so one bad request cannot take the whole
+// server down.
+func (s *Server) handle(ctx context.Context, call *Call) (rep Reply) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.cfg.Logger.Error("rpc: handler panic", "xid", call.Xid, "proc", call.Proc,
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			rep = Reply{Stat: rpcv2.SYSTEM_ERR}
+		}
+	}()
+	return s.cfg.Handler.Handle(ctx, call)
 }
 
 // decodeCall parses a call record. It returns ok=false if the record

@@ -1,0 +1,163 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
+)
+
+func record(frags ...[]byte) []byte {
+	var out []byte
+	for i, f := range frags {
+		h := uint32(len(f))
+		if i == len(frags)-1 {
+			h |= 0x80000000
+		}
+		out = binary.BigEndian.AppendUint32(out, h)
+		out = append(out, f...)
+	}
+	return out
+}
+
+func TestReadRecord(t *testing.T) {
+	rec, err := ReadRecord(bytes.NewReader(record([]byte("ab"), []byte("cd"), nil)), 100)
+	if err != nil || string(rec) != "abcd" {
+		t.Fatalf("got %q, %v", rec, err)
+	}
+	if _, err := ReadRecord(bytes.NewReader(nil), 100); err != io.EOF {
+		t.Fatalf("empty stream: %v", err)
+	}
+	if _, err := ReadRecord(bytes.NewReader(record([]byte("abc"))[:5]), 100); err != io.ErrUnexpectedEOF {
+		t.Fatalf("truncated: %v", err)
+	}
+	if _, err := ReadRecord(bytes.NewReader(record(make([]byte, 101))), 100); !errors.Is(err, ErrRecordTooLarge) {
+		t.Fatalf("too large: %v", err)
+	}
+	// Many small fragments adding up past the cap are refused too.
+	frags := make([][]byte, 20)
+	for i := range frags {
+		frags[i] = make([]byte, 10)
+	}
+	if _, err := ReadRecord(bytes.NewReader(record(frags...)), 100); !errors.Is(err, ErrRecordTooLarge) {
+		t.Fatalf("fragmented too large: %v", err)
+	}
+}
+
+type echo struct{}
+
+func (echo) Handle(ctx context.Context, c *Call) Reply {
+	if c.Proc == 99 {
+		panic("boom")
+	}
+	if c.Proc == 98 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return Reply{Stat: rpcv2.SUCCESS, Body: c.Args}
+}
+
+func call(xid, proc uint32, cred rpcv2.OpaqueAuth, args []byte) []byte {
+	msg := rpcv2.RpcMsg{Xid: xid, Body: &rpcv2.RpcMsgBody_CALL{Cbody: rpcv2.CallBody{
+		Rpcvers: 2, Prog: 1, Vers: 1, Proc: proc, Cred: cred, Verf: rpcv2.OpaqueAuth{}}}}
+	var b bytes.Buffer
+	msg.WriteTo(&b)
+	b.Write(args)
+	return record(b.Bytes())
+}
+
+func readReply(t *testing.T, c net.Conn) (*rpcv2.RpcMsg, []byte) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	rec, err := ReadRecord(c, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bytes.NewReader(rec)
+	var m rpcv2.RpcMsg
+	if _, err := m.ReadFrom(r); err != nil {
+		t.Fatal(err)
+	}
+	return &m, rec[len(rec)-r.Len():]
+}
+
+func TestServerCallsAuthAndPanics(t *testing.T) {
+	s, err := NewServer(Config{Handler: echo{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := net.Pipe()
+	go s.ServeConn(context.Background(), 1, a)
+	defer b.Close()
+	var sys bytes.Buffer
+	(&rpcv2.AuthsysParms{Machinename: "m", Uid: 5, Gid: 6}).WriteTo(&sys)
+
+	b.Write(call(7, 1, rpcv2.OpaqueAuth{Flavor: rpcv2.AUTH_SYS, Body: sys.Bytes()}, []byte{1, 2, 3, 4}))
+	m, body := readReply(t, b)
+	if m.Xid != 7 || !bytes.Equal(body, []byte{1, 2, 3, 4}) {
+		t.Fatalf("xid %d body %v", m.Xid, body)
+	}
+	// An unsupported flavor is denied with AUTH_TOOWEAK.
+	b.Write(call(8, 1, rpcv2.OpaqueAuth{Flavor: rpcv2.RPCSEC_GSS}, nil))
+	m, _ = readReply(t, b)
+	rej := m.Body.(*rpcv2.RpcMsgBody_REPLY).Rbody.(*rpcv2.ReplyBody_MSG_DENIED).Rreply.(*rpcv2.RejectedReply_AUTH_ERROR)
+	if rej.Stat != rpcv2.AUTH_TOOWEAK {
+		t.Fatalf("stat %d", rej.Stat)
+	}
+	// A malformed AUTH_SYS body is AUTH_BADCRED.
+	b.Write(call(9, 1, rpcv2.OpaqueAuth{Flavor: rpcv2.AUTH_SYS, Body: []byte{1}}, nil))
+	m, _ = readReply(t, b)
+	if m.Body.(*rpcv2.RpcMsgBody_REPLY).Rbody.(*rpcv2.ReplyBody_MSG_DENIED).Rreply.(*rpcv2.RejectedReply_AUTH_ERROR).Stat != rpcv2.AUTH_BADCRED {
+		t.Fatal("want AUTH_BADCRED")
+	}
+	// A handler panic is SYSTEM_ERR and the connection lives on.
+	b.Write(call(10, 99, rpcv2.OpaqueAuth{}, nil))
+	m, _ = readReply(t, b)
+	if st := m.Body.(*rpcv2.RpcMsgBody_REPLY).Rbody.(*rpcv2.ReplyBody_MSG_ACCEPTED).Areply.ReplyData.GetStat(); st != rpcv2.SYSTEM_ERR {
+		t.Fatalf("stat %d", st)
+	}
+	// Calls run concurrently: a slow call does not delay a fast one.
+	b.Write(call(11, 98, rpcv2.OpaqueAuth{}, nil))
+	b.Write(call(12, 1, rpcv2.OpaqueAuth{}, nil))
+	m, _ = readReply(t, b)
+	if m.Xid != 12 {
+		t.Fatalf("first reply xid %d, want the fast call 12", m.Xid)
+	}
+	readReply(t, b)
+	// Bad RPC version: RPC_MISMATCH.
+	msg := rpcv2.RpcMsg{Xid: 13, Body: &rpcv2.RpcMsgBody_CALL{Cbody: rpcv2.CallBody{Rpcvers: 3}}}
+	var buf bytes.Buffer
+	msg.WriteTo(&buf)
+	b.Write(record(buf.Bytes()))
+	m, _ = readReply(t, b)
+	if _, ok := m.Body.(*rpcv2.RpcMsgBody_REPLY).Rbody.(*rpcv2.ReplyBody_MSG_DENIED).Rreply.(*rpcv2.RejectedReply_RPC_MISMATCH); !ok {
+		t.Fatal("want RPC_MISMATCH")
+	}
+}
+
+// FuzzDecode checks that no record crashes the reader or the call decoder.
+func FuzzDecode(f *testing.F) {
+	var sys bytes.Buffer
+	(&rpcv2.AuthsysParms{Machinename: "m", Uid: 5, Gid: 6, Gids: []uint32{1, 2}}).WriteTo(&sys)
+	f.Add(call(1, 1, rpcv2.OpaqueAuth{Flavor: rpcv2.AUTH_SYS, Body: sys.Bytes()}, []byte{0, 0, 0, 0}))
+	f.Add(call(2, 0, rpcv2.OpaqueAuth{}, nil))
+	f.Add(record([]byte{0, 0, 0, 1, 0, 0, 0, 0}))
+	f.Add([]byte{0x80, 0, 0, 0})
+	f.Add([]byte{0x7f, 0xff, 0xff, 0xff})
+	s, _ := NewServer(Config{Handler: echo{}})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := bytes.NewReader(data)
+		for {
+			rec, err := ReadRecord(r, 1<<16)
+			if err != nil {
+				return
+			}
+			s.decodeCall(rec)
+		}
+	})
+}
