@@ -196,11 +196,21 @@ func (n *nfsFS) VCopy(ctx context.Context, items []CopyItem) (int, error) {
 	if n.txn {
 		return 0, fmt.Errorf("vnfs: copy: %w (read+write copies need several compounds)", ErrTxnTooLarge)
 	}
-	return vcopy(ctx, n, items)
+	return Transfer(ctx, n, n, items)
 }
 
-// vcopy copies by reading and writing through any FS.
-func vcopy(ctx context.Context, f FS, items []CopyItem) (int, error) {
+// Transfer copies ranges from files of src to files of dst (which may be
+// different file systems, e.g. local and NFS) by vectorized reads and
+// writes: a VGetAttrs for the lengths of items copying to the end, then,
+// for groups of items holding at most 64 MiB, one VRead and one VWrite.
+// Items larger than a group are copied in pieces. Results and failure
+// semantics are those of a vector call; on failure the failed item may be
+// partly written.
+func Transfer(ctx context.Context, src, dst FS, items []CopyItem) (int, error) {
+	return vcopy(ctx, src, dst, items)
+}
+
+func vcopy(ctx context.Context, f, g FS, items []CopyItem) (int, error) {
 	for i := range items {
 		items[i].N = 0
 	}
@@ -259,7 +269,7 @@ func vcopy(ctx context.Context, f FS, items []CopyItem) (int, error) {
 			}
 			wios[j] = IO{File: it.Dst, Offset: p.dstOff, Data: ios[j].Data[:ios[j].N], Flags: flags | it.Flags&Stable, Mode: it.Mode}
 		}
-		w, werr := f.VWrite(ctx, wios)
+		w, werr := g.VWrite(ctx, wios)
 		for j := 0; j < w; j++ {
 			items[group[j].item].N += uint64(wios[j].N)
 		}

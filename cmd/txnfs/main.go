@@ -33,6 +33,14 @@ func commands() map[string]command {
 		"mount":  {"mount a data directory with FUSE (txnfs mount --data DIR MOUNTPOINT)", runMount},
 		"umount": {"unmount a txnfs FUSE mount, also a crashed one (txnfs umount MOUNTPOINT)", runUmount},
 		"tx":     {"sandbox a FUSE mount: txnfs tx begin|commit|abort|status MOUNTPOINT", runTx},
+		"cp":     {"copy files and trees (local paths, nfs://HOST:PORT/path)", runCp},
+		"ls":     {"list directories like GNU ls (-l, -R)", runLs},
+		"rm":     {"remove files and trees", runRm},
+		"mkdir":  {"create directories (-p: with parents)", runMkdir},
+		"tar":    {"write a tar archive of files and trees", runTar},
+		"untar":  {"extract a tar archive", runUntar},
+		"clone":  {"clone a file (NFSv4.2 CLONE; metadata-only on txnfs)", runClone},
+		"concat": {"concatenate files into DST by cloning", runConcat},
 	}
 }
 

@@ -1,0 +1,161 @@
+package vtools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+
+	"github.com/txnfs/txnfs/vnfs"
+)
+
+// CpOptions configure Cp.
+type CpOptions struct {
+	// Recursive copies directories (cp -r).
+	Recursive bool
+	// Preserve keeps modes, ownership and times exactly (cp -p).
+	Preserve bool
+}
+
+// batchFiles bounds the files handed to one vector call (for progress).
+const batchFiles = 4096
+
+// Cp copies SRC... to DST like cp(1): into DST when it is a directory,
+// else to DST (one source). Files on the same NFS server are copied with
+// server-side COPY (falling back to READ/WRITE); across file systems with
+// vectorized reads and writes.
+func Cp(ctx context.Context, env *Env, srcs []string, dst string, o CpOptions) error {
+	dt, err := env.Mounts.Resolve(ctx, dst)
+	if err != nil {
+		return err
+	}
+	da := []vnfs.AttrItem{{File: vnfs.P(dt.Path), Mask: vnfs.AttrType}}
+	_, err = dt.FS.VGetAttrs(ctx, da)
+	into := err == nil && da[0].Attr.Type == vnfs.TypeDir
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return wrap(dt, err)
+	}
+	if len(srcs) > 1 && !into {
+		return fmt.Errorf("target %s is not a directory", dst)
+	}
+	for _, s := range srcs {
+		st, err := env.Mounts.Resolve(ctx, s)
+		if err != nil {
+			return err
+		}
+		target := dt
+		if into {
+			target.Path = path.Join(dt.Path, path.Base(st.Path))
+		}
+		if err := copyTree(ctx, env, st, target, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyTree(ctx context.Context, env *Env, src, dst vnfs.Target, o CpOptions) error {
+	ents, err := walk(ctx, src, vnfs.AttrStat, true)
+	if err != nil {
+		return err
+	}
+	if ents[0].attr.Type == vnfs.TypeDir && !o.Recursive {
+		return fmt.Errorf("%s: -r not specified; omitting directory", src.Arg)
+	}
+	dpath := func(rel string) string { return path.Join(dst.Path, rel) }
+	spath := func(rel string) string { return path.Join(src.Path, rel) }
+	var mk []vnfs.MkdirItem
+	var files []vnfs.CopyItem
+	var links []vnfs.SymlinkItem
+	var attrs, dirAttrs []vnfs.AttrItem
+	var bytes int64
+	for _, e := range ents {
+		mask := vnfs.AttrMode
+		if o.Preserve {
+			mask |= vnfs.AttrUid | vnfs.AttrGid | vnfs.AttrAtime | vnfs.AttrMtime
+		}
+		item := vnfs.AttrItem{File: vnfs.P(dpath(e.rel)), Mask: mask, Attr: e.attr}
+		switch e.attr.Type {
+		case vnfs.TypeDir:
+			// Writable while we fill it; its mode is set at the end.
+			mk = append(mk, vnfs.MkdirItem{Path: dpath(e.rel), Mode: e.attr.Mode | 0o700})
+			dirAttrs = append(dirAttrs, item)
+		case vnfs.TypeRegular:
+			files = append(files, vnfs.CopyItem{Src: vnfs.P(spath(e.rel)), Dst: vnfs.P(dpath(e.rel)),
+				Length: vnfs.CopyToEnd, Flags: vnfs.Create | vnfs.Truncate | vnfs.Stable, Mode: e.attr.Mode | 0o200})
+			bytes += int64(e.attr.Size)
+			attrs = append(attrs, item)
+		case vnfs.TypeSymlink:
+			links = append(links, vnfs.SymlinkItem{Path: dpath(e.rel), Target: e.link})
+			if o.Preserve {
+				item.Mask &^= vnfs.AttrMode
+				attrs = append(attrs, item)
+			}
+		default:
+			fmt.Fprintf(env.Stderr, "cp: %s: skipping special file\n", display(src, spath(e.rel)))
+		}
+	}
+	if len(mk) > 0 {
+		if _, err := dst.FS.VMkdir(ctx, mk); err != nil {
+			return wrap(dst, err)
+		}
+	}
+	p := env.progress("cp", len(files))
+	for i := 0; i < len(files); i += batchFiles {
+		batch := files[i:min(len(files), i+batchFiles)]
+		var err error
+		switch {
+		case src.Server != "" && src.Server == dst.Server:
+			_, err = dst.FS.VSCopy(ctx, batch)
+		case src.Server == "" && dst.Server == "":
+			_, err = dst.FS.VCopy(ctx, batch)
+		default:
+			_, err = vnfs.Transfer(ctx, src.FS, dst.FS, batch)
+		}
+		if err != nil {
+			return copyErr(src, dst, batch, err)
+		}
+		var b int64
+		for _, it := range batch {
+			b += int64(it.N)
+		}
+		p.add(len(batch), b)
+	}
+	p.done()
+	if len(links) > 0 {
+		if _, err := dst.FS.VSymlink(ctx, links); err != nil {
+			return wrap(dst, err)
+		}
+	}
+	// Modes (and with -p owners and times) of files, then of directories
+	// deepest first so that setting a parent's time is the last change.
+	if !o.Preserve {
+		// Without -p, files keep the mode they were created with (less
+		// the umask on local file systems), as cp(1) does.
+		attrs = nil
+	}
+	for i := len(dirAttrs) - 1; i >= 0; i-- {
+		attrs = append(attrs, dirAttrs[i])
+	}
+	if len(attrs) > 0 {
+		if _, err := dst.FS.VSetAttrs(ctx, attrs); err != nil {
+			return wrap(dst, err)
+		}
+	}
+	return nil
+}
+
+// copyErr names the path of a failed copy: the source when reading it
+// failed, the destination otherwise.
+func copyErr(src, dst vnfs.Target, batch []vnfs.CopyItem, err error) error {
+	var ve *vnfs.Error
+	if errors.As(err, &ve) && ve.Index < len(batch) {
+		it := batch[ve.Index]
+		if ve.Path == it.Src.Path || ve.Op == "read" || ve.Op == "getattr" {
+			return &pathError{path: display(src, it.Src.Path), err: err}
+		}
+		return &pathError{path: display(dst, it.Dst.Path), err: err}
+	}
+	return wrap(dst, err)
+}

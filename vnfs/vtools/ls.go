@@ -1,0 +1,272 @@
+package vtools
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os/user"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/txnfs/txnfs/vnfs"
+)
+
+// LsOptions configure Ls.
+type LsOptions struct {
+	Long      bool // -l
+	Recursive bool // -R
+	AlmostAll bool // -A: include dot files
+}
+
+// Ls lists like GNU ls (in the C locale, output not to a terminal): file
+// arguments first, then directories, names sorted bytewise, -R depth-first
+// with "dir:" headers. Directory contents come from one recursive VListDir
+// with attributes (and one VReadlink for the symlinks) per argument.
+func Ls(ctx context.Context, env *Env, args []string, o LsOptions) error {
+	if len(args) == 0 {
+		args = []string{"."}
+	}
+	w := bufio.NewWriter(env.Stdout)
+	defer w.Flush()
+	l := &lister{env: env, o: o, w: w, users: map[uint32]string{}, groups: map[uint32]string{}, now: env.now()}
+	type arg struct {
+		name string
+		t    vnfs.Target
+		attr vnfs.Attr
+		link string
+	}
+	var files, dirs []arg
+	var firstErr error
+	for _, a := range args {
+		t, err := env.Mounts.Resolve(ctx, a)
+		if err != nil {
+			return err
+		}
+		it := []vnfs.AttrItem{{File: vnfs.P(t.Path), Mask: vnfs.AttrStat}}
+		if _, err := t.FS.VGetAttrs(ctx, it); err != nil {
+			fmt.Fprintf(env.Stderr, "ls: cannot access '%s': %s\n", a, Reason(err))
+			firstErr = wrap(t, err)
+			continue
+		}
+		x := arg{name: a, t: t, attr: it[0].Attr}
+		if x.attr.Type == vnfs.TypeDir {
+			dirs = append(dirs, x)
+			continue
+		}
+		if x.attr.Type == vnfs.TypeSymlink && o.Long {
+			x.link, _ = vnfs.Readlink(ctx, t.FS, t.Path)
+		}
+		files = append(files, x)
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
+	sort.Slice(dirs, func(i, j int) bool { return dirs[i].name < dirs[j].name })
+	if len(files) > 0 {
+		ents := make([]lsEntry, len(files))
+		for i, f := range files {
+			ents[i] = lsEntry{name: f.name, attr: f.attr, link: f.link}
+		}
+		l.block(ents, false)
+	}
+	headers := len(dirs)+len(files) > 1 || o.Recursive
+	first := len(files) == 0
+	for _, d := range dirs {
+		tree, err := l.load(ctx, d.t)
+		if err != nil {
+			return err
+		}
+		l.printTree(tree, d.t.Path, d.name, headers, &first)
+	}
+	return firstErr
+}
+
+type lsEntry struct {
+	name string
+	attr vnfs.Attr
+	link string
+}
+
+type lister struct {
+	env    *Env
+	o      LsOptions
+	w      io.Writer
+	users  map[uint32]string
+	groups map[uint32]string
+	now    time.Time
+}
+
+// load lists the directory at t (recursively with -R): entries by
+// directory path.
+func (l *lister) load(ctx context.Context, t vnfs.Target) (map[string][]lsEntry, error) {
+	mask := vnfs.AttrType
+	if l.o.Long {
+		mask = vnfs.AttrStat
+	}
+	tree := map[string][]lsEntry{t.Path: nil}
+	var links []vnfs.ReadlinkItem
+	type ref struct {
+		dir string
+		i   int
+	}
+	var refs []ref
+	err := t.FS.VListDir(ctx, []string{t.Path}, vnfs.ListOptions{Mask: mask, Recursive: l.o.Recursive}, func(de vnfs.DirEntry) error {
+		if !l.o.AlmostAll && strings.HasPrefix(de.Name, ".") {
+			return nil
+		}
+		tree[de.Dir] = append(tree[de.Dir], lsEntry{name: de.Name, attr: de.Attr})
+		if de.Attr.Type == vnfs.TypeDir {
+			if _, ok := tree[de.Path()]; !ok {
+				tree[de.Path()] = nil
+			}
+		}
+		if l.o.Long && de.Attr.Type == vnfs.TypeSymlink {
+			links = append(links, vnfs.ReadlinkItem{Path: de.Path()})
+			refs = append(refs, ref{de.Dir, len(tree[de.Dir]) - 1})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(t, err)
+	}
+	if len(links) > 0 {
+		if _, err := t.FS.VReadlink(ctx, links); err != nil {
+			return nil, wrap(t, err)
+		}
+		for j, r := range refs {
+			tree[r.dir][r.i].link = links[j].Target
+		}
+	}
+	return tree, nil
+}
+
+// printTree prints directory dir (shown as name) and, with -R, its
+// subdirectories depth-first.
+func (l *lister) printTree(tree map[string][]lsEntry, dir, name string, header bool, first *bool) {
+	ents := tree[dir]
+	sort.Slice(ents, func(i, j int) bool { return ents[i].name < ents[j].name })
+	if !*first {
+		fmt.Fprintln(l.w)
+	}
+	*first = false
+	if header {
+		fmt.Fprintf(l.w, "%s:\n", name)
+	}
+	l.block(ents, true)
+	if !l.o.Recursive {
+		return
+	}
+	for _, e := range ents {
+		if e.attr.Type == vnfs.TypeDir {
+			sub := path.Join(dir, e.name)
+			if _, ok := tree[sub]; ok {
+				l.printTree(tree, sub, strings.TrimSuffix(name, "/")+"/"+e.name, true, first)
+			}
+		}
+	}
+}
+
+// block prints entries, in long format with aligned columns.
+func (l *lister) block(ents []lsEntry, total bool) {
+	if !l.o.Long {
+		for _, e := range ents {
+			fmt.Fprintln(l.w, e.name)
+		}
+		return
+	}
+	var blocks uint64
+	var wl, wu, wg, ws int
+	rows := make([][5]string, len(ents))
+	for i, e := range ents {
+		a := e.attr
+		blocks += a.Space
+		size := strconv.FormatUint(a.Size, 10)
+		if a.Type == vnfs.TypeBlock || a.Type == vnfs.TypeChar {
+			size = fmt.Sprintf("%d, %d", a.Rdev[0], a.Rdev[1])
+		}
+		rows[i] = [5]string{modeString(a), strconv.FormatUint(uint64(a.Nlink), 10), l.user(a.Uid), l.group(a.Gid), size}
+		wl = max(wl, len(rows[i][1]))
+		wu = max(wu, len(rows[i][2]))
+		wg = max(wg, len(rows[i][3]))
+		ws = max(ws, len(rows[i][4]))
+	}
+	if total {
+		fmt.Fprintf(l.w, "total %d\n", (blocks+1023)/1024)
+	}
+	for i, e := range ents {
+		r := rows[i]
+		fmt.Fprintf(l.w, "%s %*s %-*s %-*s %*s %s %s", r[0], wl, r[1], wu, r[2], wg, r[3], ws, r[4], l.date(e.attr.Mtime), e.name)
+		if e.attr.Type == vnfs.TypeSymlink {
+			fmt.Fprintf(l.w, " -> %s", e.link)
+		}
+		fmt.Fprintln(l.w)
+	}
+}
+
+// date formats a time like GNU ls: "Jan  2 15:04" within the last six
+// months, else "Jan  2  2006".
+func (l *lister) date(t time.Time) string {
+	t = t.Local()
+	sixMonths := time.Duration(31556952/2) * time.Second
+	if t.After(l.now.Add(-sixMonths)) && !t.After(l.now) {
+		return t.Format("Jan _2 15:04")
+	}
+	return t.Format("Jan _2  2006")
+}
+
+func (l *lister) user(uid uint32) string {
+	if n, ok := l.users[uid]; ok {
+		return n
+	}
+	n := strconv.FormatUint(uint64(uid), 10)
+	if u, err := user.LookupId(n); err == nil {
+		n = u.Username
+	}
+	l.users[uid] = n
+	return n
+}
+
+func (l *lister) group(gid uint32) string {
+	if n, ok := l.groups[gid]; ok {
+		return n
+	}
+	n := strconv.FormatUint(uint64(gid), 10)
+	if g, err := user.LookupGroupId(n); err == nil {
+		n = g.Name
+	}
+	l.groups[gid] = n
+	return n
+}
+
+// modeString renders the type and permissions like ls -l.
+func modeString(a vnfs.Attr) string {
+	var b [10]byte
+	b[0] = map[vnfs.FileType]byte{vnfs.TypeDir: 'd', vnfs.TypeSymlink: 'l', vnfs.TypeBlock: 'b',
+		vnfs.TypeChar: 'c', vnfs.TypeFIFO: 'p', vnfs.TypeSocket: 's'}[a.Type]
+	if b[0] == 0 {
+		b[0] = '-'
+	}
+	const rwx = "rwxrwxrwx"
+	for i := 0; i < 9; i++ {
+		if a.Mode&(1<<(8-i)) != 0 {
+			b[i+1] = rwx[i]
+		} else {
+			b[i+1] = '-'
+		}
+	}
+	special := func(bit uint32, i int, set, unset byte) {
+		if a.Mode&bit != 0 {
+			if b[i] == 'x' {
+				b[i] = set
+			} else {
+				b[i] = unset
+			}
+		}
+	}
+	special(0o4000, 3, 's', 'S')
+	special(0o2000, 6, 's', 'S')
+	special(0o1000, 9, 't', 'T')
+	return string(b[:])
+}
