@@ -140,77 +140,91 @@ func (t *Txn) deleteInode(ctx context.Context, ino Ino) error {
 // permission on dir.
 func (t *Txn) Lookup(ctx context.Context, dir Ino, name string) (Attr, error) {
 	res, err := t.do(ctx, "lookup", func(ctx context.Context) (any, error) {
-		d, err := t.loadDir(ctx, dir)
-		if err != nil {
-			return nil, err
-		}
-		if err := checkAccess(t.cred, d, AccessExecute); err != nil {
-			return nil, err
-		}
-		if err := checkName(name); err != nil {
-			return nil, err
-		}
-		de, err := t.lookupEntry(ctx, dir, name)
-		if err != nil {
-			return nil, err
-		}
-		n, err := t.loadInode(ctx, Ino(de.Ino))
-		if err != nil {
-			if errors.Is(err, ErrNotExist) {
-				return nil, fmt.Errorf("%w: entry %q of directory %d names missing inode %d", ErrCorrupt, name, dir, de.Ino)
-			}
-			return nil, err
-		}
-		return toAttr(Ino(de.Ino), n), nil
+		return t.lookup(ctx, dir, name)
 	})
 	return attrResult(res, err)
 }
 
-// LookupPath resolves a slash-separated path from the root, without
-// following symlinks ("." and ".." are honoured).
-func (t *Txn) LookupPath(ctx context.Context, path string) (Attr, error) {
-	cur, err := t.GetAttr(ctx, RootIno)
+func (t *Txn) lookup(ctx context.Context, dir Ino, name string) (Attr, error) {
+	d, err := t.loadDir(ctx, dir)
 	if err != nil {
 		return Attr{}, err
 	}
-	for _, name := range strings.Split(path, "/") {
-		switch name {
-		case "", ".":
-			continue
-		case "..":
-			cur, err = t.Parent(ctx, cur.Ino)
-		default:
-			cur, err = t.Lookup(ctx, cur.Ino, name)
-		}
-		if err != nil {
-			return Attr{}, err
-		}
+	if err := checkAccess(t.cred, d, AccessExecute); err != nil {
+		return Attr{}, err
 	}
-	return cur, nil
+	if err := checkName(name); err != nil {
+		return Attr{}, err
+	}
+	de, err := t.lookupEntry(ctx, dir, name)
+	if err != nil {
+		return Attr{}, err
+	}
+	n, err := t.loadInode(ctx, Ino(de.Ino))
+	if err != nil {
+		if errors.Is(err, ErrNotExist) {
+			return Attr{}, fmt.Errorf("%w: entry %q of directory %d names missing inode %d", ErrCorrupt, name, dir, de.Ino)
+		}
+		return Attr{}, err
+	}
+	return toAttr(Ino(de.Ino), n), nil
+}
+
+// LookupPath resolves a slash-separated path from the root, without
+// following symlinks ("." and ".." are honoured). It is one operation: only
+// the final attributes are its result, so a concurrent change to an
+// ancestor does not make a transaction's replay differ.
+func (t *Txn) LookupPath(ctx context.Context, path string) (Attr, error) {
+	res, err := t.do(ctx, "lookuppath", func(ctx context.Context) (any, error) {
+		root, err := t.loadInode(ctx, RootIno)
+		if err != nil {
+			return nil, err
+		}
+		cur := toAttr(RootIno, root)
+		for _, name := range strings.Split(path, "/") {
+			switch name {
+			case "", ".":
+				continue
+			case "..":
+				cur, err = t.parent(ctx, cur.Ino)
+			default:
+				cur, err = t.lookup(ctx, cur.Ino, name)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		return cur, nil
+	})
+	return attrResult(res, err)
 }
 
 // Parent returns the attributes of directory dir's parent (the root's
 // parent is the root).
 func (t *Txn) Parent(ctx context.Context, dir Ino) (Attr, error) {
 	res, err := t.do(ctx, "parent", func(ctx context.Context) (any, error) {
-		d, err := t.loadDir(ctx, dir)
-		if err != nil {
-			return nil, err
-		}
-		if err := checkAccess(t.cred, d, AccessExecute); err != nil {
-			return nil, err
-		}
-		p := Ino(d.Parent)
-		if p == 0 {
-			p = RootIno
-		}
-		n, err := t.loadInode(ctx, p)
-		if err != nil {
-			return nil, err
-		}
-		return toAttr(p, n), nil
+		return t.parent(ctx, dir)
 	})
 	return attrResult(res, err)
+}
+
+func (t *Txn) parent(ctx context.Context, dir Ino) (Attr, error) {
+	d, err := t.loadDir(ctx, dir)
+	if err != nil {
+		return Attr{}, err
+	}
+	if err := checkAccess(t.cred, d, AccessExecute); err != nil {
+		return Attr{}, err
+	}
+	p := Ino(d.Parent)
+	if p == 0 {
+		p = RootIno
+	}
+	n, err := t.loadInode(ctx, p)
+	if err != nil {
+		return Attr{}, err
+	}
+	return toAttr(p, n), nil
 }
 
 // GetAttr returns the attributes of ino.
