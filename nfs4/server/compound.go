@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
@@ -272,6 +273,15 @@ func (c *compound) runTxn(ops []decodedOp, txr *txnResult) ([]nfsv4.NfsResop4, n
 		if errors.Is(err, fs.ErrConflict) && attempt < c.s.cfg.TxnRetries {
 			c.s.met.txns.WithLabelValues("retry").Inc()
 			c.cur, c.saved, c.curSid, c.savedSid = cur, saved, curSid, savedSid
+			// Randomized exponential backoff so that conflicting
+			// transactions stop colliding.
+			d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
+			select {
+			case <-time.After(d):
+			case <-c.ctx.Done():
+				txr.status = nfsv4.NFS4ERR_DELAY
+				return nil, txr.status
+			}
 			continue
 		}
 		c.s.met.txns.WithLabelValues("fail").Inc()

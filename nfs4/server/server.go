@@ -50,7 +50,7 @@ type Config struct {
 	// MaxInflight caps concurrent requests per connection (default 32).
 	MaxInflight int
 	// TxnRetries is how many times a transactional compound is re-run
-	// after a serialization conflict before NFS4ERR_DELAY (default 8).
+	// after a serialization conflict before NFS4ERR_DELAY (default 16).
 	TxnRetries int
 }
 
@@ -90,7 +90,7 @@ func (c *Config) Validate() error {
 		c.MaxInflight = 32
 	}
 	if c.TxnRetries <= 0 {
-		c.TxnRetries = 8
+		c.TxnRetries = 16
 	}
 	return nil
 }

@@ -414,11 +414,20 @@ func EncodeReply(xid uint32, rep *Reply) []byte {
 }
 
 func (cn *conn) writeReply(xid uint32, rep *Reply) {
-	b := EncodeReply(xid, rep)
+	// Large bodies are written with writev, without copying them behind
+	// the header.
+	var bufs net.Buffers
+	if len(rep.Body) > 4096 && rep.Stat == rpcv2.SUCCESS && !rep.RPCMismatch && rep.AuthErr == rpcv2.AUTH_OK {
+		hdr := EncodeReply(xid, &Reply{Stat: rpcv2.SUCCESS})
+		binary.BigEndian.PutUint32(hdr, uint32(len(hdr)-4+len(rep.Body))|0x80000000)
+		bufs = net.Buffers{hdr, rep.Body}
+	} else {
+		bufs = net.Buffers{EncodeReply(xid, rep)}
+	}
 	cn.wmu.Lock()
 	defer cn.wmu.Unlock()
 	cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
-	if _, err := cn.c.Write(b); err != nil {
+	if _, err := bufs.WriteTo(cn.c); err != nil {
 		cn.c.Close() // the reader notices and ends the connection
 	}
 }
