@@ -78,6 +78,22 @@ func (g *Group) broadcast(from *Server, inv *invalidation) {
 	}
 }
 
+// broadcastWait is broadcast, returning once the kernels have processed
+// the invalidations.
+func (g *Group) broadcastWait(from *Server, inv *invalidation) {
+	g.mu.Lock()
+	var dones []<-chan struct{}
+	for _, m := range g.mu.mounts {
+		if m != from {
+			dones = append(dones, m.notify.pushDone(inv))
+		}
+	}
+	g.mu.Unlock()
+	for _, d := range dones {
+		<-d
+	}
+}
+
 // notifier sends cache invalidations to one mount's kernel from its own
 // goroutine: a notification may wait for an inode lock held by a request
 // in progress, so it must never be sent from a request handler.
@@ -85,6 +101,7 @@ type notifier struct {
 	mu struct {
 		sync.Mutex
 		queue   []*invalidation
+		waiters []chan struct{} // closed once the queue before them is sent
 		stopped bool
 	}
 	wake chan struct{}
@@ -101,12 +118,29 @@ func (n *notifier) push(inv *invalidation) {
 	if len(inv.entries) == 0 && len(inv.inos) == 0 {
 		return
 	}
+	n.enqueue(inv, nil)
+}
+
+// pushDone queues inv and returns a channel closed once it was sent.
+func (n *notifier) pushDone(inv *invalidation) <-chan struct{} {
+	done := make(chan struct{})
+	n.enqueue(inv, done)
+	return done
+}
+
+func (n *notifier) enqueue(inv *invalidation, done chan struct{}) {
 	n.mu.Lock()
 	if n.mu.stopped {
 		n.mu.Unlock()
+		if done != nil {
+			close(done)
+		}
 		return
 	}
 	n.mu.queue = append(n.mu.queue, inv)
+	if done != nil {
+		n.mu.waiters = append(n.mu.waiters, done)
+	}
 	select { // under the lock: stop closes wake
 	case n.wake <- struct{}{}:
 	default:
@@ -121,6 +155,10 @@ func (n *notifier) stop() {
 		return
 	}
 	n.mu.stopped = true
+	for _, w := range n.mu.waiters {
+		close(w)
+	}
+	n.mu.waiters = nil
 	n.mu.Unlock()
 	close(n.wake)
 	<-n.done
@@ -130,8 +168,8 @@ func (n *notifier) run(srv *raw.Server, log *slog.Logger) {
 	defer close(n.done)
 	for range n.wake {
 		n.mu.Lock()
-		q := n.mu.queue
-		n.mu.queue = nil
+		q, waiters := n.mu.queue, n.mu.waiters
+		n.mu.queue, n.mu.waiters = nil, nil
 		stopped := n.mu.stopped
 		n.mu.Unlock()
 		if stopped {
@@ -159,6 +197,9 @@ func (n *notifier) run(srv *raw.Server, log *slog.Logger) {
 					log.Debug("inode invalidation failed", "ino", ino, "status", st)
 				}
 			}
+		}
+		for _, w := range waiters {
+			close(w)
 		}
 	}
 }

@@ -88,7 +88,8 @@ func (m *Server) Commit() error {
 	}
 	m.log.Info("sandbox committed", "operations", ops)
 	if m.cfg.Group != nil {
-		m.cfg.Group.broadcast(m, &touched)
+		// The other mounts see the changes when Commit returns.
+		m.cfg.Group.broadcastWait(m, &touched)
 	}
 	return nil
 }
@@ -127,7 +128,7 @@ func (m *Server) Status() SandboxStatus {
 func (m *Server) invalidateAll(touched *invalidation) {
 	m.nodes.resetChanges()
 	inv := &invalidation{entries: touched.entries, inos: m.nodes.known()}
-	m.notify.push(inv)
+	<-m.notify.pushDone(inv)
 }
 
 // The control ioctl: an _IOWR ioctl, with a ctlMsg, on the mount point (or
