@@ -52,6 +52,10 @@ func Walk(w Walker) (Snapshot, error) {
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
+		if _, seen := links[ino]; seen && e.Type == fs.TypeDirectory {
+			return fmt.Errorf("%s: %w: directory %d reached twice (a cycle or a hard link to a directory)",
+				path, fs.ErrCorrupt, ino)
+		}
 		e.Path = path
 		id, ok := links[ino]
 		if !ok {
