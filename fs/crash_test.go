@@ -432,7 +432,6 @@ func TestCrashCloneMem(t *testing.T) {
 	}
 }
 
-
 func syncDir(t *testing.T, fsys vfs.FS, dir string) {
 	t.Helper()
 	d, err := fsys.OpenDir(dir)
