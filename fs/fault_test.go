@@ -545,3 +545,57 @@ func TestReadDirIOError(t *testing.T) {
 		t.Fatalf("BUG: ReadDir with a failing metadata read: %v, want ErrIO", err)
 	}
 }
+
+// FuzzSlicesUnmarshal: decoding untrusted Slices never panics, fails with
+// ErrBadSlice, and Paste rejects whatever decodes unless it is an
+// encoding of slices this file system issued.
+func FuzzSlicesUnmarshal(f *testing.F) {
+	ctx := context.Background()
+	tf := newTestFS(f, fsOpts{inlineMax: 64})
+	var ino fs.Ino
+	do(f, tf.FS, func(ctx context.Context, tx *fs.Txn) error {
+		a, _, err := tx.Create(ctx, fs.RootIno, "f", fs.CreateRequest{Type: fs.TypeRegular})
+		if err != nil {
+			return err
+		}
+		ino = a.Ino
+		if err := tx.Write(ctx, ino, 0, pattern(1, 5000)); err != nil {
+			return err
+		}
+		if err := tx.Write(ctx, ino, 100, []byte("inline")); err != nil {
+			return err
+		}
+		for _, r := range [][2]uint64{{0, 5000}, {90, 20}, {0, 0}, {4000, 10000}} {
+			s, err := tx.Yank(ctx, ino, r[0], r[1])
+			if err != nil {
+				return err
+			}
+			b, err := s.MarshalBinary()
+			if err != nil {
+				return err
+			}
+			f.Add(b)
+		}
+		return nil
+	})
+	f.Add([]byte{})
+	f.Add([]byte{1, 0x83, 0x19, 0xff, 0xff, 0x80, 0x40})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var s fs.Slices
+		if err := s.UnmarshalBinary(b); err != nil {
+			if !errors.Is(err, fs.ErrBadSlice) {
+				t.Fatalf("UnmarshalBinary: %v, want ErrBadSlice", err)
+			}
+			return
+		}
+		err := tf.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
+			if err := tx.Paste(ctx, ino, 7, s); err != nil {
+				return err
+			}
+			return errTestAbort
+		})
+		if !errors.Is(err, fs.ErrBadSlice) && !errors.Is(err, errTestAbort) {
+			t.Fatalf("Paste of decoded slices: %v", err)
+		}
+	})
+}
