@@ -190,7 +190,7 @@ func TestFaultKVConflicts(t *testing.T) {
 // TestModelConflicts is the model-based test over a kv store whose commits
 // conflict at random: every transaction's commit goes through replay.
 func TestModelConflicts(t *testing.T) {
-	setRapidDefaults(scale(15, 300), scale(40, 100))
+	setRapidDefaults(scale(60, 600), scale(80, 150))
 	var seed atomic.Int64
 	rapid.Check(t, func(rt *rapid.T) {
 		kind := storeMem

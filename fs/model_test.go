@@ -826,6 +826,11 @@ var errTestAbort = errors.New("test: abort the transaction")
 // components (reported by TestModel).
 var spuriousPathAborts atomic.Int64
 
+// modelStats counts what the model-based tests did.
+var modelStats struct {
+	ops, commits, conflicts atomic.Int64
+}
+
 // fingerprint changes whenever a model changes.
 func fingerprint(m *model.Model) string {
 	var sum uint64
@@ -869,6 +874,7 @@ func (h *harness) autocommit(t *rapid.T, abort bool) {
 	mres := runOp(o, modelSys{m})
 	t.Logf("do%s %v -> %v", map[bool]string{true: "-abort"}[abort], o, mres)
 	sameResult(t, "do", o, eres, mres)
+	modelStats.ops.Add(1)
 }
 
 func (h *harness) begin(t *rapid.T) {
@@ -913,6 +919,7 @@ func (h *harness) txnOp(t *rapid.T, snapshot bool) {
 	t.Logf("T%d %v -> %v", slot, o, mres)
 	sameResult(t, fmt.Sprintf("T%d", slot), o, eres, mres)
 	ot.log = append(ot.log, loggedOp{o, mres})
+	modelStats.ops.Add(1)
 }
 
 func (h *harness) commit(t *rapid.T) {
@@ -957,6 +964,11 @@ func (h *harness) commit(t *rapid.T) {
 		// paths changed: the engine logs every path component; see
 		// TestNoSpuriousAbortLookupPath.
 		spuriousPathAborts.Add(1)
+	}
+	if err == nil {
+		modelStats.commits.Add(1)
+	} else {
+		modelStats.conflicts.Add(1)
 	}
 	if err == nil && same {
 		if readOnly && model.Diff(replay.Snapshot(), h.committed.Snapshot()) != "" {
@@ -1086,6 +1098,18 @@ func (h *harness) statPinned(t *rapid.T) {
 	sameResult(t, "stat pinned", opStat{"#pinned"}, eres, mres)
 }
 
+// gc runs two garbage collections (the second frees what both found
+// unreferenced), possibly while transactions are open: nothing live or
+// in use by an open transaction may be freed.
+func (h *harness) gc(t *rapid.T) {
+	for i := 0; i < 2; i++ {
+		if _, err := h.f.CollectGarbage(h.ctx); err != nil {
+			t.Fatalf("CollectGarbage: %v", err)
+		}
+	}
+	t.Logf("gc")
+}
+
 func (h *harness) check(t *rapid.T) {
 	if probs := h.committed.Check(); len(probs) > 0 {
 		t.Fatalf("model invariants broken (a bug in the model): %v", probs)
@@ -1141,6 +1165,7 @@ func runModelTest(t *rapid.T, kind storeKind) {
 		"pin":         h.pin,
 		"unpin":       h.unpin,
 		"stat-pinned": h.statPinned,
+		"gc":          h.gc,
 		"":            h.check,
 	})
 	h.finish(t)
@@ -1156,16 +1181,18 @@ func runModelTest(t *rapid.T, kind storeKind) {
 // Reproduce a failure with the printed -rapid.seed (or the fail file
 // rapid writes under testdata/rapid).
 func TestModel(t *testing.T) {
-	setRapidDefaults(scale(60, 1000), scale(60, 150))
+	setRapidDefaults(scale(300, 3000), scale(100, 200))
 	rapid.Check(t, func(t *rapid.T) { runModelTest(t, storeMem) })
 	if n := spuriousPathAborts.Load(); n > 0 {
 		t.Logf("%d transactions aborted only because a directory on a looked-up path changed", n)
 	}
+	t.Logf("%d operations, %d explicit transactions committed, %d aborted with ErrConflict",
+		modelStats.ops.Load(), modelStats.commits.Load(), modelStats.conflicts.Load())
 }
 
 // TestModelPebble is TestModel on the pebble kv backend (fewer runs).
 func TestModelPebble(t *testing.T) {
-	setRapidDefaults(scale(10, 200), scale(50, 150))
+	setRapidDefaults(scale(40, 400), scale(80, 150))
 	rapid.Check(t, func(t *rapid.T) { runModelTest(t, storePebble) })
 }
 
