@@ -6,6 +6,7 @@ package fs_test
 // two can be compared.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/txnfs/txnfs/fs"
 	"github.com/txnfs/txnfs/fs/internal/model"
+	"github.com/txnfs/txnfs/meta"
 	"os"
 	"os/exec"
 	"sync"
@@ -1289,4 +1291,186 @@ func TestNoSpuriousAbortLookupPath(t *testing.T) {
 		t.Fatalf("BUG: spurious abort: %v (replaying LookupPath(\"/d/f\") returns the same attributes; "+
 			"only the root's, an intermediate result the caller never saw, changed)", err)
 	}
+}
+
+// sparseFile is a reference for files too big to hold in memory: only
+// non-zero bytes are stored.
+type sparseFile struct {
+	size uint64
+	b    map[uint64]byte
+}
+
+func (f *sparseFile) write(off uint64, data []byte) {
+	if len(data) == 0 {
+		return
+	}
+	for i, c := range data {
+		if c == 0 {
+			delete(f.b, off+uint64(i))
+		} else {
+			f.b[off+uint64(i)] = c
+		}
+	}
+	f.size = max(f.size, off+uint64(len(data)))
+}
+
+func (f *sparseFile) read(off, n uint64) []byte {
+	if off >= f.size {
+		return nil
+	}
+	n = min(n, f.size-off)
+	out := make([]byte, n)
+	for i := range out {
+		out[i] = f.b[off+uint64(i)]
+	}
+	return out
+}
+
+func (f *sparseFile) truncate(size uint64) {
+	for k := range f.b {
+		if k >= size {
+			delete(f.b, k)
+		}
+	}
+	f.size = size
+}
+
+// TestRegionBoundaries runs data and slicing operations at offsets around
+// the first two region boundaries (meta.RegionSize) of large sparse files
+// and compares windows of them with a sparse reference.
+func TestRegionBoundaries(t *testing.T) {
+	const R = meta.RegionSize
+	const win = 12000
+	windows := []uint64{0, R, 2 * R}
+	setRapidDefaults(scale(30, 300), scale(40, 100))
+	rapid.Check(t, func(t *rapid.T) {
+		ctx := context.Background()
+		f := newTestFS(t, fsOpts{inlineMax: rapid.SampledFrom([]int{-1, 64}).Draw(t, "inline")})
+		var inos [2]fs.Ino
+		refs := [2]*sparseFile{{b: map[uint64]byte{}}, {b: map[uint64]byte{}}}
+		do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+			for i := range inos {
+				a, _, err := tx.Create(ctx, fs.RootIno, fmt.Sprintf("f%d", i), fs.CreateRequest{Type: fs.TypeRegular})
+				if err != nil {
+					return err
+				}
+				inos[i] = a.Ino
+			}
+			return nil
+		})
+		genOff := func(label string) uint64 {
+			base := rapid.SampledFrom(windows).Draw(t, label+"-base")
+			d := rapid.IntRange(-win/2, win/2).Draw(t, label)
+			if base == 0 {
+				return uint64(max(d, 0))
+			}
+			return uint64(int64(base) + int64(d))
+		}
+		check := func() {
+			err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
+				for i, ino := range inos {
+					a, err := tx.GetAttr(ctx, ino)
+					if err != nil {
+						return err
+					}
+					if a.Size != refs[i].size {
+						return fmt.Errorf("f%d: size %d, want %d", i, a.Size, refs[i].size)
+					}
+					// Data lies within [w-win/2, w+win/2+9000) of each window w.
+					for _, w := range windows {
+						lo := max(w, win) - win
+						buf := make([]byte, 3*win)
+						n, _, err := tx.Read(ctx, ino, lo, buf)
+						if err != nil {
+							return err
+						}
+						if want := refs[i].read(lo, 3*win); !bytes.Equal(buf[:n], want) {
+							return fmt.Errorf("f%d: window at %d differs (%d bytes, want %d)", i, lo, n, len(want))
+						}
+					}
+					// No data outside the windows.
+					for _, gap := range [][2]uint64{{2 * win, R - win}, {R + 2*win, 2*R - win}} {
+						d, eof, err := tx.Seek(ctx, ino, gap[0], fs.SeekData)
+						if err != nil {
+							return err
+						}
+						if !eof && d < gap[1] && d < a.Size {
+							return fmt.Errorf("f%d: SeekData(%d) = %d, inside a gap that holds no data", i, gap[0], d)
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Repeat(map[string]func(*rapid.T){
+			"write": func(t *rapid.T) {
+				i := rapid.IntRange(0, 1).Draw(t, "file")
+				off := genOff("off")
+				data := pattern(rapid.Byte().Draw(t, "seed")|1, rapid.IntRange(1, 9000).Draw(t, "n"))
+				do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, inos[i], off, data) })
+				refs[i].write(off, data)
+			},
+			"truncate": func(t *rapid.T) {
+				i := rapid.IntRange(0, 1).Draw(t, "file")
+				size := genOff("size")
+				do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+					_, err := tx.SetAttr(ctx, inos[i], fs.SetAttr{Size: &size})
+					return err
+				})
+				refs[i].truncate(size)
+			},
+			"punch": func(t *rapid.T) {
+				i := rapid.IntRange(0, 1).Draw(t, "file")
+				off, n := genOff("off"), uint64(rapid.IntRange(1, 9000).Draw(t, "n"))
+				do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { return tx.Punch(ctx, inos[i], off, n) })
+				if off < refs[i].size {
+					refs[i].write(off, make([]byte, min(n, refs[i].size-off)))
+				}
+			},
+			"yankpaste": func(t *rapid.T) {
+				i, j := rapid.IntRange(0, 1).Draw(t, "src"), rapid.IntRange(0, 1).Draw(t, "dst")
+				off, n, dst := genOff("off"), uint64(rapid.IntRange(1, 9000).Draw(t, "n")), genOff("dstoff")
+				do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+					s, err := tx.Yank(ctx, inos[i], off, n)
+					if err != nil {
+						return err
+					}
+					return tx.Paste(ctx, inos[j], dst, s)
+				})
+				data := refs[i].read(off, n)
+				refs[j].write(dst, data)
+			},
+			"copyrange": func(t *rapid.T) {
+				i, j := rapid.IntRange(0, 1).Draw(t, "src"), rapid.IntRange(0, 1).Draw(t, "dst")
+				off, n, dst := genOff("off"), uint64(rapid.IntRange(1, 9000).Draw(t, "n")), genOff("dstoff")
+				var got uint64
+				do(t, f.FS, func(ctx context.Context, tx *fs.Txn) (err error) {
+					got, err = tx.CopyRange(ctx, inos[i], off, inos[j], dst, n)
+					return err
+				})
+				data := refs[i].read(off, n)
+				if got != uint64(len(data)) {
+					t.Fatalf("CopyRange copied %d, want %d", got, len(data))
+				}
+				refs[j].write(dst, data)
+			},
+			"append": func(t *rapid.T) {
+				i := rapid.IntRange(0, 1).Draw(t, "file")
+				if refs[i].size > 2*R+win/2 {
+					t.Skip("too far")
+				}
+				data := pattern(rapid.Byte().Draw(t, "seed")|1, rapid.IntRange(1, 3000).Draw(t, "n"))
+				off, err := f.Append(ctx, fs.RootCred, inos[i], data)
+				if err != nil || off != refs[i].size {
+					t.Fatalf("Append: off %d err %v, want off %d", off, err, refs[i].size)
+				}
+				refs[i].write(off, data)
+			},
+			"": func(t *rapid.T) { check() },
+		})
+		requireCheckClean(t, f.FS)
+	})
 }
