@@ -476,3 +476,89 @@ func TestCrashCloneFreshDir(t *testing.T) {
 			"(datadir.Open creates Dir without syncing its parent directory)", got, cloned)
 	}
 }
+
+// TestOrphans: a file unlinked while pinned (open) stays readable, its
+// data survives garbage collection, and it is reclaimed by the last Unpin
+// or, after a crash, by the next Open.
+func TestOrphans(t *testing.T) {
+	ctx := context.Background()
+	for _, how := range []string{"unpin", "restart"} {
+		t.Run(how, func(t *testing.T) {
+			f := newTestFS(t, fsOpts{inlineMax: -1})
+			data := pattern(5, 200_000)
+			var ino fs.Ino
+			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+				a, _, err := tx.Create(ctx, fs.RootIno, "open", fs.CreateRequest{Type: fs.TypeRegular})
+				ino = a.Ino
+				if err != nil {
+					return err
+				}
+				return tx.Write(ctx, ino, 0, data)
+			})
+			f.Pin(ino)
+			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { return tx.Unlink(ctx, fs.RootIno, "open") })
+			for i := 0; i < 2; i++ {
+				if _, err := f.CollectGarbage(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
+				a, err := tx.GetAttr(ctx, ino)
+				if err != nil {
+					return err
+				}
+				if a.Nlink != 0 {
+					return fmt.Errorf("orphan has nlink %d", a.Nlink)
+				}
+				got, err := readAll(ctx, tx, ino, a.Size)
+				if err != nil {
+					return err
+				}
+				if !bytes.Equal(got, data) {
+					return fmt.Errorf("orphan's data changed")
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("pinned orphan after GC: %v", err)
+			}
+			// Writes to an open unlinked file work too.
+			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, ino, 0, []byte("still open")) })
+			requireCheckClean(t, f.FS)
+
+			fsys := f.FS
+			if how == "unpin" {
+				if err := f.Unpin(ctx, ino); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				// Crash: the pin is lost with the process.
+				if fsys, err = fs.Open(ctx, fs.Config{KV: f.KV, Slices: f.Slices}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err = fsys.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
+				_, err := tx.GetAttr(ctx, ino)
+				return err
+			})
+			if !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("orphan after %s: %v, want ErrNotExist", how, err)
+			}
+			rep, err := fsys.Check(ctx)
+			if err != nil || !rep.OK() || rep.Orphans != 0 {
+				t.Fatalf("Check after %s: %v %+v", how, err, rep)
+			}
+			var freed uint64
+			for i := 0; i < 2; i++ {
+				r, err := fsys.CollectGarbage(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				freed += r.FreedBytes
+			}
+			if freed < uint64(len(data)) {
+				t.Errorf("GC freed %d bytes of a reclaimed %d-byte orphan", freed, len(data))
+			}
+		})
+	}
+}
