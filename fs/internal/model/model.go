@@ -216,7 +216,9 @@ func (m *Model) SetAttr(ino fs.Ino, sa fs.SetAttr) (fs.Attr, error) {
 	if sa.Mode != nil {
 		n.Mode = *sa.Mode
 	}
-	chown := (sa.Uid != nil && *sa.Uid != n.Uid) || (sa.Gid != nil && *sa.Gid != n.Gid)
+	// Any chown (even to the same ids, even by root) clears setuid, and
+	// setgid when group-executable, as Linux does.
+	chown := sa.Uid != nil || sa.Gid != nil
 	if sa.Uid != nil {
 		n.Uid = *sa.Uid
 	}
