@@ -346,11 +346,12 @@ func pattern(seed byte, n int) []byte {
 	return b
 }
 
-// do runs fn in a read-write transaction as root.
+// do runs fn in a read-write transaction as root; fn may return
+// errTestAbort to abort it on purpose.
 func do(tb tbLike, f *fs.FS, fn func(ctx context.Context, tx *fs.Txn) error) {
 	tb.Helper()
 	ctx := context.Background()
-	if err := f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error { return fn(ctx, tx) }); err != nil {
+	if err := f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error { return fn(ctx, tx) }); err != nil && err != errTestAbort {
 		tb.Fatalf("Do: %v", err)
 	}
 }

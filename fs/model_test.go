@@ -1474,3 +1474,87 @@ func TestRegionBoundaries(t *testing.T) {
 		requireCheckClean(t, f.FS)
 	})
 }
+
+// TestBadNames: invalid names and targets are rejected with a clear error
+// by every operation that takes a name, agreeing with the model, and
+// nothing changes.
+func TestBadNames(t *testing.T) {
+	ctx := context.Background()
+	f := newTestFS(t, fsOpts{})
+	m := model.New()
+	setup := []op{
+		opCreate{path: "/d", typ: fs.TypeDirectory, mode: 0o755},
+		opCreate{path: "/f", typ: fs.TypeRegular, mode: 0o644},
+	}
+	for _, o := range setup {
+		do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { o.run(engineSys{ctx, tx}); return nil })
+		o.run(modelSys{m})
+	}
+	before := captureState(t, f)
+	bad := []string{"", ".", "..", "a/b", "/", "a\x00b", strings.Repeat("n", fs.MaxNameLen+1)}
+	ok := strings.Repeat("n", fs.MaxNameLen)
+	type call struct {
+		name string
+		run  func(s sys, d, f fs.Ino, name string) error
+	}
+	calls := []call{
+		{"create", func(s sys, d, _ fs.Ino, n string) error {
+			_, _, err := s.Create(d, n, fs.CreateRequest{Type: fs.TypeRegular, Exclusive: true})
+			return err
+		}},
+		{"mkdir", func(s sys, d, _ fs.Ino, n string) error {
+			_, _, err := s.Create(d, n, fs.CreateRequest{Type: fs.TypeDirectory})
+			return err
+		}},
+		{"link", func(s sys, d, f fs.Ino, n string) error { _, err := s.Link(f, d, n); return err }},
+		{"unlink", func(s sys, d, _ fs.Ino, n string) error { return s.Unlink(d, n) }},
+		{"rmdir", func(s sys, d, _ fs.Ino, n string) error { return s.Rmdir(d, n) }},
+		{"remove", func(s sys, d, _ fs.Ino, n string) error { return s.Remove(d, n) }},
+		{"rename-src", func(s sys, d, _ fs.Ino, n string) error {
+			return s.Rename(d, n, d, "x", fs.RenameFlags{})
+		}},
+		{"rename-dst", func(s sys, _, _ fs.Ino, n string) error {
+			return s.Rename(fs.RootIno, "f", fs.RootIno, n, fs.RenameFlags{})
+		}},
+	}
+	for _, c := range calls {
+		for _, name := range bad {
+			var eerr error
+			err := f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
+				s := engineSys{ctx, tx}
+				d, _ := s.LookupPath("/d")
+				fa, _ := s.LookupPath("/f")
+				eerr = c.run(s, d.Ino, fa.Ino, name)
+				return errTestAbort
+			})
+			if !errors.Is(err, errTestAbort) {
+				t.Fatalf("Do: %v", err)
+			}
+			ms := modelSys{m.Clone()}
+			d, _ := ms.LookupPath("/d")
+			fa, _ := ms.LookupPath("/f")
+			merr := c.run(ms, d.Ino, fa.Ino, name)
+			if errName(eerr) != errName(merr) || eerr == nil {
+				t.Errorf("%s %q: engine %v, model %v", c.name, name, eerr, merr)
+			}
+		}
+	}
+	// Names of exactly MaxNameLen bytes and long symlink targets.
+	do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+		if _, _, err := tx.Create(ctx, fs.RootIno, ok, fs.CreateRequest{Type: fs.TypeRegular}); err != nil {
+			t.Errorf("create of a %d-byte name: %v", len(ok), err)
+		}
+		if _, _, err := tx.Create(ctx, fs.RootIno, "long", fs.CreateRequest{Type: fs.TypeSymlink,
+			Target: strings.Repeat("t", fs.MaxSymlink+1)}); !errors.Is(err, fs.ErrNameTooLong) {
+			t.Errorf("symlink with a %d-byte target: %v, want ErrNameTooLong", fs.MaxSymlink+1, err)
+		}
+		if _, _, err := tx.Create(ctx, fs.RootIno, "empty", fs.CreateRequest{Type: fs.TypeSymlink}); !errors.Is(err, fs.ErrInvalid) {
+			t.Errorf("symlink with an empty target: %v, want ErrInvalid", err)
+		}
+		if _, _, err := tx.Create(ctx, fs.RootIno, "t", fs.CreateRequest{Type: 99}); !errors.Is(err, fs.ErrInvalid) {
+			t.Errorf("create of type 99: %v, want ErrInvalid", err)
+		}
+		return errTestAbort
+	})
+	requireSameState(t, before, captureState(t, f))
+}

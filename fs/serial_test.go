@@ -729,3 +729,47 @@ func TestSerialAppends(t *testing.T) {
 		})
 	}
 }
+
+// TestSerialNoSpuriousAborts: concurrent explicit transactions that
+// conflict in the kv store (they all update the same directory) but whose
+// operations would return the same results when replayed must all commit:
+// WTF §2.6's zero spurious aborts.
+func TestSerialNoSpuriousAborts(t *testing.T) {
+	ctx := context.Background()
+	f := newTestFS(t, fsOpts{})
+	var dir fs.Ino
+	do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+		a, _, err := tx.Create(ctx, fs.RootIno, "shared", fs.CreateRequest{Type: fs.TypeDirectory, Mode: 0o755})
+		dir = a.Ino
+		return err
+	})
+	var ws []func() error
+	var conflicts atomic.Int64
+	for w := 0; w < 4; w++ {
+		ws = append(ws, func() error {
+			for i := 0; i < scale(30, 300); i++ {
+				tx, err := f.Begin(ctx, fs.RootCred, fs.TxnOptions{})
+				if err != nil {
+					return err
+				}
+				a, _, err := tx.Create(ctx, dir, fmt.Sprintf("w%d-%d", w, i), fs.CreateRequest{Type: fs.TypeRegular, Exclusive: true})
+				if err != nil {
+					return err
+				}
+				if err := tx.Write(ctx, a.Ino, 0, pattern(byte(w), 5000)); err != nil {
+					return err
+				}
+				if _, err := tx.Append(ctx, a.Ino, []byte("tail")); err != nil {
+					return err
+				}
+				if err := tx.Commit(ctx); err != nil {
+					conflicts.Add(1)
+					return fmt.Errorf("worker %d txn %d: %w (spurious abort: no replayed result can differ)", w, i, err)
+				}
+			}
+			return nil
+		})
+	}
+	runConcurrently(t, ws, nil)
+	requireCheckClean(t, f.FS)
+}
