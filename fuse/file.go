@@ -84,10 +84,15 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 		return m.nodeStatus("open", err)
 	}
 	out.Fh = m.newHandle(ino, in.Flags)
-	// Close-to-open: the kernel keeps its page cache only if the file
-	// has not changed since it was last opened through this mount.
+	// Close-to-open: the kernel keeps its caches only if the file has
+	// not changed since it last saw its attributes. Otherwise its pages
+	// are dropped (no KEEP_CACHE) and its attributes, the size above all,
+	// are invalidated before open returns. (Attribute-only invalidation
+	// takes no inode lock, so it is safe from a request handler.)
 	if m.nodes.opened(ino, a.Change) {
 		out.OpenFlags |= raw.FOPEN_KEEP_CACHE
+	} else {
+		m.srv.InodeNotify(uint64(ino), -1, 0)
 	}
 	return raw.OK
 }

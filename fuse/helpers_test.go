@@ -108,11 +108,22 @@ func mountOne(t testing.TB) string {
 	return dir
 }
 
+// command returns a command that runs name with args in dir through
+// /bin/sh. A test process serves its own mounts, so it must never make a
+// forked child touch the mount before exec (golang/go#21014: the vfork'd
+// child would block in the kernel on this very process, which cannot stop
+// the world for GC while that thread sits in clone): the shell, not the
+// child, changes into dir and execs the program.
+func command(dir, name string, args ...string) *exec.Cmd {
+	cmd := exec.Command("/bin/sh", append([]string{"-c", `cd "$0" && exec "$@"`, dir, name}, args...)...)
+	cmd.Dir = "/"
+	return cmd
+}
+
 // run runs a command in dir and returns its combined output.
 func run(t testing.TB, dir string, name string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
+	cmd := command(dir, name, args...)
 	cmd.Env = append(os.Environ(), "LC_ALL=C", "TZ=UTC")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -172,9 +183,8 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 // asUser runs a command as uid:gid (with no supplementary groups unless
 // given) and returns its combined output.
 func asUserErr(uid, gid uint32, groups []uint32, name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
+	cmd := command("/", name, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
-	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups}}
 	out, err := cmd.CombinedOutput()
 	return string(out), err

@@ -422,8 +422,8 @@ func (h *handleTable) remove(id uint64) *handle {
 
 // nodeTable counts the kernel's references (lookups) to each inode, so
 // that the sandbox can invalidate everything the kernel caches, and
-// remembers the change counter seen at the last open of each inode to
-// decide whether the kernel may keep its page cache.
+// remembers the change counter of the attributes last given to the kernel
+// for each inode, to tell at open whether its caches are current.
 type nodeTable struct {
 	mu struct {
 		sync.Mutex
@@ -433,7 +433,7 @@ type nodeTable struct {
 
 type node struct {
 	lookups uint64
-	change  uint64 // fs.Attr.Change at the last open; 0: unknown
+	change  uint64 // fs.Attr.Change last given to the kernel; 0: unknown
 }
 
 func (n *nodeTable) init() { n.mu.m = map[fs.Ino]*node{} }
@@ -481,8 +481,17 @@ func (n *nodeTable) drain() []fs.Ino {
 	return out
 }
 
+// saw records that the kernel was given ino's attributes at change.
+func (n *nodeTable) saw(ino fs.Ino, change uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if nd := n.mu.m[ino]; nd != nil {
+		nd.change = change
+	}
+}
+
 // opened records the change counter of ino at open and reports whether it
-// equals the one seen at the previous open (so cached pages are current).
+// equals the one the kernel last saw (so its caches are current).
 func (n *nodeTable) opened(ino fs.Ino, change uint64) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -89,11 +89,13 @@ func (m *Server) entry(out *raw.EntryOut, a *fs.Attr) {
 	if m.nodes.ref(a.Ino) {
 		m.pin(a.Ino)
 	}
+	m.nodes.saw(a.Ino, a.Change)
 }
 
 func (m *Server) attrOut(out *raw.AttrOut, a *fs.Attr) {
 	out.SetTimeout(m.cfg.AttrTimeout)
 	fillAttr(&out.Attr, a)
+	m.nodes.saw(a.Ino, a.Change)
 }
 
 // Lookup implements RawFileSystem.
