@@ -562,3 +562,61 @@ func TestOrphans(t *testing.T) {
 		})
 	}
 }
+
+// TestGCKeepsSnapshotData: a transaction reads from the snapshot it began
+// with, so data it can see must not be freed, even after another
+// transaction removed the last reference to it and two collections ran.
+// (Found by TestModel, -rapid.seed=949328838786759763.)
+func TestGCKeepsSnapshotData(t *testing.T) {
+	ctx := context.Background()
+	for _, early := range []bool{false, true} {
+		t.Run(fmt.Sprintf("slice-written-before-first-scan=%v", early), func(t *testing.T) {
+			f := newTestFS(t, fsOpts{inlineMax: -1})
+			data := pattern(3, 3000)
+			var ino fs.Ino
+			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+				a, _, err := tx.Create(ctx, fs.RootIno, "a", fs.CreateRequest{Type: fs.TypeRegular})
+				ino = a.Ino
+				return err
+			})
+			gc := func() {
+				t.Helper()
+				if _, err := f.CollectGarbage(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w, err := f.Begin(ctx, fs.RootCred, fs.TxnOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Write(ctx, ino, 0, data); err != nil {
+				t.Fatal(err)
+			}
+			if early {
+				// The slice is written, not yet committed, when the
+				// collector scans.
+				gc()
+				gc()
+			}
+			if err := w.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			reader, err := f.Begin(ctx, fs.RootCred, fs.TxnOptions{ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer reader.Abort()
+			if _, err := reader.GetAttr(ctx, ino); err != nil { // takes the snapshot
+				t.Fatal(err)
+			}
+			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { return tx.Unlink(ctx, fs.RootIno, "a") })
+			gc()
+			gc()
+			buf := make([]byte, len(data))
+			n, _, err := reader.Read(ctx, ino, 0, buf)
+			if err != nil || !bytes.Equal(buf[:n], data) {
+				t.Fatalf("BUG: a running transaction's snapshot lost its data to the collector: read %d bytes, %v", n, err)
+			}
+		})
+	}
+}

@@ -322,12 +322,18 @@ func setRapidDefaults(checks, steps int) {
 		flag.Visit(func(f *flag.Flag) { userSet[f.Name] = true })
 		userSet["rapid.checks"] = userSet["rapid.checks"] || os.Getenv("RAPID_CHECKS") != ""
 		userSet["rapid.steps"] = userSet["rapid.steps"] || os.Getenv("RAPID_STEPS") != ""
+		userSet["rapid.nofailfile"] = userSet["rapid.nofailfile"] || userSet["rapid.failfile"]
 	})
 	if !userSet["rapid.checks"] {
 		flag.Set("rapid.checks", strconv.Itoa(checks))
 	}
 	if !userSet["rapid.steps"] {
 		flag.Set("rapid.steps", strconv.Itoa(steps))
+	}
+	// Failures print their seed; do not litter the checkout with fail
+	// files unless asked to.
+	if !userSet["rapid.nofailfile"] && os.Getenv("RAPID_NOFAILFILE") == "" {
+		flag.Set("rapid.nofailfile", "true")
 	}
 }
 
