@@ -417,16 +417,38 @@ func (l *Local) Sync(ctx context.Context, ptrs []Pointer) error {
 	}
 	for len(targets) > 0 {
 		var calls []*syncCall
+		var lead []int // indexes into calls of the SyncData this caller runs
 		next := targets[:0]
+		var kickErr error
 		for _, t := range targets {
-			c, err := l.kick(t.b, t.upto)
+			c, leader, err := l.kick(t.b, t.upto)
 			if err != nil {
-				return err
+				kickErr = err
+				break
 			}
 			if c != nil {
+				if leader {
+					lead = append(lead, len(calls))
+				}
 				calls = append(calls, c)
 				next = append(next, t)
 			}
+		}
+		// The caller that starts a SyncData runs it itself (the last one
+		// inline, any others in parallel): no goroutine hand-off on the
+		// common single-file path. It cannot abandon it, even if ctx ends.
+		// A started SyncData must run even if this caller fails: others
+		// may be waiting for it.
+		for i, ci := range lead {
+			b := next[ci].b
+			if i < len(lead)-1 || kickErr != nil {
+				go l.runSync(b, calls[ci])
+			} else {
+				l.runSync(b, calls[ci])
+			}
+		}
+		if kickErr != nil {
+			return kickErr
 		}
 		for _, c := range calls {
 			select {
@@ -441,24 +463,24 @@ func (l *Local) Sync(ctx context.Context, ptrs []Pointer) error {
 }
 
 // kick returns nil if b's first upto bytes are durable, the sticky error if
-// b's sync failed, or else the SyncData call to wait for (starting one if
-// none is in flight). The caller re-checks after the call finishes.
-func (l *Local) kick(b *backing, upto uint64) (*syncCall, error) {
+// b's sync failed, or else the SyncData call to wait for; leader is true if
+// the call is new and the caller must run it (runSync). The caller
+// re-checks after the call finishes.
+func (l *Local) kick(b *backing, upto uint64) (c *syncCall, leader bool, err error) {
 	b.smu.Lock()
 	defer b.smu.Unlock()
 	if b.smu.synced >= upto {
-		return nil, nil
+		return nil, false, nil
 	}
 	if b.smu.failed != nil {
-		return nil, b.smu.failed
+		return nil, false, b.smu.failed
 	}
 	if c := b.smu.inflight; c != nil {
-		return c, nil
+		return c, false, nil
 	}
-	c := &syncCall{upto: b.size.Load(), done: make(chan struct{})}
+	c = &syncCall{upto: b.size.Load(), done: make(chan struct{})}
 	b.smu.inflight = c
-	go l.runSync(b, c)
-	return c, nil
+	return c, true, nil
 }
 
 // runSync performs one SyncData. Close waits for it (via smu.inflight).
