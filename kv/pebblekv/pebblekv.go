@@ -66,6 +66,19 @@ type store struct {
 		log *occ.Log
 	}
 
+	// applied is mu.seq, readable without mu.
+	applied atomic.Uint64
+
+	// durable tracks the last commit whose WAL sync has completed. WAL
+	// syncs complete in commit order, so every commit up to seq is
+	// durable. Begin waits for durable.seq to cover its snapshot, so no
+	// transaction ever observes a commit that a crash could still lose.
+	durable struct {
+		sync.Mutex
+		seq     uint64
+		advance chan struct{} // closed and replaced when seq advances
+	}
+
 	// live tracks open transactions, for Close.
 	live struct {
 		sync.Mutex
@@ -106,7 +119,7 @@ func Open(opts Options) (kv.Store, error) {
 	return s, nil
 }
 
-func (s *store) Begin(ctx context.Context, opts kv.TxnOptions) (kv.Txn, error) {
+func (s *store) Begin(ctx context.Context, opts kv.TxnOptions) (_ kv.Txn, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("pebblekv: begin: %w", err)
 	}
@@ -119,6 +132,15 @@ func (s *store) Begin(ctx context.Context, opts kv.TxnOptions) (kv.Txn, error) {
 		return nil, fmt.Errorf("pebblekv: begin: %w", err)
 	}
 	t := &txn{s: s, readOnly: opts.ReadOnly}
+	defer func() {
+		// After the snapshot: wait until everything it may contain is durable.
+		if err == nil {
+			err = s.waitDurable(ctx, s.applied.Load())
+			if err != nil {
+				t.finish()
+			}
+		}
+	}()
 	if opts.ReadOnly {
 		// Commits are applied one at a time in sequence order and Pebble
 		// publishes them in that order, so any Pebble snapshot is a prefix
@@ -182,6 +204,8 @@ type txn struct {
 	done  bool
 	buf   *occ.Buffer // nil when readOnly
 	reads occ.ReadSet
+	// commitSeq is the sequence number Commit assigned.
+	commitSeq uint64
 }
 
 var _ kv.Txn = (*txn)(nil)
@@ -384,6 +408,7 @@ func (t *txn) Commit(ctx context.Context) error {
 		s.fail(err)
 		return fmt.Errorf("pebblekv: commit outcome unknown, WAL sync failed: %w", err)
 	}
+	s.markDurable(t.commitSeq)
 	return closeBatch(b)
 }
 
@@ -416,12 +441,65 @@ func (s *store) applyValidated(t *txn, b *pebble.Batch) error {
 		return fmt.Errorf("pebblekv: commit outcome unknown: %w", err)
 	}
 	s.mu.seq++
+	t.commitSeq = s.mu.seq
+	s.applied.Store(s.mu.seq)
 	s.mu.log.Append(s.mu.seq, t.buf.Keys())
+	if s.noSync {
+		s.markDurable(s.mu.seq)
+	}
 	return nil
+}
+
+// markDurable records that every commit up to seq is durable.
+func (s *store) markDurable(seq uint64) {
+	s.durable.Lock()
+	defer s.durable.Unlock()
+	if seq > s.durable.seq {
+		s.durable.seq = seq
+		if s.durable.advance != nil {
+			close(s.durable.advance)
+			s.durable.advance = nil
+		}
+	}
+}
+
+// wakeDurableWaiters wakes waiters after the store failed.
+func (s *store) wakeDurableWaiters() {
+	s.durable.Lock()
+	defer s.durable.Unlock()
+	if s.durable.advance != nil {
+		close(s.durable.advance)
+		s.durable.advance = nil
+	}
+}
+
+// waitDurable blocks until every commit up to seq is durable.
+func (s *store) waitDurable(ctx context.Context, seq uint64) error {
+	for {
+		s.durable.Lock()
+		if s.durable.seq >= seq {
+			s.durable.Unlock()
+			return nil
+		}
+		if s.durable.advance == nil {
+			s.durable.advance = make(chan struct{})
+		}
+		ch := s.durable.advance
+		s.durable.Unlock()
+		if err := s.failedErr(); err != nil {
+			return fmt.Errorf("pebblekv: begin: %w", err)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("pebblekv: begin: %w", ctx.Err())
+		}
+	}
 }
 
 func (s *store) fail(err error) {
 	s.failed.CompareAndSwap(nil, &err)
+	s.wakeDurableWaiters()
 }
 
 func closeBatch(b *pebble.Batch) error {
