@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,6 +47,14 @@ func TestNoReadOfUndurableCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	var releaseOnce sync.Once
+	release := func() {
+		releaseOnce.Do(func() {
+			gate.blocking.Store(false)
+			close(gate.release)
+		})
+	}
+	defer release() // before Close, which waits for the blocked commit
 
 	gate.blocking.Store(true)
 	committed := make(chan error, 1)
@@ -69,8 +78,7 @@ func TestNoReadOfUndurableCommit(t *testing.T) {
 			t.Fatalf("read-only=%v: Begin during an unfinished WAL sync returned %v, want it to wait", ro, err)
 		}
 	}
-	gate.blocking.Store(false)
-	close(gate.release)
+	release()
 	if err := <-committed; err != nil {
 		t.Fatal(err)
 	}
