@@ -27,7 +27,11 @@ func checkName(name string) nfsv4.Nfsstat4 {
 }
 
 func (c *compound) setCur(a *fs.Attr) {
-	c.cur = fhState{set: true, ino: a.Ino, gen: a.Gen, typ: a.Type}
+	c.setCurHandle(fs.Handle{Ino: a.Ino, Gen: a.Gen, Type: a.Type})
+}
+
+func (c *compound) setCurHandle(h fs.Handle) {
+	c.cur = fhState{set: true, ino: h.Ino, gen: h.Gen, typ: h.Type}
 	c.curSid = nil
 }
 
@@ -54,15 +58,15 @@ func (c *compound) handle(f fhState) []byte {
 }
 
 func (c *compound) putRoot() nfsv4.Nfsstat4 {
-	var a fs.Attr
+	var a fs.Handle
 	err := c.view(func(t *fs.Txn) (err error) {
-		a, err = t.GetAttr(c.ctx, fs.RootIno)
+		a, err = t.HandleOf(c.ctx, fs.RootIno)
 		return err
 	})
 	if err != nil {
 		return c.s.toStatus(c.ctx, "PUTROOTFH", err, aboutHandle)
 	}
-	c.setCur(&a)
+	c.setCurHandle(a)
 	return nfsv4.NFS4_OK
 }
 
@@ -71,9 +75,9 @@ func (c *compound) putFH(b []byte) nfsv4.Nfsstat4 {
 	if err != nil {
 		return nfsv4.NFS4ERR_BADHANDLE
 	}
-	var a fs.Attr
+	var a fs.Handle
 	err = c.view(func(t *fs.Txn) (err error) {
-		a, err = t.GetAttr(c.ctx, fs.Ino(h.Ino))
+		a, err = t.HandleOf(c.ctx, fs.Ino(h.Ino))
 		return err
 	})
 	if err != nil {
@@ -82,7 +86,7 @@ func (c *compound) putFH(b []byte) nfsv4.Nfsstat4 {
 	if a.Gen != h.Gen {
 		return nfsv4.NFS4ERR_STALE
 	}
-	c.setCur(&a)
+	c.setCurHandle(a)
 	return nfsv4.NFS4_OK
 }
 
@@ -123,15 +127,15 @@ func (c *compound) lookup(name string) nfsv4.Nfsstat4 {
 	if st := checkName(name); st != nfsv4.NFS4_OK {
 		return st
 	}
-	var a fs.Attr
+	var a fs.Handle
 	err := c.view(func(t *fs.Txn) (err error) {
-		a, err = t.Lookup(c.ctx, c.cur.ino, name)
+		a, err = t.Resolve(c.ctx, c.cur.ino, name)
 		return err
 	})
 	if err != nil {
 		return c.s.toStatus(c.ctx, "LOOKUP", err, aboutName)
 	}
-	c.setCur(&a)
+	c.setCurHandle(a)
 	return nfsv4.NFS4_OK
 }
 
@@ -148,15 +152,15 @@ func (c *compound) lookupp() nfsv4.Nfsstat4 {
 	if c.cur.ino == fs.RootIno {
 		return nfsv4.NFS4_OK // ".." of the root is the root
 	}
-	var a fs.Attr
+	var a fs.Handle
 	err := c.view(func(t *fs.Txn) (err error) {
-		a, err = t.Parent(c.ctx, c.cur.ino)
+		a, err = t.ParentHandle(c.ctx, c.cur.ino)
 		return err
 	})
 	if err != nil {
 		return c.s.toStatus(c.ctx, "LOOKUPP", err, aboutHandle)
 	}
-	c.setCur(&a)
+	c.setCurHandle(a)
 	return nfsv4.NFS4_OK
 }
 
