@@ -57,11 +57,12 @@
 // known durable. Sync finds, for every file its pointers touch, the end of
 // the last one; if that is not yet durable it joins the fdatasync in flight
 // on that file or, if none is, starts one covering everything written so
-// far. A caller whose bytes were written after the in-flight fdatasync
-// started waits for it and then for the next one, which covers every such
-// caller at once: N concurrent Syncs on one file cost about two fdatasyncs.
-// Files are synced in parallel. No mutex is held across fdatasync, so Puts
-// proceed while it runs.
+// far (the caller that starts an fdatasync runs it itself). A caller whose
+// bytes were written after the in-flight fdatasync started waits for it and
+// then for the next one, which covers every such caller at once: N
+// concurrent Syncs on one file cost two fdatasyncs, not N. Files are synced
+// in parallel. No mutex is held across fdatasync, so Puts proceed while it
+// runs.
 //
 // # Failure semantics
 //
