@@ -24,6 +24,14 @@ import (
 // result is a bare nfsstat4.
 const OpTxn nfsv4.NfsOpnum4 = 0x74786e00 // "txn\0"
 
+// OpAppendOffset is the private operation of the append extension
+// (docs/protocol.md §2): placed right after a WRITE, it returns the offset
+// at which that WRITE's data was written — for an append (offset
+// 2^64 − 1), the end of file the server chose. Its argument is one uint32
+// of flags (must be zero); its result is an nfsstat4 followed, when OK, by
+// an offset4.
+const OpAppendOffset nfsv4.NfsOpnum4 = 0x74786e01 // "txn\1"
+
 const maxTagLen = 1024
 
 // fhState is a current or saved file handle.
@@ -47,6 +55,11 @@ type compound struct {
 	cur, saved       fhState
 	curSid, savedSid *nfsv4.Stateid4
 
+	// wrote is set by a successful WRITE to the offset it wrote at, and
+	// cleared before every other operation (read by OpAppendOffset).
+	wrote    bool
+	wroteOff uint64
+
 	// 4.1+: set by SEQUENCE.
 	client  *state.Client
 	session *state.Session
@@ -61,8 +74,9 @@ type compound struct {
 }
 
 type decodedOp struct {
-	code nfsv4.NfsOpnum4
-	arg  nfsv4.NfsArgop4 // nil for OpTxn and unknown ops
+	code  nfsv4.NfsOpnum4
+	arg   nfsv4.NfsArgop4 // nil for OpTxn, OpAppendOffset and unknown ops
+	flags uint32          // OpAppendOffset's argument
 }
 
 func knownOp(code nfsv4.NfsOpnum4, minor uint32) bool {
@@ -122,6 +136,15 @@ func (s *Server) compound(ctx context.Context, call *rpc.Call) ([]byte, bool) {
 				return encodeCompound(nfsv4.NFS4ERR_INVAL, tag, &txnResult{nfsv4.NFS4ERR_INVAL}, nil), true
 			}
 			ops = append(ops, decodedOp{code: OpTxn})
+			continue
+		}
+		if code == OpAppendOffset {
+			r.Seek(4, 1)
+			flags, _, err := runtime.ReadUnsignedInt(r)
+			if err != nil {
+				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
+			}
+			ops = append(ops, decodedOp{code: OpAppendOffset, flags: flags})
 			continue
 		}
 		if !knownOp(code, minor) {
@@ -214,9 +237,14 @@ func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 		start := time.Now()
 		var res nfsv4.NfsResop4
 		var st nfsv4.Nfsstat4
-		if op.arg == nil {
+		wrote := c.wrote
+		c.wrote = false
+		switch {
+		case op.code == OpAppendOffset:
+			res, st = c.appendOffset(op.flags, wrote)
+		case op.arg == nil:
 			res, st = &nfsv4.NfsResop4_OP_ILLEGAL{Opillegal: nfsv4.Illegal4res{Status: nfsv4.NFS4ERR_OP_ILLEGAL}}, nfsv4.NFS4ERR_OP_ILLEGAL
-		} else {
+		default:
 			res, st = c.dispatch(op.arg)
 		}
 		name := opName(op.code)
@@ -252,6 +280,7 @@ func (c *compound) runTxn(ops []decodedOp, txr *txnResult) ([]nfsv4.NfsResop4, n
 			return nil, txr.status
 		}
 		c.txn = t
+		c.wrote = false
 		res, st := c.runOps(ops)
 		c.txn = nil
 		if st != nfsv4.NFS4_OK {

@@ -207,7 +207,7 @@ var opNames = map[nfsv4.NfsOpnum4]string{
 	nfsv4.OP_TEST_STATEID: "TEST_STATEID", nfsv4.OP_DESTROY_CLIENTID: "DESTROY_CLIENTID",
 	nfsv4.OP_RECLAIM_COMPLETE: "RECLAIM_COMPLETE", nfsv4.OP_ALLOCATE: "ALLOCATE",
 	nfsv4.OP_COPY: "COPY", nfsv4.OP_DEALLOCATE: "DEALLOCATE", nfsv4.OP_READ_PLUS: "READ_PLUS",
-	nfsv4.OP_SEEK: "SEEK", nfsv4.OP_CLONE: "CLONE", nfsv4.OP_ILLEGAL: "ILLEGAL", OpTxn: "TXN",
+	nfsv4.OP_SEEK: "SEEK", nfsv4.OP_CLONE: "CLONE", nfsv4.OP_ILLEGAL: "ILLEGAL", OpTxn: "TXN", OpAppendOffset: "APPEND_OFFSET",
 }
 
 func opName(code nfsv4.NfsOpnum4) string {

@@ -187,6 +187,8 @@ var anon = nfsv4.Stateid4{}
 func write(sid nfsv4.Stateid4, off uint64, data []byte) nfsv4.NfsArgop4 {
 	return &nfsv4.NfsArgop4_OP_WRITE{Opwrite: nfsv4.Write4args{Stateid: sid, Offset: off, Stable: nfsv4.FILE_SYNC4, Data: data}}
 }
+func appendOffset() nfsv4.NfsArgop4 { return &testclient.AppendOffsetArgs{} }
+
 func read(sid nfsv4.Stateid4, off uint64, n uint32) nfsv4.NfsArgop4 {
 	return &nfsv4.NfsArgop4_OP_READ{Opread: nfsv4.Read4args{Stateid: sid, Offset: off, Count: n}}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/binary"
+	"io"
 	"math"
 	"time"
 
@@ -180,32 +181,40 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 		}
 	}
 
-	var before, after, obj fs.Attr
+	// Only what the client sees is read from the engine, so that in a
+	// transactional compound a concurrent change to something it does
+	// not see cannot force a re-execution: the opened file is resolved
+	// to a handle (no size, times or change), and the directory's change
+	// attribute is read for change_info only when the OPEN may create.
+	var before, after fs.Attr
+	var obj fs.Handle
 	var created bool
 	err := c.update(func(t *fs.Txn) (err error) {
 		created = false
 		if !byName {
-			obj, err = t.GetAttr(c.ctx, c.cur.ino)
-			return err
-		}
-		if before, err = t.GetAttr(c.ctx, c.cur.ino); err != nil {
+			obj, err = t.HandleOf(c.ctx, c.cur.ino)
 			return err
 		}
 		if create {
-			obj, created, err = t.Create(c.ctx, c.cur.ino, name, req)
+			if before, err = t.GetAttr(c.ctx, c.cur.ino); err != nil {
+				return err
+			}
+			var a fs.Attr
+			a, created, err = t.Create(c.ctx, c.cur.ino, name, req)
 			if err != nil && verf != nil && isExist(err) {
 				// A retransmitted exclusive create succeeds if the
 				// verifier matches (RFC 8881 §18.16.3).
 				var cur fs.Attr
 				cur, err2 := t.Lookup(c.ctx, c.cur.ino, name)
 				if err2 == nil && cur.Type == fs.TypeRegular && cur.Atime.Equal(exclTime(*verf)) {
-					obj, err = cur, nil
+					a, err = cur, nil
 				}
 			}
 			if err != nil {
 				return err
 			}
-		} else if obj, err = t.Lookup(c.ctx, c.cur.ino, name); err != nil {
+			obj = fs.Handle{Ino: a.Ino, Gen: a.Gen, Type: a.Type}
+		} else if obj, err = t.Resolve(c.ctx, c.cur.ino, name); err != nil {
 			return err
 		}
 		if obj.Type != fs.TypeRegular {
@@ -234,16 +243,20 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			if verf != nil {
 				set.Atime = &fs.SetTime{Time: exclTime(*verf)}
 			}
-		} else if truncate && obj.Size != 0 {
+		} else if truncate {
+			// O_TRUNC: POSIX updates mtime and ctime even when the
+			// file is already empty.
 			zero := uint64(0)
 			set.Size = &zero
 		}
 		if set != (fs.SetAttr{}) {
-			if obj, err = t.SetAttr(c.ctx, obj.Ino, set); err != nil {
+			if _, err = t.SetAttr(c.ctx, obj.Ino, set); err != nil {
 				return err
 			}
 		}
-		after, err = t.GetAttr(c.ctx, c.cur.ino)
+		if create {
+			after, err = t.GetAttr(c.ctx, c.cur.ino)
+		}
 		return err
 	})
 	if err != nil {
@@ -254,9 +267,6 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	case fs.TypeDirectory:
 		return fail(nfsv4.NFS4ERR_ISDIR)
 	case fs.TypeSymlink:
-		if c.minor == 0 {
-			return fail(nfsv4.NFS4ERR_SYMLINK)
-		}
 		return fail(nfsv4.NFS4ERR_SYMLINK)
 	default:
 		if c.minor == 0 {
@@ -271,7 +281,7 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	if c.txn != nil {
 		c.undo = append(c.undo, func() { c.s.st.UndoOpen(undo) })
 	}
-	c.setCur(&obj)
+	c.setCurHandle(obj)
 	c.setSid(sid)
 	var attrset []uint32
 	if created {
@@ -280,8 +290,12 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			attrset = bmSet(attrset, nfsv4.FATTR4_TIME_ACCESS)
 		}
 	}
-	if !byName {
-		before, after = obj, obj
+	// Without create the directory did not change: change_info is
+	// reported as not atomic, with before = after = 0 (clients use it
+	// only for creating opens).
+	ci := nfsv4.ChangeInfo4{}
+	if create {
+		ci = cinfo(before.Change, after.Change)
 	}
 	var deleg nfsv4.OpenDelegation4 = &nfsv4.OpenDelegation4_OPEN_DELEGATE_NONE{}
 	if c.minor > 0 && a.ShareAccess&nfsv4.OPEN4_SHARE_ACCESS_WANT_DELEG_MASK != 0 &&
@@ -290,7 +304,7 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	}
 	return &nfsv4.NfsResop4_OP_OPEN{Opopen: &nfsv4.Open4res_NFS4_OK{Resok4: nfsv4.Open4resok{
 		Stateid:    sid,
-		Cinfo:      cinfo(before.Change, after.Change),
+		Cinfo:      ci,
 		Rflags:     nfsv4.OPEN4_RESULT_LOCKTYPE_POSIX,
 		Attrset:    attrset,
 		Delegation: deleg,
@@ -436,16 +450,17 @@ func (c *compound) write(a *nfsv4.Write4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 		return fail(nfsv4.NFS4ERR_INVAL)
 	}
 	var err error
+	off := a.Offset
 	switch {
 	case a.Offset == appendOffset && c.txn == nil && s != nil:
 		// Group-committed atomic append outside transactions.
-		_, err = c.s.fs.Append(c.ctx, c.cred, c.cur.ino, a.Data)
+		off, err = c.s.fs.Append(c.ctx, c.cred, c.cur.ino, a.Data)
 	case a.Offset == appendOffset:
-		err = c.update(func(t *fs.Txn) error {
+		err = c.update(func(t *fs.Txn) (err error) {
 			if err := c.checkAnonAccess(t, s, fs.AccessWrite); err != nil {
 				return err
 			}
-			_, err := t.Append(c.ctx, c.cur.ino, a.Data)
+			off, err = t.Append(c.ctx, c.cur.ino, a.Data)
 			return err
 		})
 	default:
@@ -462,10 +477,50 @@ func (c *compound) write(a *nfsv4.Write4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 	if err != nil {
 		return fail(c.s.toStatus(c.ctx, "WRITE", err, aboutHandle))
 	}
+	c.wrote, c.wroteOff = true, off
 	// Every engine commit is durable when it returns, so all writes are
 	// FILE_SYNC.
 	return &nfsv4.NfsResop4_OP_WRITE{Opwrite: &nfsv4.Write4res_NFS4_OK{Resok4: nfsv4.Write4resok{
 		Count: uint32(len(a.Data)), Committed: nfsv4.FILE_SYNC4, Writeverf: c.s.verf}}}, nfsv4.NFS4_OK
+}
+
+// appendOffsetRes is OpAppendOffset's result: nfsstat4, then offset4 if
+// the status is NFS4_OK. It embeds a generated result type only to
+// satisfy nfsv4.NfsResop4 (whose marker method is unexported); its own
+// methods encode the private result.
+type appendOffsetRes struct {
+	nfsv4.NfsResop4_OP_ILLEGAL
+	status nfsv4.Nfsstat4
+	off    uint64
+}
+
+func (r *appendOffsetRes) GetResop() nfsv4.NfsOpnum4 { return OpAppendOffset }
+
+func (r *appendOffsetRes) GetEncodedSizeBytes() int {
+	if r.status == nfsv4.NFS4_OK {
+		return 16
+	}
+	return 8
+}
+
+func (r *appendOffsetRes) WriteTo(w io.Writer) (int64, error) {
+	var b [16]byte
+	binary.BigEndian.PutUint32(b[:], uint32(OpAppendOffset))
+	binary.BigEndian.PutUint32(b[4:], uint32(r.status))
+	binary.BigEndian.PutUint64(b[8:], r.off)
+	n, err := w.Write(b[:r.GetEncodedSizeBytes()])
+	return int64(n), err
+}
+
+// appendOffset implements OpAppendOffset: the offset the immediately
+// preceding WRITE wrote at.
+func (c *compound) appendOffset(flags uint32, wrote bool) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+	st := nfsv4.NFS4_OK
+	switch {
+	case flags != 0, !wrote:
+		st = nfsv4.NFS4ERR_INVAL
+	}
+	return &appendOffsetRes{status: st, off: c.wroteOff}, st
 }
 
 func (c *compound) commit() (nfsv4.NfsResop4, nfsv4.Nfsstat4) {

@@ -317,34 +317,56 @@ func TestReaddirPaging(t *testing.T) {
 	wantStatus(t, rep2, err, nfsv4.NFS4ERR_BAD_COOKIE)
 }
 
+// TestAppendExtension checks WRITE at offset 2^64-1 followed by
+// OpAppendOffset (docs/protocol.md §2): concurrent appenders through an
+// open stateid (group-committed FS.Append), the anonymous stateid and
+// transactional compounds all get distinct, non-overlapping offsets, and
+// the file holds each record at the offset returned for it.
 func TestAppendExtension(t *testing.T) {
 	ts := startServer(t)
-	const writers, each = 8, 10
-	var wg sync.WaitGroup
+	const writers, each = 9, 12
 	setup := ts.session(t, 1, "setup")
-	writeFile(t, setup, "log", nil)
+	fh := writeFile(t, setup, "log", nil)
+	type rec struct {
+		off  uint64
+		data string
+	}
+	var mu sync.Mutex
+	var recs []rec
+	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := 0; w < writers; w++ {
 		c := ts.session(t, 1, fmt.Sprintf("app-%d", w))
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			rep, err := c.Compound(putroot(), openWith(c, "log", "o", nfsv4.OPEN4_SHARE_ACCESS_WRITE, 0, nil))
-			if err != nil || rep.Status != nfsv4.NFS4_OK {
-				errs <- fmt.Errorf("open: %v %v", err, rep)
-				return
+			sid := anon
+			if w%3 == 0 {
+				rep, err := c.Compound(putroot(), openWith(c, "log", "o", nfsv4.OPEN4_SHARE_ACCESS_WRITE, 0, nil))
+				if err != nil || rep.Status != nfsv4.NFS4_OK {
+					errs <- fmt.Errorf("open: %v %v", err, rep)
+					return
+				}
+				sid = openSid(t, rep.Results[1])
 			}
 			for i := 0; i < each; i++ {
-				rec := []byte(fmt.Sprintf("[w%d-%02d]", w, i))
-				rep, err := c.Compound(putroot(), lookup("log"), write(current, math.MaxUint64, rec))
-				if err != nil || rep.Status != nfsv4.NFS4_OK {
-					// current stateid was cleared by LOOKUP: use anon.
-					rep, err = c.Compound(putroot(), lookup("log"), write(anon, math.MaxUint64, rec))
-					if err != nil || rep.Status != nfsv4.NFS4_OK {
-						errs <- fmt.Errorf("append: %v %+v", err, rep)
-						return
-					}
+				data := fmt.Sprintf("[w%d-%02d-%s]", w, i, strings.Repeat("x", w))
+				ops := []nfsv4.NfsArgop4{putfh(fh), write(sid, math.MaxUint64, []byte(data)), appendOffset()}
+				var rep *testclient.Reply
+				var err error
+				if w%3 == 2 {
+					rep, err = c.Txn(ops...)
+				} else {
+					rep, err = c.Compound(ops...)
 				}
+				if err != nil || rep.Status != nfsv4.NFS4_OK {
+					errs <- fmt.Errorf("append: %v %+v", err, rep)
+					return
+				}
+				ar := rep.Results[2].(*testclient.AppendOffsetResult)
+				mu.Lock()
+				recs = append(recs, rec{ar.Offset, data})
+				mu.Unlock()
 			}
 		}(w)
 	}
@@ -353,15 +375,62 @@ func TestAppendExtension(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	got := string(readFile(t, setup, "log"))
-	if len(got) != writers*each*len("[w0-00]") {
-		t.Fatalf("log has %d bytes: %q", len(got), got)
+	got := readFile(t, setup, "log")
+	total := 0
+	for _, r := range recs {
+		total += len(r.data)
 	}
-	for w := 0; w < writers; w++ {
-		for i := 0; i < each; i++ {
-			if !strings.Contains(got, fmt.Sprintf("[w%d-%02d]", w, i)) {
-				t.Fatalf("record w%d-%02d lost", w, i)
-			}
+	if len(got) != total {
+		t.Fatalf("log has %d bytes, appended %d", len(got), total)
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].off < recs[j].off })
+	next := uint64(0)
+	for _, r := range recs {
+		if r.off != next {
+			t.Fatalf("record %q at offset %d, want %d (gap or overlap)", r.data, r.off, next)
 		}
+		if s := string(got[r.off : r.off+uint64(len(r.data))]); s != r.data {
+			t.Fatalf("offset %d holds %q, want %q", r.off, s, r.data)
+		}
+		next += uint64(len(r.data))
+	}
+}
+
+// TestAppendOffsetErrors checks OpAppendOffset's rules: it reports the
+// offset of the immediately preceding WRITE (plain WRITEs included, in
+// 4.0 too), and is NFS4ERR_INVAL anywhere else or with non-zero flags.
+func TestAppendOffsetErrors(t *testing.T) {
+	ts := startServer(t)
+	c := ts.session(t, 1, "c")
+	fh := writeFile(t, c, "f", []byte("hello"))
+	rep, err := c.Compound(putfh(fh), write(anon, 3, []byte("LO")), appendOffset())
+	okT(t)(rep, err)
+	if ar := rep.Results[2].(*testclient.AppendOffsetResult); ar.Offset != 3 {
+		t.Fatalf("offset %d after WRITE at 3", ar.Offset)
+	}
+	rep, err = c.Compound(putfh(fh), appendOffset())
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_INVAL)
+	rep, err = c.Compound(putfh(fh), write(anon, math.MaxUint64, []byte("!")), getattr(nfsv4.FATTR4_SIZE), appendOffset())
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_INVAL)
+	rep, err = c.Compound(putfh(fh), write(anon, math.MaxUint64, []byte("?")), &testclient.AppendOffsetArgs{Flags: 1})
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_INVAL)
+	if got := string(readFile(t, c, "f")); got != "helLO!?" {
+		t.Fatalf("file %q", got)
+	}
+	// A failed WRITE stops the compound before OpAppendOffset.
+	rep, err = c.Compound(putroot(), write(anon, math.MaxUint64, []byte("x")), appendOffset())
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_ISDIR)
+	if len(rep.Results) != 2 {
+		t.Fatalf("%d results after a failed WRITE", len(rep.Results))
+	}
+	// 4.0, no session.
+	c0 := ts.dial(t)
+	if err := c0.SetClientID("c0"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = c0.Compound(putfh(fh), write(anon, math.MaxUint64, []byte("0")), appendOffset())
+	okT(t)(rep, err)
+	if ar := rep.Results[2].(*testclient.AppendOffsetResult); ar.Offset != 7 {
+		t.Fatalf("4.0 append at %d, want 7", ar.Offset)
 	}
 }

@@ -23,6 +23,42 @@ import (
 // OpTxn mirrors server.OpTxn (kept here to avoid an import cycle in tests).
 const OpTxn = 0x74786e00
 
+// OpAppendOffset mirrors server.OpAppendOffset.
+const OpAppendOffset = 0x74786e01
+
+// AppendOffsetArgs is the private OpAppendOffset operation as an
+// nfsv4.NfsArgop4 (the embedded generated type only supplies the
+// interface's unexported marker method).
+type AppendOffsetArgs struct {
+	nfsv4.NfsArgop4_OP_ILLEGAL
+	Flags uint32
+}
+
+// GetArgop implements nfsv4.NfsArgop4.
+func (a *AppendOffsetArgs) GetArgop() nfsv4.NfsOpnum4 { return OpAppendOffset }
+
+// GetEncodedSizeBytes implements nfsv4.NfsArgop4.
+func (a *AppendOffsetArgs) GetEncodedSizeBytes() int { return 8 }
+
+// WriteTo implements nfsv4.NfsArgop4.
+func (a *AppendOffsetArgs) WriteTo(w io.Writer) (int64, error) {
+	var b [8]byte
+	binary.BigEndian.PutUint32(b[:], OpAppendOffset)
+	binary.BigEndian.PutUint32(b[4:], a.Flags)
+	n, err := w.Write(b[:])
+	return int64(n), err
+}
+
+// AppendOffsetResult is a decoded OpAppendOffset result.
+type AppendOffsetResult struct {
+	nfsv4.NfsResop4_OP_ILLEGAL
+	Status nfsv4.Nfsstat4
+	Offset uint64 // valid if Status is NFS4_OK
+}
+
+// GetResop implements nfsv4.NfsResop4.
+func (r *AppendOffsetResult) GetResop() nfsv4.NfsOpnum4 { return OpAppendOffset }
+
 // Client is one TCP connection. Calls are serialized.
 type Client struct {
 	conn net.Conn
@@ -170,6 +206,18 @@ func DecodeCompound(b []byte) (*Reply, error) {
 			st, _, _ := runtime.ReadInt(r)
 			s := nfsv4.Nfsstat4(st)
 			rep.Txn = &s
+			continue
+		}
+		if r.Len() >= 8 && binary.BigEndian.Uint32(b[len(b)-r.Len():]) == OpAppendOffset {
+			r.Seek(4, io.SeekCurrent)
+			st, _, _ := runtime.ReadInt(r)
+			ar := &AppendOffsetResult{Status: nfsv4.Nfsstat4(st)}
+			if ar.Status == nfsv4.NFS4_OK {
+				if ar.Offset, _, err = runtime.ReadUnsignedHyper(r); err != nil {
+					return nil, fmt.Errorf("result %d: %w", i, err)
+				}
+			}
+			rep.Results = append(rep.Results, ar)
 			continue
 		}
 		res, _, err := nfsv4.ReadNfsResop4(r)
