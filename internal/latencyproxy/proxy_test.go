@@ -1,0 +1,62 @@
+package latencyproxy
+
+import (
+	"bufio"
+	"net"
+	"testing"
+	"time"
+)
+
+// TestRTT checks that a ping-pong through the proxy takes the configured
+// round-trip time.
+func TestRTT(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				r := bufio.NewReader(c)
+				for {
+					b, err := r.ReadByte()
+					if err != nil {
+						return
+					}
+					c.Write([]byte{b})
+				}
+			}()
+		}
+	}()
+	for _, rtt := range []time.Duration{0, 200 * time.Microsecond, 2 * time.Millisecond} {
+		p, err := New(l.Addr().String(), rtt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 1)
+		const n = 50
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			c.Write([]byte{byte(i)})
+			if _, err := c.Read(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := time.Since(start) / n
+		t.Logf("rtt %v: measured %v", rtt, got)
+		if got < rtt || got > rtt+rtt/2+300*time.Microsecond {
+			t.Errorf("rtt %v: measured %v", rtt, got)
+		}
+		c.Close()
+		p.Close()
+	}
+}
