@@ -15,6 +15,7 @@ import (
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
+	"github.com/txnfs/txnfs/internal/latencyproxy"
 	"github.com/txnfs/txnfs/internal/nfspeers"
 	"github.com/txnfs/txnfs/nfs4/client"
 )
@@ -250,6 +251,57 @@ func TestLeaseRenewal(t *testing.T) {
 			cp.Write(sid, 0, []byte("x"), false)
 			cp.Close(sid)
 			mustOK(t, c, &cp) // the open state survived thanks to renewal
+		})
+	}
+}
+
+// TestReconnect drops the TCP connection between COMPOUNDs and while one
+// is in flight: the client re-dials and the session (and its reply cache)
+// carries on.
+func TestReconnect(t *testing.T) {
+	for _, p := range peers {
+		t.Run(p.Name, func(t *testing.T) {
+			px, err := latencyproxy.New(p.Addr, 2*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer px.Close()
+			ctx := context.Background()
+			c, err := client.Dial(ctx, client.Config{Addr: px.Addr()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			name := fmt.Sprintf("rc%d", dirSeq.Add(1))
+			for i := 0; i < 5; i++ {
+				px.DropConns()
+				if i%2 == 1 {
+					// Drop while the next request is in flight.
+					go func() { time.Sleep(time.Millisecond); px.DropConns() }()
+				}
+				var cp client.Compound
+				lookupPath(&cp, p.Root)
+				cp.Open(c.ClientID(), c.OpenOwner(), client.OpenArgs{Name: name, Access: nfsv4.OPEN4_SHARE_ACCESS_WRITE, Create: true})
+				cp.Write(client.CurrentStateid, uint64(i), []byte{byte('a' + i)}, true)
+				cp.Close(client.CurrentStateid)
+				rep, err := c.Do(ctx, &cp)
+				if err != nil {
+					t.Fatalf("round %d: %v", i, err)
+				}
+				if err := rep.Err(); err != nil {
+					t.Fatalf("round %d: %v", i, err)
+				}
+			}
+			var cp client.Compound
+			lookupPath(&cp, p.Root)
+			cp.Lookup(name)
+			cp.Open(c.ClientID(), c.OpenOwner(), client.OpenArgs{Access: nfsv4.OPEN4_SHARE_ACCESS_READ})
+			ri := cp.Read(client.CurrentStateid, 0, 100)
+			cp.Close(client.CurrentStateid)
+			rep := mustOK(t, c, &cp)
+			if got := rep.Results[ri].(*nfsv4.NfsResop4_OP_READ).Opread.(*nfsv4.Read4res_NFS4_OK).Resok4.Data; string(got) != "abcde" {
+				t.Fatalf("file holds %q", got)
+			}
 		})
 	}
 }
