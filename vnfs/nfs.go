@@ -31,6 +31,9 @@ type Config struct {
 	// MaxIO caps one READ or WRITE (default: the server's maxread and
 	// maxwrite attributes, at most 1 MiB).
 	MaxIO int
+	// Window is how many COMPOUNDs one call may have in flight when
+	// pipelining is safe (default 8; 1 disables pipelining).
+	Window int
 	// NoPathCompression reaches every directory from the root (for
 	// measurements).
 	NoPathCompression bool
@@ -103,6 +106,7 @@ type nfsFS struct {
 	maxOps, maxReq, maxResp int
 	maxRead, maxWrite       int
 	minor                   uint32
+	window                  int
 
 	sh *shared
 }
@@ -138,6 +142,11 @@ func (n *nfsFS) init(ctx context.Context) error {
 	}
 	n.maxOps = min(n.maxOps, int(lim.MaxOps)-1) // SEQUENCE
 	n.maxReq, n.maxResp = int(lim.MaxRequestSize), int(lim.MaxResponseSize)
+	n.window = 8
+	if n.cfg.Window > 0 {
+		n.window = n.cfg.Window
+	}
+	n.window = min(n.window, int(lim.Slots))
 	switch n.cfg.Append {
 	case AppendExtension:
 		n.sh.appendOK.Store(1)

@@ -16,7 +16,6 @@ type copyTask struct {
 	it       *CopyItem
 	clone    bool
 	src, dst target
-	owner    []byte
 	srcSize  uint64
 }
 
@@ -55,7 +54,7 @@ func (t *copyTask) emit(b *batch, ti int) emitResult {
 			a.Create, a.Exclusive = true, it.Flags&Exclusive != 0
 			a.CreateAttrs = modeAttrs(it.Mode, 0o644)
 		}
-		b.open(ti, t.dst.name, a, t.owner, nil)
+		b.open(ti, t.dst.name, a, b.openOwner(), nil)
 		dstSid = client.CurrentStateid
 	}
 	if it.Flags&Truncate != 0 {
@@ -101,7 +100,6 @@ func (t *copyTask) emit(b *batch, ti int) emitResult {
 }
 
 func (n *nfsFS) copyTasks(op string, items []CopyItem, clone bool) ([]task, error) {
-	owner := n.owner()
 	tasks := make([]task, len(items))
 	for i := range items {
 		it := &items[i]
@@ -120,7 +118,7 @@ func (n *nfsFS) copyTasks(op string, items []CopyItem, clone bool) ([]task, erro
 		if err != nil {
 			return nil, &Error{Op: op, Index: i, Path: it.Dst.String(), Err: err}
 		}
-		tasks[i] = &copyTask{it: it, clone: clone, src: src, dst: dst, owner: owner}
+		tasks[i] = &copyTask{it: it, clone: clone, src: src, dst: dst}
 	}
 	return tasks, nil
 }

@@ -70,7 +70,6 @@ type ioTask struct {
 	write     bool
 	dir, name string
 	fd        *fdEntry
-	owner     []byte
 	base      uint64 // file offset of io.Data[0]
 	appendExt bool   // write at AppendOffset
 	done      int    // bytes of io.Data already sent
@@ -107,7 +106,7 @@ func (t *ioTask) emit(b *batch, ti int) emitResult {
 				a.CreateAttrs = modeAttrs(io.Mode, 0o644)
 			}
 		}
-		b.open(ti, t.name, a, t.owner, nil)
+		b.open(ti, t.name, a, b.openOwner(), nil)
 		sid = client.CurrentStateid
 	}
 	if t.write && !t.started && io.Flags&Truncate != 0 {
@@ -180,12 +179,12 @@ func (t *ioTask) emit(b *batch, ti int) emitResult {
 
 // ioTasks builds the tasks of a read or write vector.
 func (n *nfsFS) ioTasks(ios []IO, write bool) ([]task, error) {
-	owner := n.owner()
+
 	tasks := make([]task, len(ios))
 	for i := range ios {
 		io := &ios[i]
 		io.N, io.EOF = 0, false
-		t := &ioTask{n: n, io: io, write: write, owner: owner, base: io.Offset}
+		t := &ioTask{n: n, io: io, write: write, base: io.Offset}
 		if io.File.FD != 0 {
 			e, ok := n.fd(io.File.FD)
 			if !ok {
@@ -227,7 +226,8 @@ func (n *nfsFS) VRead(ctx context.Context, ios []IO) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	done, err := n.run(ctx, runOpts{op: "read", names: ioNames(ios), txn: n.txn}, tasks)
+	done, err := n.run(ctx, runOpts{op: "read", names: ioNames(ios), txn: n.txn, readOnly: true,
+		reset: func(i int) { ios[i].N, ios[i].EOF = 0, false }}, tasks)
 	if err != nil || n.txn {
 		return done, err
 	}
@@ -247,7 +247,7 @@ func (n *nfsFS) VRead(ctx context.Context, ios []IO) (int, error) {
 			return len(ios), nil
 		}
 		tasks, _ := n.ioTasks(more, false)
-		k, err := n.run(ctx, runOpts{op: "read", names: ioNames(more)}, tasks)
+		k, err := n.run(ctx, runOpts{op: "read", names: ioNames(more), readOnly: true}, tasks)
 		progress := false
 		for j, i := range idx {
 			ios[i].N += more[j].N

@@ -125,7 +125,7 @@ func (n *nfsFS) VListDir(ctx context.Context, dirs []string, opts ListOptions, f
 			for i, t := range pending {
 				ts[i] = t
 			}
-			k, err := n.run(ctx, runOpts{op: "listdir", names: func(i int) string { return pending[i].shown }, txn: n.txn}, ts)
+			k, err := n.run(ctx, runOpts{op: "listdir", names: func(i int) string { return pending[i].shown }, txn: n.txn, readOnly: true}, ts)
 			if err != nil {
 				var ce *callbackError
 				if errors.As(err, &ce) {

@@ -108,12 +108,12 @@ func (n *nfsFS) getattrs(ctx context.Context, items []AttrItem, txn bool) (int, 
 			})
 		}}
 	}
-	return n.run(ctx, runOpts{op: "getattr", names: func(i int) string { return items[i].File.String() }, txn: txn}, tasks)
+	return n.run(ctx, runOpts{op: "getattr", names: func(i int) string { return items[i].File.String() }, txn: txn,
+		readOnly: true, reset: func(i int) { items[i].Attr = Attr{} }}, tasks)
 }
 
 // VSetAttrs implements FS.
 func (n *nfsFS) VSetAttrs(ctx context.Context, items []AttrItem) (int, error) {
-	owner := n.owner()
 	tasks := make([]task, len(items))
 	for i := range items {
 		it := &items[i]
@@ -139,7 +139,7 @@ func (n *nfsFS) VSetAttrs(ctx context.Context, items []AttrItem) (int, error) {
 				// A size change needs an open stateid.
 				b.cd(ti, tg.dir)
 				b.keepDir(ti, tg.dir)
-				b.open(ti, tg.name, client.OpenArgs{Access: nfsv4.OPEN4_SHARE_ACCESS_WRITE}, owner, nil)
+				b.open(ti, tg.name, client.OpenArgs{Access: nfsv4.OPEN4_SHARE_ACCESS_WRITE}, b.openOwner(), nil)
 				b.cp.SetAttr(client.CurrentStateid, fattr)
 				b.track(ti, respSmall+16, nil)
 				b.closeCur(ti)
@@ -309,5 +309,6 @@ func (n *nfsFS) VReadlink(ctx context.Context, items []ReadlinkItem) (int, error
 			})
 		}}
 	}
-	return n.run(ctx, runOpts{op: "readlink", names: func(i int) string { return items[i].Path }, txn: n.txn}, tasks)
+	return n.run(ctx, runOpts{op: "readlink", names: func(i int) string { return items[i].Path }, txn: n.txn,
+		readOnly: true, reset: func(i int) { items[i].Target = "" }}, tasks)
 }

@@ -88,8 +88,10 @@ type batch struct {
 	lookahead []string
 	// opens are OPENs executed without their CLOSE (filled by handlers).
 	opens []openRec
-	// err is the error of the failed task after send.
-	err error
+	// owner is the open-owner of this COMPOUND's transient opens: each
+	// COMPOUND has its own, so that COMPOUNDs in flight together never
+	// share (and close) each other's open state.
+	owner []byte
 }
 
 type mark struct {
@@ -282,18 +284,72 @@ type runOpts struct {
 	op    string             // for errors: "read", "mkdir", ...
 	names func(i int) string // path of item i, for errors
 	txn   bool               // one transactional COMPOUND
+	// readOnly allows pipelining all COMPOUNDs: the vector has no side
+	// effects, so running items after a failure is harmless.
+	readOnly bool
+	// reset clears the outputs of item i (called for items after a
+	// failure, whose results are discarded).
+	reset func(i int)
 }
 
 // run executes tasks in order, splitting them over as many COMPOUNDs as
 // needed. It returns the number of tasks that succeeded and, on failure,
 // an *Error for the first failed task.
+//
+// COMPOUNDs are pipelined (up to Config.Window in flight) when that cannot
+// break the failure semantics: always for read-only vectors (o.readOnly;
+// results after a failure are discarded), and otherwise only for COMPOUNDs
+// that continue an item already in flight (the later chunks of a large
+// write) — a COMPOUND that starts a new item waits until every earlier one
+// has succeeded, so items after a failure are never executed.
 func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 	if len(tasks) == 0 {
 		return 0, nil
 	}
+	window := n.window
+	if o.txn || window < 1 {
+		window = 1
+	}
+	var q []*flight
+	failIdx, failErr := -1, error(nil)
+	finish := func() {
+		f := q[0]
+		q = q[1:]
+		<-f.done
+		idx, err := n.processQuiet(ctx, o, f, failIdx >= 0)
+		if idx >= 0 && failIdx < 0 {
+			failIdx, failErr = idx, err
+		}
+	}
+	prevStarts := false
+	launch := func(b *batch, first int, startsNew bool) {
+		// A COMPOUND starting an item waits for all earlier ones; one
+		// continuing an item waits for the COMPOUND that started it
+		// (which may create the file).
+		if !o.readOnly && (startsNew || prevStarts) {
+			for len(q) > 0 && failIdx < 0 {
+				finish()
+			}
+		}
+		prevStarts = startsNew
+		for len(q) >= window && failIdx < 0 {
+			finish()
+		}
+		if failIdx >= 0 {
+			return
+		}
+		b.cp.Txn = o.txn
+		b.cp.Tag = "vnfs " + o.op
+		f := &flight{b: b, first: first, done: make(chan struct{})}
+		go func() {
+			f.rep, f.err = n.c.Do(ctx, &f.b.cp)
+			close(f.done)
+		}()
+		q = append(q, f)
+	}
 	b := n.newBatch()
-	first := 0 // first task with operations in b
-	for i := 0; i < len(tasks); {
+	first, started, startsNew := 0, -1, false
+	for i := 0; i < len(tasks) && failIdx < 0; {
 		b.lookahead = b.lookahead[:0]
 		for j := i + 1; j < len(tasks) && len(b.lookahead) < 2; j++ {
 			if d, ok := tasks[j].navDir(); ok {
@@ -301,6 +357,9 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 			}
 		}
 		r := tasks[i].emit(b, i)
+		if r != emitFull && i > started {
+			started, startsNew = i, true
+		}
 		if r == emitDone {
 			i++
 			if i < len(tasks) {
@@ -308,67 +367,78 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 			}
 		}
 		if r == emitFull && b.empty() {
+			for len(q) > 0 {
+				finish()
+			}
+			if failIdx >= 0 {
+				break
+			}
 			return i, n.itemErr(o, i, fmt.Errorf("item does not fit one COMPOUND (limits %d ops, %d/%d bytes)", b.maxOps, b.maxReq, b.maxResp))
 		}
 		if o.txn && (r != emitDone || i < len(tasks)) {
 			return 0, fmt.Errorf("vnfs: %s: %w (%d items)", o.op, ErrTxnTooLarge, len(tasks))
 		}
-		// Send b.
-		failed, err := n.send(ctx, o, b)
-		if err != nil {
-			if o.txn {
-				return 0, err
-			}
-			return first, err
-		}
-		if failed >= 0 {
-			if o.txn {
-				return 0, b.err
-			}
-			return failed, b.err
-		}
+		launch(b, first, startsNew)
 		b = n.newBatch()
-		first = i
+		first, startsNew = i, false
+	}
+	for len(q) > 0 {
+		finish()
+	}
+	if failIdx >= 0 {
+		if o.reset != nil {
+			for i := failIdx + 1; i < len(tasks); i++ {
+				o.reset(i)
+			}
+		}
+		if o.txn {
+			return 0, failErr
+		}
+		return failIdx, failErr
 	}
 	return len(tasks), nil
 }
 
-// send sends b and runs handlers; it returns the index of the failed task
-// (-1 if none) with b.err set, or a transport/protocol error.
-func (n *nfsFS) send(ctx context.Context, o runOpts, b *batch) (int, error) {
-	b.cp.Txn = o.txn
-	b.cp.Tag = "vnfs " + o.op
-	rep, err := n.c.Do(ctx, &b.cp)
-	if err != nil {
-		if errors.Is(err, client.ErrTxnUnsupported) {
-			return -1, fmt.Errorf("vnfs: %s: %w", o.op, ErrTxnUnsupported)
+// flight is a COMPOUND in flight.
+type flight struct {
+	b     *batch
+	first int // first task in b
+	done  chan struct{}
+	rep   *client.Reply
+	err   error
+}
+
+// processQuiet runs the handlers of a completed COMPOUND and closes files it
+// left open. It returns the index of the failed task (-1 if none) and its
+// error. With quiet, an earlier COMPOUND already failed: handler errors
+// are ignored (only the cleanup matters).
+func (n *nfsFS) processQuiet(ctx context.Context, o runOpts, f *flight, quiet bool) (int, error) {
+	b := f.b
+	if f.err != nil {
+		if errors.Is(f.err, client.ErrTxnUnsupported) {
+			return f.first, fmt.Errorf("vnfs: %s: %w", o.op, ErrTxnUnsupported)
 		}
-		if len(b.hs) > 0 {
-			return -1, n.itemErr(o, b.hs[0].task, err)
-		}
-		return -1, err
+		return f.first, n.itemErr(o, f.first, f.err)
 	}
+	rep := f.rep
 	defer n.closeDangling(ctx, b)
 	for k, res := range rep.Results {
 		h := b.hs[k]
 		if st := rep.Statuses[k]; st != nfsv4.NFS4_OK {
-			b.err = n.itemErr(o, h.task, &client.StatusError{Op: res.GetResop(), Index: k, Status: st})
-			return h.task, nil
+			return h.task, n.itemErr(o, h.task, &client.StatusError{Op: res.GetResop(), Index: k, Status: st})
 		}
 		if h.fn != nil {
-			if err := h.fn(res); err != nil {
-				b.err = n.itemErr(o, h.task, err)
-				return h.task, nil
+			if err := h.fn(res); err != nil && !quiet {
+				return h.task, n.itemErr(o, h.task, err)
 			}
 		}
 	}
 	if rep.Status != nfsv4.NFS4_OK || len(rep.Results) != len(b.hs) {
-		t := 0
+		t := f.first
 		if len(rep.Results) < len(b.hs) {
 			t = b.hs[len(rep.Results)].task
 		}
-		b.err = n.itemErr(o, t, &client.StatusError{Op: nfsv4.OP_ILLEGAL, Status: rep.Status})
-		return t, nil
+		return t, n.itemErr(o, t, &client.StatusError{Op: nfsv4.OP_ILLEGAL, Status: rep.Status})
 	}
 	return -1, nil
 }
@@ -410,4 +480,12 @@ func (n *nfsFS) closeDangling(ctx context.Context, b *batch) {
 func (n *nfsFS) newBatch() *batch {
 	return &batch{n: n, compress: !n.cfg.NoPathCompression,
 		maxOps: n.maxOps, maxReq: n.maxReq, maxResp: n.maxResp}
+}
+
+// openOwner returns the open-owner for transient opens in b.
+func (b *batch) openOwner() []byte {
+	if b.owner == nil {
+		b.owner = b.n.owner()
+	}
+	return b.owner
 }

@@ -175,49 +175,101 @@ func (s *scalarFS) close(ctx context.Context, o *scalarOpen) error {
 	return err
 }
 
+// scalarWindow is how many READs or WRITEs of one file the baseline keeps
+// in flight, like the kernel's readahead and writeback.
+const scalarWindow = 8
+
+// chunks runs fn for each rsize/wsize piece of [0, n), up to scalarWindow
+// at a time, and returns the first error.
+func chunks(n, size int, fn func(off, len int) error) error {
+	if n <= size {
+		return fn(0, n)
+	}
+	sem := make(chan struct{}, scalarWindow)
+	errs := make(chan error, (n+size-1)/size)
+	count := 0
+	for off := 0; off < n; off += size {
+		sem <- struct{}{}
+		count++
+		go func(off int) {
+			defer func() { <-sem }()
+			errs <- fn(off, min(size, n-off))
+		}(off)
+	}
+	var first error
+	for i := 0; i < count; i++ {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 func (s *scalarFS) read(ctx context.Context, fh []byte, sid nfsv4.Stateid4, io *IO) error {
-	for io.N < len(io.Data) && !io.EOF {
+	type piece struct {
+		n   int
+		eof bool
+	}
+	var mu sync.Mutex
+	got := map[int]piece{}
+	err := chunks(len(io.Data), s.n.maxRead, func(off, n int) error {
 		var cp client.Compound
 		cp.PutFH(fh)
-		cp.Read(sid, io.Offset+uint64(io.N), uint32(min(len(io.Data)-io.N, s.n.maxRead)))
+		cp.Read(sid, io.Offset+uint64(off), uint32(n))
 		rep, err := s.do(ctx, &cp)
 		if err != nil {
 			return err
 		}
 		r := rep.Results[1].(*nfsv4.NfsResop4_OP_READ).Opread.(*nfsv4.Read4res_NFS4_OK).Resok4
-		io.N += copy(io.Data[io.N:], r.Data)
-		io.EOF = r.Eof
-		if len(r.Data) == 0 && !r.Eof {
-			return syscall.EIO
+		copy(io.Data[off:off+n], r.Data)
+		mu.Lock()
+		got[off] = piece{len(r.Data), r.Eof}
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for off := 0; off < len(io.Data); off += s.n.maxRead {
+		p := got[off]
+		io.N += p.n
+		if p.eof || p.n < min(s.n.maxRead, len(io.Data)-off) {
+			io.EOF = p.eof
+			break
 		}
+	}
+	if len(io.Data) == 0 {
+		io.EOF = false
 	}
 	return nil
 }
 
 func (s *scalarFS) write(ctx context.Context, o *scalarOpen, sid nfsv4.Stateid4, io *IO, off uint64) error {
-	for io.N < len(io.Data) || len(io.Data) == 0 {
-		if len(io.Data) == 0 {
+	var mu sync.Mutex
+	err := chunks(len(io.Data), s.n.maxWrite, func(at, n int) error {
+		if n == 0 {
 			return nil
 		}
-		c := min(len(io.Data)-io.N, s.n.maxWrite)
 		var cp client.Compound
 		cp.PutFH(o.fh)
-		stable := io.Flags&Stable != 0
-		cp.Write(sid, off+uint64(io.N), io.Data[io.N:io.N+c], stable)
+		cp.Write(sid, off+uint64(at), io.Data[at:at+n], io.Flags&Stable != 0)
 		rep, err := s.do(ctx, &cp)
 		if err != nil {
 			return err
 		}
 		w := rep.Results[1].(*nfsv4.NfsResop4_OP_WRITE).Opwrite.(*nfsv4.Write4res_NFS4_OK).Resok4
-		if w.Count == 0 {
+		if int(w.Count) != n {
 			return syscall.EIO
 		}
-		io.N += int(w.Count)
+		mu.Lock()
+		io.N += n
 		if w.Committed == nfsv4.UNSTABLE4 {
 			o.dirty = true
 		}
-	}
-	return nil
+		mu.Unlock()
+		return nil
+	})
+	return err
 }
 
 func scalarErr(op string, i int, name string, err error) error {

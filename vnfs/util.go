@@ -259,6 +259,23 @@ func (m *Mounts) Resolve(ctx context.Context, arg string) (Target, error) {
 	return Target{FS: f, Path: p, Server: host, Arg: arg}, nil
 }
 
+// Stats sums the RPC counters of the NFS connections.
+func (m *Mounts) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var s Stats
+	for _, f := range m.nfs {
+		if x, ok := f.(StatsFS); ok {
+			t := x.Stats()
+			s.Compounds += t.Compounds
+			s.Ops += t.Ops
+			s.BytesIn += t.BytesIn
+			s.BytesOut += t.BytesOut
+		}
+	}
+	return s
+}
+
 // Close closes all connections.
 func (m *Mounts) Close() error {
 	m.mu.Lock()

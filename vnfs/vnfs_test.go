@@ -164,6 +164,23 @@ func TestFirstFailure(t *testing.T) {
 		if _, err := vnfs.Stat(ctx, e.fs, e.dir+"/b"); err != nil {
 			t.Fatalf("item before the failure: %v", err)
 		}
+		// Writes: the failure in the middle of a long, split vector; no
+		// item after it may have run, even with pipelined COMPOUNDs.
+		long := make([]vnfs.IO, 600)
+		for i := range long {
+			long[i] = vnfs.IO{File: vnfs.P(fmt.Sprintf("%s/long/f%03d", e.dir, i)), Data: []byte("x"), Flags: vnfs.Create}
+		}
+		long[400].File = vnfs.P(e.dir + "/nodir/f")
+		if err := vnfs.Mkdir(ctx, e.fs, e.dir+"/long", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		n, err = e.fs.VWrite(ctx, long)
+		if n != 400 || !errors.As(err, &ve) || ve.Index != 400 {
+			t.Fatalf("n=%d err=%v", n, err)
+		}
+		if ents, err := vnfs.ReadDir(ctx, e.fs, e.dir+"/long", 0); err != nil || len(ents) != 400 {
+			t.Fatalf("%d files after a failure at item 400 (%v)", len(ents), err)
+		}
 		// Reads: the failure in the middle of a long, split vector.
 		rd := make([]vnfs.IO, 300)
 		for i := range rd {
