@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
 	"github.com/buildbarn/go-xdr/pkg/runtime"
 
 	"github.com/txnfs/txnfs/fs"
@@ -67,6 +69,10 @@ type compound struct {
 
 	// txn is the transaction of a transactional compound (nil otherwise).
 	txn *fs.Txn
+	// bufs are pooled I/O buffers referenced by the reply, returned to
+	// the pool once it is written.
+	bufs []*[]byte
+
 	// undo reverses protocol-state changes of a transactional compound
 	// that does not commit; onCommit runs deferred ones after commit.
 	undo     []func()
@@ -95,20 +101,39 @@ func knownOp(code nfsv4.NfsOpnum4, minor uint32) bool {
 
 // compound decodes and runs one COMPOUND; ok=false means the arguments
 // are not even a COMPOUND header (GARBAGE_ARGS).
-func (s *Server) compound(ctx context.Context, call *rpc.Call) ([]byte, bool) {
+func (s *Server) compound(ctx context.Context, call *rpc.Call) (rpc.Reply, bool) {
+	c := &compound{s: s, ctx: ctx, cred: s.cred(&call.Cred), princ: principal(&call.Cred),
+		conn: call.Conn}
+	body, ok := s.runCompound(c, call)
+	if !ok {
+		return rpc.Reply{}, false
+	}
+	rep := rpc.Reply{Stat: rpcv2.SUCCESS, Body: body.head, More: body.more}
+	if len(c.bufs) > 0 {
+		bufs := c.bufs
+		rep.Done = func() {
+			for _, b := range bufs {
+				s.putBuf(b)
+			}
+		}
+	}
+	return rep, true
+}
+
+func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	start := time.Now()
 	r := bytes.NewReader(call.Args)
 	tag, _, err := runtime.ReadUTF8String(r, maxTagLen)
 	if err != nil {
-		return nil, false
+		return encoded{}, false
 	}
 	minor, _, err := runtime.ReadUnsignedInt(r)
 	if err != nil {
-		return nil, false
+		return encoded{}, false
 	}
 	n, _, err := runtime.ReadUnsignedInt(r)
 	if err != nil {
-		return nil, false
+		return encoded{}, false
 	}
 	if minor > 2 {
 		return encodeCompound(nfsv4.NFS4ERR_MINOR_VERS_MISMATCH, tag, nil, nil), true
@@ -151,6 +176,14 @@ func (s *Server) compound(ctx context.Context, call *rpc.Call) ([]byte, bool) {
 			ops = append(ops, decodedOp{code: nfsv4.OP_ILLEGAL})
 			break
 		}
+		if code == nfsv4.OP_WRITE {
+			arg, ok := decodeWrite(r, call.Args)
+			if !ok {
+				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
+			}
+			ops = append(ops, decodedOp{code: code, arg: arg})
+			continue
+		}
 		arg, _, err := nfsv4.ReadNfsArgop4(r)
 		if err != nil {
 			s.log.Debug("nfs4: undecodable operation", "op", code, "err", err)
@@ -159,8 +192,7 @@ func (s *Server) compound(ctx context.Context, call *rpc.Call) ([]byte, bool) {
 		ops = append(ops, decodedOp{code: code, arg: arg})
 	}
 
-	c := &compound{s: s, ctx: ctx, cred: s.cred(&call.Cred), princ: principal(&call.Cred),
-		conn: call.Conn, minor: minor, nops: len(ops)}
+	c.minor, c.nops = minor, len(ops)
 	s.st.Tick()
 	var txr *txnResult
 	if len(ops) > 0 && ops[0].code == OpTxn {
@@ -182,7 +214,7 @@ func (s *Server) compound(ctx context.Context, call *rpc.Call) ([]byte, bool) {
 		case nfsv4.OP_SEQUENCE:
 			res, st, replay := c.sequence(ops[0].arg.(*nfsv4.NfsArgop4_OP_SEQUENCE), len(ops)+boolInt(txr != nil))
 			if replay != nil {
-				return replay, true
+				return encoded{head: replay}, true
 			}
 			results = append(results, res)
 			status = st
@@ -216,9 +248,43 @@ func (s *Server) compound(ctx context.Context, call *rpc.Call) ([]byte, bool) {
 	}
 	body := encodeCompound(status, tag, txr, results)
 	if c.slot != nil {
-		s.st.FinishSlot(c.slot, body)
+		// Only replies small enough to cache are flattened (READ data
+		// stays where it was read into).
+		var cached []byte
+		if body.size() <= s.st.MaxCachedReply() {
+			cached = body.flatten()
+		}
+		s.st.FinishSlot(c.slot, cached, body.size())
 	}
 	return body, true
+}
+
+// decodeWrite decodes WRITE4args at r's position in args without copying
+// the data: the returned Data aliases args (which the compound owns).
+func decodeWrite(r *bytes.Reader, args []byte) (nfsv4.NfsArgop4, bool) {
+	b := args[len(args)-r.Len():]
+	const fixed = 4 + 16 + 8 + 4 + 4 // opcode, stateid, offset, stable, length
+	if len(b) < fixed {
+		return nil, false
+	}
+	var a nfsv4.Write4args
+	a.Stateid.Seqid = binary.BigEndian.Uint32(b[4:])
+	copy(a.Stateid.Other[:], b[8:20])
+	a.Offset = binary.BigEndian.Uint64(b[20:])
+	a.Stable = nfsv4.StableHow4(binary.BigEndian.Uint32(b[28:]))
+	switch a.Stable {
+	case nfsv4.UNSTABLE4, nfsv4.DATA_SYNC4, nfsv4.FILE_SYNC4:
+	default:
+		return nil, false
+	}
+	n := uint64(binary.BigEndian.Uint32(b[32:]))
+	padded := (n + 3) &^ 3
+	if uint64(len(b)-fixed) < padded {
+		return nil, false
+	}
+	a.Data = b[fixed : fixed+n : fixed+n]
+	r.Seek(int64(fixed+padded), io.SeekCurrent)
+	return &nfsv4.NfsArgop4_OP_WRITE{Opwrite: a}, true
 }
 
 func boolInt(b bool) int {
@@ -343,32 +409,93 @@ func (c *compound) view(fn func(t *fs.Txn) error) error {
 	return c.s.fs.View(c.ctx, c.cred, fn)
 }
 
+// encoded is an encoded COMPOUND4res: head followed by more. Large
+// opaque fields (READ data) are not copied into head but referenced from
+// more.
+type encoded struct {
+	head []byte
+	more [][]byte
+}
+
+func (e encoded) size() int {
+	n := len(e.head)
+	for _, b := range e.more {
+		n += len(b)
+	}
+	return n
+}
+
+func (e encoded) flatten() []byte {
+	if len(e.more) == 0 {
+		return e.head
+	}
+	out := make([]byte, 0, e.size())
+	out = append(out, e.head...)
+	for _, b := range e.more {
+		out = append(out, b...)
+	}
+	return out
+}
+
+// segmentWriter collects an encoding. Writes of at least minSegment bytes
+// are kept by reference instead of copied — unlike an ordinary
+// io.Writer, it retains them — so the caller must keep those buffers
+// unchanged until the reply is written. Only encodeCompound uses it, on
+// results whose buffers live until rpc.Reply.Done.
+type segmentWriter struct {
+	segs [][]byte
+	cur  []byte
+}
+
+const minSegment = 32 << 10
+
+func (w *segmentWriter) Write(p []byte) (int, error) {
+	if len(p) < minSegment {
+		w.cur = append(w.cur, p...)
+		return len(p), nil
+	}
+	w.segs = append(w.segs, w.cur, p)
+	w.cur = nil
+	return len(p), nil
+}
+
+func (w *segmentWriter) done() encoded {
+	if len(w.segs) == 0 {
+		return encoded{head: w.cur}
+	}
+	more := w.segs[1:]
+	if len(w.cur) > 0 {
+		more = append(more, w.cur)
+	}
+	return encoded{head: w.segs[0], more: more}
+}
+
 // encodeCompound encodes COMPOUND4res. The OpTxn result, if any, is
 // encoded first as (opcode, status).
-func encodeCompound(st nfsv4.Nfsstat4, tag string, txr *txnResult, results []nfsv4.NfsResop4) []byte {
+func encodeCompound(st nfsv4.Nfsstat4, tag string, txr *txnResult, results []nfsv4.NfsResop4) encoded {
 	size := 12 + (len(tag)+3)&^3
 	for _, r := range results {
 		size += r.GetEncodedSizeBytes()
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size+8))
-	runtime.WriteInt(buf, int32(st))
-	runtime.WriteUTF8String(buf, maxTagLen, tag)
+	w := &segmentWriter{cur: make([]byte, 0, min(size+8, 64<<10))}
+	runtime.WriteInt(w, int32(st))
+	runtime.WriteUTF8String(w, maxTagLen, tag)
 	n := len(results)
 	if txr != nil {
 		n++
 	}
-	runtime.WriteUnsignedInt(buf, uint32(n))
+	runtime.WriteUnsignedInt(w, uint32(n))
 	if txr != nil {
-		runtime.WriteInt(buf, int32(OpTxn))
-		runtime.WriteInt(buf, int32(txr.status))
+		runtime.WriteInt(w, int32(OpTxn))
+		runtime.WriteInt(w, int32(txr.status))
 	}
 	for _, r := range results {
-		if _, err := r.WriteTo(buf); err != nil {
+		if _, err := r.WriteTo(w); err != nil {
 			// Only a server bug (e.g. an over-long field) gets here.
 			return encodeCompound(nfsv4.NFS4ERR_SERVERFAULT, "", nil, nil)
 		}
 	}
-	return buf.Bytes()
+	return w.done()
 }
 
 // errRes returns the result of op code with a non-OK status (or OK for

@@ -416,7 +416,10 @@ func (c *compound) readData(op string, sid nfsv4.Stateid4, off uint64, count uin
 	if st != nfsv4.NFS4_OK {
 		return nil, false, st
 	}
-	buf := make([]byte, min(count, c.s.cfg.MaxIO))
+	// The buffer is pooled: the reply references it (no copy into the
+	// encoding) and it is returned to the pool once the reply is written.
+	pb := c.s.getBuf(min(count, c.s.cfg.MaxIO))
+	buf := *pb
 	var n int
 	var eof bool
 	err := c.view(func(t *fs.Txn) (err error) {
@@ -427,8 +430,10 @@ func (c *compound) readData(op string, sid nfsv4.Stateid4, off uint64, count uin
 		return err
 	})
 	if err != nil {
+		c.s.putBuf(pb)
 		return nil, false, c.s.toStatus(c.ctx, op, err, aboutHandle)
 	}
+	c.bufs = append(c.bufs, pb)
 	return buf[:n], eof, nfsv4.NFS4_OK
 }
 

@@ -110,6 +110,9 @@ type Server struct {
 	major []byte  // server_owner major id / server scope
 	root  []byte  // root file handle
 
+	// bufPool holds MaxIO-sized READ buffers (*[]byte).
+	bufPool sync.Pool
+
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bgWG     sync.WaitGroup
@@ -212,14 +215,27 @@ func (s *Server) Handle(ctx context.Context, call *rpc.Call) rpc.Reply {
 	case 0: // NULL
 		return rpc.Reply{Stat: rpcv2.SUCCESS}
 	case 1: // COMPOUND
-		body, ok := s.compound(ctx, call)
+		rep, ok := s.compound(ctx, call)
 		if !ok {
 			return rpc.Reply{Stat: rpcv2.GARBAGE_ARGS}
 		}
-		return rpc.Reply{Stat: rpcv2.SUCCESS, Body: body}
+		return rep
 	}
 	return rpc.Reply{Stat: rpcv2.PROC_UNAVAIL}
 }
+
+// getBuf returns a READ buffer of n ≤ MaxIO bytes (contents undefined);
+// putBuf returns it once nothing references it.
+func (s *Server) getBuf(n uint32) *[]byte {
+	if b, ok := s.bufPool.Get().(*[]byte); ok {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n, s.cfg.MaxIO)
+	return &b
+}
+
+func (s *Server) putBuf(b *[]byte) { s.bufPool.Put(b) }
 
 // cred maps an RPC credential to the engine's, applying AUTH_NONE and
 // root squashing.

@@ -40,6 +40,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -73,6 +74,12 @@ type Call struct {
 type Reply struct {
 	Stat rpcv2.AcceptStat
 	Body []byte
+	// More holds further result bytes sent after Body (with writev, not
+	// copied), e.g. READ data referenced where it was read into.
+	More [][]byte
+	// Done, if set, is called once the reply has been written (or
+	// dropped); the handler may then reuse the buffers of Body and More.
+	Done func()
 	// MismatchLow/High are sent with PROG_MISMATCH.
 	MismatchLow, MismatchHigh uint32
 	// RPCMismatch denies the call (MSG_DENIED, RPC_MISMATCH 2..2).
@@ -229,7 +236,9 @@ type conn struct {
 var ErrRecordTooLarge = errors.New("rpc: record too large")
 
 // ReadRecord reads one record-marked record of at most max bytes from r.
-// It returns io.EOF only if r ends cleanly before the first header.
+// It returns io.EOF only if r ends cleanly before the first header. The
+// record is read straight into its final buffer (one allocation for the
+// usual single-fragment record).
 func ReadRecord(r io.Reader, max int) ([]byte, error) {
 	var rec []byte
 	first := true
@@ -248,7 +257,11 @@ func ReadRecord(r io.Reader, max int) ([]byte, error) {
 			return nil, fmt.Errorf("%w: more than %d bytes", ErrRecordTooLarge, max)
 		}
 		old := len(rec)
-		rec = append(rec, make([]byte, n)...)
+		if rec == nil {
+			rec = make([]byte, n)
+		} else {
+			rec = slices.Grow(rec, n)[:old+n]
+		}
 		if _, err := io.ReadFull(r, rec[old:]); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil, io.ErrUnexpectedEOF
@@ -414,13 +427,23 @@ func EncodeReply(xid uint32, rep *Reply) []byte {
 }
 
 func (cn *conn) writeReply(xid uint32, rep *Reply) {
+	if rep.Done != nil {
+		defer rep.Done()
+	}
 	// Large bodies are written with writev, without copying them behind
 	// the header.
 	var bufs net.Buffers
-	if len(rep.Body) > 4096 && rep.Stat == rpcv2.SUCCESS && !rep.RPCMismatch && rep.AuthErr == rpcv2.AUTH_OK {
+	ok := rep.Stat == rpcv2.SUCCESS && !rep.RPCMismatch && rep.AuthErr == rpcv2.AUTH_OK
+	if ok && (len(rep.Body) > 4096 || len(rep.More) > 0) {
+		n := len(rep.Body)
+		for _, b := range rep.More {
+			n += len(b)
+		}
 		hdr := EncodeReply(xid, &Reply{Stat: rpcv2.SUCCESS})
-		binary.BigEndian.PutUint32(hdr, uint32(len(hdr)-4+len(rep.Body))|0x80000000)
-		bufs = net.Buffers{hdr, rep.Body}
+		binary.BigEndian.PutUint32(hdr, uint32(len(hdr)-4+n)|0x80000000)
+		bufs = make(net.Buffers, 0, 2+len(rep.More))
+		bufs = append(bufs, hdr, rep.Body)
+		bufs = append(bufs, rep.More...)
 	} else {
 		bufs = net.Buffers{EncodeReply(xid, rep)}
 	}

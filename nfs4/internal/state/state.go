@@ -557,14 +557,18 @@ func (m *Manager) Sequence(id [16]byte, slotID, seq uint32, cache bool) (Sequenc
 	return res, OK
 }
 
-// FinishSlot releases a slot and stores the encoded reply for replays (a
-// reply too large to cache is remembered as uncached).
-func (m *Manager) FinishSlot(ref *SlotRef, reply []byte) {
+// MaxCachedReply is the largest reply FinishSlot caches.
+func (m *Manager) MaxCachedReply() int { return m.cfg.MaxCachedReply }
+
+// FinishSlot releases a slot and stores the encoded reply, of size bytes,
+// for replays (a reply too large to cache is remembered as uncached, and
+// reply may then be nil).
+func (m *Manager) FinishSlot(ref *SlotRef, reply []byte, size int) {
 	m.lock()
 	defer m.unlock()
 	sl := &ref.Session.slots[ref.Slot]
 	sl.busy = false
-	if len(reply) <= m.cfg.MaxCachedReply {
+	if size <= m.cfg.MaxCachedReply {
 		sl.cached = true
 		sl.reply = reply
 	}

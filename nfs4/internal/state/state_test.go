@@ -60,7 +60,7 @@ func TestSlotTable(t *testing.T) {
 	if _, st := m.Sequence(sid, 0, 1, true); st != nfsv4.NFS4ERR_DELAY {
 		t.Fatalf("in progress: %d", st)
 	}
-	m.FinishSlot(r.Ref, []byte("reply-1"))
+	m.FinishSlot(r.Ref, []byte("reply-1"), 7)
 	r2, st := m.Sequence(sid, 0, 1, true)
 	if st != OK || string(r2.Replay) != "reply-1" || r2.Ref != nil {
 		t.Fatalf("replay: %d %+v", st, r2)
@@ -74,7 +74,7 @@ func TestSlotTable(t *testing.T) {
 	if st != OK {
 		t.Fatal(st)
 	}
-	m.FinishSlot(r3.Ref, make([]byte, 1<<20)) // too big to cache
+	m.FinishSlot(r3.Ref, nil, 1<<20) // too big to cache
 	if _, st := m.Sequence(sid, 0, 2, false); st != nfsv4.NFS4ERR_RETRY_UNCACHED_REP {
 		t.Fatalf("uncached replay: %d", st)
 	}
