@@ -1,0 +1,223 @@
+package fuse
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	fsxOps    = flag.Int("fsx.ops", 100000, "operations of the fixed-seed fsx run")
+	fsxRandom = flag.Int("fsx.random-ops", 20000, "operations of the random-seed fsx run (0: skip)")
+	fsxSeed   = flag.Int64("fsx.seed", 0, "seed of the random-seed fsx run (0: random)")
+)
+
+// tool finds an external test program in PATH or ~/.cargo/bin.
+func tool(t *testing.T, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		p := filepath.Join(home, ".cargo", "bin", name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Skipf("%s is not installed (scripts/install-fuse-deps.sh installs it)", name)
+	return ""
+}
+
+// pjdSummary matches pjdfstest's last line.
+var pjdSummary = regexp.MustCompile(`Summary: (\d+) failed, (\d+) skipped, (\d+) passed`)
+
+type pjdResult struct {
+	failed, skipped, passed int
+	failures                []string
+	output                  string
+}
+
+// runPjdfstest runs pjdfstest on dir with the given configuration.
+func runPjdfstest(t *testing.T, bin, dir, conf string, env []string, patterns ...string) pjdResult {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "pjdfstest.toml")
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	second := t.TempDir() // another file system, for the EXDEV cases
+	cmd := exec.Command(bin, append([]string{"-c", cfg, "-p", dir, "-s", second}, patterns...)...)
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), env...)
+	out, _ := cmd.CombinedOutput()
+	r := pjdResult{output: string(out)}
+	m := pjdSummary.FindStringSubmatch(r.output)
+	if m == nil {
+		t.Fatalf("pjdfstest printed no summary:\n%s", out)
+	}
+	r.failed, _ = strconv.Atoi(m[1])
+	r.skipped, _ = strconv.Atoi(m[2])
+	r.passed, _ = strconv.Atoi(m[3])
+	sc := bufio.NewScanner(strings.NewReader(r.output))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[1] == "FAILED" {
+			r.failures = append(r.failures, f[0])
+		}
+	}
+	return r
+}
+
+// loadExclusions reads testdata/pjdfstest.exclude: one case per line,
+// "name  # reason"; the reason is required.
+func loadExclusions(t *testing.T) map[string]string {
+	b, err := os.ReadFile("testdata/pjdfstest.exclude")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := map[string]string{}
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, reason, ok := strings.Cut(line, "#")
+		if !ok || strings.TrimSpace(reason) == "" {
+			t.Fatalf("testdata/pjdfstest.exclude:%d: no reason given", i+1)
+		}
+		ex[strings.TrimSpace(name)] = strings.TrimSpace(reason)
+	}
+	return ex
+}
+
+const pjdConf = `[features]
+posix_fallocate = {}
+rename_ctime = {}
+utime_now = {}
+utimensat = {}
+
+[settings]
+naptime = 0.001
+allow_remount = %v
+`
+
+// TestPjdfstest runs the Rust pjdfstest suite against a local mount. The
+// EROFS cases (which remount the file system read-only) run first, on
+// their own: later cases leave files open for writing, which makes a
+// read-only remount fail with EBUSY on any file system.
+func TestPjdfstest(t *testing.T) {
+	bin := tool(t, "pjdfstest")
+	for _, u := range []string{"nobody", "tests", "pjdfstest"} {
+		if _, err := user.Lookup(u); err != nil {
+			t.Skipf("pjdfstest needs user %q (scripts/install-fuse-deps.sh creates it)", u)
+		}
+	}
+	dir := mountOne(t)
+	excluded := loadExclusions(t)
+
+	// pjdfstest remounts with "mount -o remount,ro DIR"; -i keeps mount(8)
+	// from handing a fuse.txnfs mount to the mount.fuse helper.
+	shim := t.TempDir()
+	if err := os.WriteFile(filepath.Join(shim, "mount"), []byte("#!/bin/sh\nexec /bin/mount -i \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := "PATH=" + shim + ":" + os.Getenv("PATH")
+	start := time.Now()
+	erofs := runPjdfstest(t, bin, dir, fmt.Sprintf(pjdConf, true), []string{path}, "erofs")
+	all := runPjdfstest(t, bin, dir, fmt.Sprintf(pjdConf, false), nil)
+	passed, failed := erofs.passed+all.passed, erofs.failed+all.failed
+	skipped := all.skipped - erofs.passed - erofs.failed // EROFS cases ran in the first pass
+	t.Logf("pjdfstest: %d passed, %d failed, %d skipped (%d cases) in %v",
+		passed, failed, skipped, passed+failed+skipped, time.Since(start).Round(time.Millisecond))
+	for _, f := range append(erofs.failures, all.failures...) {
+		if reason, ok := excluded[f]; ok {
+			t.Logf("excluded failure %s: %s", f, reason)
+			continue
+		}
+		t.Errorf("pjdfstest case failed: %s", f)
+	}
+	if t.Failed() {
+		t.Logf("pjdfstest output:\n%s\n%s", erofs.output, all.output)
+	}
+}
+
+// fsxConf enables every fsx operation (by default fsx leaves out
+// close/open, fsync, fallocate, hole punching, copy_file_range, ...);
+// mapped reads and writes, which cost fsx itself most of its time in the
+// kernel whatever the file system, get weight %v. posix_fallocate stays
+// off: fsx 0.3.2 generates zero-length calls, takes the kernel's EINVAL
+// for "unsupported" and fails, on a local directory too (fallocate is
+// covered by TestPOSIX and pjdfstest).
+const fsxConf = `[weights]
+close_open = 1.0
+invalidate = 0.5
+mapread = %[1]v
+mapwrite = %[1]v
+read = 1.0
+write = 1.0
+truncate = 1.0
+fsync = 0.5
+fdatasync = 0.5
+posix_fallocate = 0.0
+punch_hole = 1.0
+sendfile = 0.5
+posix_fadvise = 0.5
+copy_file_range = 1.0
+`
+
+// TestFsx runs fsx (the crates.io port) on a file of a local mount, with
+// all its operations: a fixed-seed run of -fsx.ops operations and a
+// random-seed run of -fsx.random-ops with more mapped I/O (its seed is
+// logged, to rerun with -fsx.seed).
+func TestFsx(t *testing.T) {
+	bin := tool(t, "fsx")
+	dir := mountOne(t)
+	seed := *fsxSeed
+	if seed == 0 {
+		seed = time.Now().UnixNano()%1_000_000_007 + 1
+	}
+	runs := []struct {
+		name     string
+		seed     int64
+		ops      int
+		mmapRate float64
+	}{{"fixed", 1, *fsxOps, 0.25}, {"random", seed, *fsxRandom, 1}}
+	for _, r := range runs {
+		if r.ops == 0 {
+			continue
+		}
+		t.Run(r.name, func(t *testing.T) {
+			work := filepath.Join(dir, r.name)
+			os.Mkdir(work, 0o755)
+			artifacts := t.TempDir()
+			conf := filepath.Join(artifacts, "fsx.toml")
+			if err := os.WriteFile(conf, []byte(fmt.Sprintf(fsxConf, r.mmapRate)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			cmd := exec.Command(bin, "-N", strconv.Itoa(r.ops), "-S", strconv.FormatInt(r.seed, 10), "-f", conf,
+				"-P", artifacts, filepath.Join(work, "fsx.data"))
+			cmd.Dir = "/"
+			out, err := cmd.CombinedOutput()
+			t.Logf("fsx -N %d -S %d: %v", r.ops, r.seed, time.Since(start).Round(time.Millisecond))
+			if err != nil || !strings.Contains(string(out), "All operations completed A-OK") {
+				t.Fatalf("fsx -N %d -S %d failed: %v\n%s", r.ops, r.seed, err, lastLines(string(out), 60))
+			}
+		})
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
