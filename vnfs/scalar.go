@@ -130,6 +130,29 @@ func (s *scalarFS) resolve(ctx context.Context, f File) ([]byte, client.Attrs, e
 	return s.lookup(ctx, dfh, name)
 }
 
+// resolveFH returns the file handle of f from the handle cache (the
+// kernel's dentry cache) or with a LOOKUP.
+func (s *scalarFS) resolveFH(ctx context.Context, f File) ([]byte, error) {
+	if f.FD == 0 {
+		if p, err := cleanPath(f.Path); err == nil {
+			s.mu.Lock()
+			fh, ok := s.dirs[p]
+			s.mu.Unlock()
+			if ok {
+				return fh, nil
+			}
+		}
+	}
+	fh, _, err := s.resolve(ctx, f)
+	return fh, err
+}
+
+func (s *scalarFS) remember(p string, fh []byte) {
+	s.mu.Lock()
+	s.dirs[p] = fh
+	s.mu.Unlock()
+}
+
 type scalarOpen struct {
 	fh    []byte
 	sid   nfsv4.Stateid4
@@ -161,7 +184,9 @@ func (s *scalarFS) open(ctx context.Context, p string, a client.OpenArgs, owner 
 		return nil, err
 	}
 	sid := rep.Results[1].(*nfsv4.NfsResop4_OP_OPEN).Opopen.(*nfsv4.Open4res_NFS4_OK).Resok4.Stateid
-	return &scalarOpen{fh: fhOf(rep.Results[2]), sid: sid}, nil
+	fh := fhOf(rep.Results[2])
+	s.remember(c, fh)
+	return &scalarOpen{fh: fh, sid: sid}, nil
 }
 
 func (s *scalarFS) close(ctx context.Context, o *scalarOpen) error {
@@ -447,7 +472,7 @@ func (s *scalarFS) VSetAttrs(ctx context.Context, items []AttrItem) (int, error)
 	owner := s.owner()
 	return s.loop(ctx, "setattr", len(items), func(i int) string { return items[i].File.String() }, func(i int) error {
 		it := &items[i]
-		fh, _, err := s.resolve(ctx, it.File)
+		fh, err := s.resolveFH(ctx, it.File)
 		if err != nil {
 			return err
 		}
@@ -663,8 +688,12 @@ func (s *scalarFS) VSymlink(ctx context.Context, items []SymlinkItem) (int, erro
 		cp.Symlink(name, items[i].Target, modeAttrs(0o777, 0o777))
 		cp.GetFH()
 		cp.GetAttr(client.StatMask)
-		_, err = s.do(ctx, &cp)
-		return err
+		rep, err := s.do(ctx, &cp)
+		if err != nil {
+			return err
+		}
+		s.remember(path.Join(d, name), fhOf(rep.Results[2]))
+		return nil
 	})
 }
 
