@@ -57,6 +57,11 @@ type compound struct {
 	cur, saved       fhState
 	curSid, savedSid *nfsv4.Stateid4
 
+	// reqSize is the size of the call message; maxReply (and, when the
+	// client asked for the reply to be cached, maxCached) bound the
+	// reply, rpc header included; replySize is the reply's size so far.
+	reqSize, maxReply, maxCached, replySize int
+
 	// wrote is set by a successful WRITE to the offset it wrote at, and
 	// cleared before every other operation (read by OpAppendOffset).
 	wrote    bool
@@ -103,7 +108,7 @@ func knownOp(code nfsv4.NfsOpnum4, minor uint32) bool {
 // are not even a COMPOUND header (GARBAGE_ARGS).
 func (s *Server) compound(ctx context.Context, call *rpc.Call) (rpc.Reply, bool) {
 	c := &compound{s: s, ctx: ctx, cred: s.cred(&call.Cred), princ: principal(&call.Cred),
-		conn: call.Conn}
+		conn: call.Conn, reqSize: call.Size, maxReply: int(s.cfg.MaxRequest), maxCached: -1}
 	body, ok := s.runCompound(c, call)
 	if !ok {
 		return rpc.Reply{}, false
@@ -199,6 +204,9 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 		txr = &txnResult{nfsv4.NFS4_OK}
 		ops = ops[1:]
 	}
+	// The reply so far: RPC reply header (24 bytes with AUTH_NONE), status,
+	// tag, result count, OP_TXN result.
+	c.replySize = 24 + 12 + (len(tag)+3)&^3 + 8*boolInt(txr != nil)
 	kind := "plain"
 	if txr != nil {
 		kind = "txn"
@@ -217,6 +225,9 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 				return encoded{head: replay}, true
 			}
 			results = append(results, res)
+			if res != nil {
+				c.replySize += res.GetEncodedSizeBytes()
+			}
 			status = st
 			i = 1
 		case nfsv4.OP_EXCHANGE_ID, nfsv4.OP_CREATE_SESSION, nfsv4.OP_DESTROY_SESSION,
@@ -313,6 +324,22 @@ func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 		default:
 			res, st = c.dispatch(op.arg)
 		}
+		c.replySize += res.GetEncodedSizeBytes()
+		if c.replySize > c.maxReply || c.maxCached >= 0 && c.replySize > c.maxCached {
+			// The reply would exceed what the client accepts (or asked
+			// to cache): this operation fails instead (RFC 8881
+			// §2.10.6.4). In 4.0 there is no negotiated size.
+			st = nfsv4.NFS4ERR_REP_TOO_BIG
+			switch {
+			case c.minor == 0:
+				st = nfsv4.NFS4ERR_RESOURCE
+			case c.replySize <= c.maxReply:
+				st = nfsv4.NFS4ERR_REP_TOO_BIG_TO_CACHE
+			}
+			c.replySize -= res.GetEncodedSizeBytes()
+			res = errRes(op.code, st)
+			c.replySize += res.GetEncodedSizeBytes()
+		}
 		name := opName(op.code)
 		c.s.met.ops.WithLabelValues(name, statusName(st)).Inc()
 		c.s.met.opLatency.WithLabelValues(name).Observe(time.Since(start).Seconds())
@@ -338,8 +365,9 @@ type txnResult struct {
 // results end with the failing operation, as in a plain compound. If the
 // commit itself fails, txr carries the error and no results are returned.
 func (c *compound) runTxn(ops []decodedOp, txr *txnResult) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
-	cur, saved, curSid, savedSid := c.cur, c.saved, c.curSid, c.savedSid
+	cur, saved, curSid, savedSid, size := c.cur, c.saved, c.curSid, c.savedSid, c.replySize
 	for attempt := 0; ; attempt++ {
+		c.replySize = size
 		t, err := c.s.fs.Begin(c.ctx, c.cred, fs.TxnOptions{})
 		if err != nil {
 			txr.status = c.s.toStatus(c.ctx, "TXN", err, aboutName)

@@ -149,7 +149,7 @@ func (c *compound) createSession(a *nfsv4.CreateSession4args) (nfsv4.NfsResop4, 
 		return errRes(nfsv4.OP_CREATE_SESSION, st), st
 	}
 	f := a.CsaForeChanAttrs
-	maxMsg := c.s.cfg.MaxIO + 64<<10
+	maxMsg := c.s.cfg.MaxRequest
 	if f.CaMaxrequestsize < 1024 || f.CaMaxresponsesize < 1024 {
 		return fail(nfsv4.NFS4ERR_TOOSMALL)
 	}
@@ -203,8 +203,15 @@ func (c *compound) sequence(a *nfsv4.NfsArgop4_OP_SEQUENCE, nops int) (nfsv4.Nfs
 	fail := func(st nfsv4.Nfsstat4) (nfsv4.NfsResop4, nfsv4.Nfsstat4, []byte) {
 		return errRes(nfsv4.OP_SEQUENCE, st), st, nil
 	}
-	if sess := c.s.st.Session(args.SaSessionid); sess != nil && uint32(nops) > sess.Fore.MaxOps {
-		return fail(nfsv4.NFS4ERR_TOO_MANY_OPS)
+	// Limits are checked before the slot, which a refused request does
+	// not consume (RFC 8881 §2.10.6.4, §18.46.3).
+	if sess := c.s.st.Session(args.SaSessionid); sess != nil {
+		if uint32(nops) > sess.Fore.MaxOps {
+			return fail(nfsv4.NFS4ERR_TOO_MANY_OPS)
+		}
+		if c.reqSize > int(sess.Fore.MaxRequest) {
+			return fail(nfsv4.NFS4ERR_REQ_TOO_BIG)
+		}
 	}
 	res, st := c.s.st.Sequence(args.SaSessionid, args.SaSlotid, args.SaSequenceid, args.SaCachethis)
 	if st != nfsv4.NFS4_OK {
@@ -214,6 +221,10 @@ func (c *compound) sequence(a *nfsv4.NfsArgop4_OP_SEQUENCE, nops int) (nfsv4.Nfs
 		return nil, nfsv4.NFS4_OK, res.Replay
 	}
 	c.client, c.session, c.slot = res.Client, res.Session, res.Ref
+	c.maxReply = int(res.Session.Fore.MaxResponse)
+	if args.SaCachethis {
+		c.maxCached = int(res.Session.Fore.MaxResponseCached)
+	}
 	return &nfsv4.NfsResop4_OP_SEQUENCE{Opsequence: &nfsv4.Sequence4res_NFS4_OK{SrResok4: nfsv4.Sequence4resok{
 		SrSessionid:           args.SaSessionid,
 		SrSequenceid:          args.SaSequenceid,

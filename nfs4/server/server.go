@@ -47,6 +47,13 @@ type Config struct {
 	MaxOps int
 	// MaxIO is the largest READ/WRITE payload (default 1 MiB).
 	MaxIO uint32
+	// MaxRequest caps a COMPOUND request and its reply in bytes (RPC
+	// headers included), and is offered as the session's
+	// ca_maxrequestsize and ca_maxresponsesize (default 16 MiB + 64
+	// KiB, so that one transactional compound can write a 16 MiB file
+	// with 16 WRITEs). A connection may hold MaxInflight+1 requests in
+	// memory.
+	MaxRequest uint32
 	// MaxInflight caps concurrent requests per connection (default 32).
 	MaxInflight int
 	// TxnRetries is how many times a transactional compound is re-run
@@ -85,6 +92,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxIO > 4<<20 {
 		return fmt.Errorf("server: MaxIO %d above 4 MiB", c.MaxIO)
+	}
+	if c.MaxRequest == 0 {
+		c.MaxRequest = 16<<20 + 64<<10
+	}
+	if c.MaxRequest < c.MaxIO+4<<10 {
+		return fmt.Errorf("server: MaxRequest %d below MaxIO + 4 KiB", c.MaxRequest)
 	}
 	if c.MaxInflight <= 0 {
 		c.MaxInflight = 32
@@ -165,7 +178,7 @@ func New(cfg Config) (*Server, error) {
 	s.rpc, err = rpc.NewServer(rpc.Config{
 		Handler:     s,
 		Logger:      cfg.Logger,
-		MaxRecord:   int(cfg.MaxIO) + 256<<10,
+		MaxRecord:   int(cfg.MaxRequest),
 		MaxInflight: cfg.MaxInflight,
 	})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
 
 	"github.com/txnfs/txnfs/nfs4/internal/testclient"
+	"github.com/txnfs/txnfs/nfs4/server"
 )
 
 func TestNullAndRPCErrors(t *testing.T) {
@@ -433,4 +434,57 @@ func TestAppendOffsetErrors(t *testing.T) {
 	if ar := rep.Results[2].(*testclient.AppendOffsetResult); ar.Offset != 7 {
 		t.Fatalf("4.0 append at %d, want 7", ar.Offset)
 	}
+}
+
+// TestSessionSizeLimits checks the negotiated channel sizes (RFC 8881
+// §2.10.6.4, §18.46.3): a request above ca_maxrequestsize is
+// NFS4ERR_REQ_TOO_BIG without consuming the slot; a reply above
+// ca_maxresponsesize fails the operation that overflows it with
+// NFS4ERR_REP_TOO_BIG, and above ca_maxresponsesize_cached (when
+// sa_cachethis is set) with NFS4ERR_REP_TOO_BIG_TO_CACHE. In 4.0 the
+// server's own limit gives NFS4ERR_RESOURCE.
+func TestSessionSizeLimits(t *testing.T) {
+	ts := startServerDir(t, t.TempDir(), func(c *server.Config) { c.MaxIO = 64 << 10; c.MaxRequest = 96 << 10 })
+	c := ts.dial(t)
+	got, err := c.NewSessionWith(1, "small", nfsv4.ChannelAttrs4{CaMaxrequestsize: 8 << 10,
+		CaMaxresponsesize: 8 << 10, CaMaxresponsesizeCached: 2 << 10, CaMaxoperations: 64, CaMaxrequests: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.CaMaxrequestsize != 8<<10 || got.CaMaxresponsesize != 8<<10 || got.CaMaxresponsesizeCached != 2<<10 {
+		t.Fatalf("granted %+v", got)
+	}
+	fh := writeFile(t, c, "f", bytes.Repeat([]byte("a"), 6<<10))
+
+	seq := c.Seq + 1
+	rep, err := c.CompoundRaw(1, false, c.SequenceOp(seq), putfh(fh), write(anon, 0, make([]byte, 9<<10)))
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_REQ_TOO_BIG)
+	if len(rep.Results) != 1 {
+		t.Fatalf("%d results for a too-big request", len(rep.Results))
+	}
+	// The slot was not consumed: the same sequence id is a new request.
+	rep, err = c.CompoundRaw(1, false, c.SequenceOp(seq), putfh(fh), getattr(nfsv4.FATTR4_SIZE))
+	okT(t)(rep, err)
+	c.Seq = seq
+
+	rep, err = c.Compound(putfh(fh), read(anon, 0, 4<<10), read(anon, 0, 4<<10))
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_REP_TOO_BIG)
+	if len(rep.Results) != 3 {
+		t.Fatalf("%d results, want the overflowing READ last", len(rep.Results))
+	}
+	// sa_cachethis with a reply above the cached limit.
+	seq = c.Seq + 1
+	rep, err = c.CompoundRaw(1, false, c.SequenceOp(seq), putfh(fh), read(anon, 0, 4<<10))
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_REP_TOO_BIG_TO_CACHE)
+	c.Seq = seq
+	okT(t)(c.Compound(putfh(fh), read(anon, 0, 4<<10)))
+
+	// 4.0: the server's MaxRequest bounds the reply.
+	c0 := ts.dial(t)
+	if err := c0.SetClientID("c0"); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, ts.session(t, 1, "big"), "big", bytes.Repeat([]byte("b"), 64<<10))
+	rep, err = c0.Compound(putroot(), lookup("big"), read(anon, 0, 64<<10), read(anon, 0, 64<<10))
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_RESOURCE)
 }

@@ -64,6 +64,9 @@ type Call struct {
 	Cred Cred
 	// Args holds the procedure arguments. It is owned by the handler.
 	Args []byte
+	// Size is the size of the whole call message (RPC header,
+	// credential and arguments, without record marks).
+	Size int
 	// Conn identifies the connection the call arrived on (stable for the
 	// life of the connection, unique within the server process).
 	Conn uint64
@@ -378,6 +381,7 @@ func (s *Server) decodeCall(rec []byte) (*Call, *Reply, bool) {
 		return call, &Reply{AuthErr: rpcv2.AUTH_TOOWEAK}, true
 	}
 	call.Args = rec[len(rec)-rd.Len():]
+	call.Size = len(rec)
 	return call, nil, true
 }
 

@@ -285,7 +285,9 @@ func (c *Client) Txn(ops ...nfsv4.NfsArgop4) (*Reply, error) {
 func (c *Client) compound(txn bool, ops []nfsv4.NfsArgop4) (*Reply, error) {
 	if c.HasSess {
 		c.Seq++
-		ops = append([]nfsv4.NfsArgop4{c.SequenceOp(c.Seq)}, ops...)
+		seq := c.SequenceOp(c.Seq).(*nfsv4.NfsArgop4_OP_SEQUENCE)
+		seq.Opsequence.SaCachethis = cacheThis(ops)
+		ops = append([]nfsv4.NfsArgop4{seq}, ops...)
 	}
 	rep, err := c.CompoundRaw(c.Minor, txn, ops...)
 	if err != nil {
@@ -297,44 +299,66 @@ func (c *Client) compound(txn bool, ops []nfsv4.NfsArgop4) (*Reply, error) {
 	return rep, nil
 }
 
-// SequenceOp returns a SEQUENCE for slot 0.
+// cacheThis tells whether to ask the server to cache the reply: as Linux
+// does, not for compounds that read data (idempotent, and possibly larger
+// than the session's cached-reply limit).
+func cacheThis(ops []nfsv4.NfsArgop4) bool {
+	for _, op := range ops {
+		switch op.GetArgop() {
+		case nfsv4.OP_READ, nfsv4.OP_READ_PLUS, nfsv4.OP_READDIR:
+			return false
+		}
+	}
+	return true
+}
+
+// SequenceOp returns a SEQUENCE for slot 0 (sa_cachethis set).
 func (c *Client) SequenceOp(seq uint32) nfsv4.NfsArgop4 {
 	return &nfsv4.NfsArgop4_OP_SEQUENCE{Opsequence: nfsv4.Sequence4args{
 		SaSessionid: c.SessionID, SaSequenceid: seq, SaSlotid: 0, SaHighestSlotid: 0, SaCachethis: true}}
 }
 
+// DefaultChannel is the fore channel NewSession asks for.
+var DefaultChannel = nfsv4.ChannelAttrs4{CaMaxrequestsize: 2 << 20, CaMaxresponsesize: 2 << 20,
+	CaMaxresponsesizeCached: 64 << 10, CaMaxoperations: 1024, CaMaxrequests: 8}
+
 // NewSession runs EXCHANGE_ID and CREATE_SESSION for minor (1 or 2).
 func (c *Client) NewSession(minor uint32, owner string) error {
+	_, err := c.NewSessionWith(minor, owner, DefaultChannel)
+	return err
+}
+
+// NewSessionWith is NewSession asking for the fore-channel attributes
+// attrs; it returns those the server granted.
+func (c *Client) NewSessionWith(minor uint32, owner string, attrs nfsv4.ChannelAttrs4) (nfsv4.ChannelAttrs4, error) {
 	c.Minor = minor
 	rep, err := c.CompoundRaw(minor, false, &nfsv4.NfsArgop4_OP_EXCHANGE_ID{OpexchangeId: nfsv4.ExchangeId4args{
 		EiaClientowner:  nfsv4.ClientOwner4{CoVerifier: [8]byte{1}, CoOwnerid: []byte(owner)},
 		EiaStateProtect: &nfsv4.StateProtect4A_SP4_NONE{},
 	}})
 	if err != nil {
-		return err
+		return nfsv4.ChannelAttrs4{}, err
 	}
 	if rep.Status != nfsv4.NFS4_OK {
-		return fmt.Errorf("EXCHANGE_ID: %d", rep.Status)
+		return nfsv4.ChannelAttrs4{}, fmt.Errorf("EXCHANGE_ID: %d", rep.Status)
 	}
 	ok := rep.Results[0].(*nfsv4.NfsResop4_OP_EXCHANGE_ID).OpexchangeId.(*nfsv4.ExchangeId4res_NFS4_OK).EirResok4
 	c.ClientID = ok.EirClientid
-	attrs := nfsv4.ChannelAttrs4{CaMaxrequestsize: 2 << 20, CaMaxresponsesize: 2 << 20,
-		CaMaxresponsesizeCached: 64 << 10, CaMaxoperations: 1024, CaMaxrequests: 8}
 	rep, err = c.CompoundRaw(minor, false, &nfsv4.NfsArgop4_OP_CREATE_SESSION{OpcreateSession: nfsv4.CreateSession4args{
 		CsaClientid: c.ClientID, CsaSequence: ok.EirSequenceid,
 		CsaForeChanAttrs: attrs, CsaBackChanAttrs: attrs,
 	}})
 	if err != nil {
-		return err
+		return nfsv4.ChannelAttrs4{}, err
 	}
 	if rep.Status != nfsv4.NFS4_OK {
-		return fmt.Errorf("CREATE_SESSION: %d", rep.Status)
+		return nfsv4.ChannelAttrs4{}, fmt.Errorf("CREATE_SESSION: %d", rep.Status)
 	}
 	cs := rep.Results[0].(*nfsv4.NfsResop4_OP_CREATE_SESSION).OpcreateSession.(*nfsv4.CreateSession4res_NFS4_OK).CsrResok4
 	c.SessionID = cs.CsrSessionid
 	c.Seq = 0
 	c.HasSess = true
-	return nil
+	return cs.CsrForeChanAttrs, nil
 }
 
 // SetClientID runs the 4.0 SETCLIENTID / SETCLIENTID_CONFIRM exchange.
