@@ -61,8 +61,10 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	if disk == nil {
 		disk = vfs.Default
 	}
-	if err := disk.MkdirAll(o.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("datadir: %w", err)
+	for _, d := range []string{o.Dir, filepath.Join(o.Dir, "meta"), filepath.Join(o.Dir, "slices")} {
+		if err := mkdirSynced(disk, d); err != nil {
+			return nil, fmt.Errorf("datadir: %w", err)
+		}
 	}
 	store, err := pebblekv.Open(pebblekv.Options{Dir: filepath.Join(o.Dir, "meta"), FS: disk, NoSync: o.NoSync,
 		Logger: o.Logger.With("component", "pebble")})
@@ -101,6 +103,30 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		return nil, fmt.Errorf("datadir: %w", err)
 	}
 	return &Engine{FS: f, KV: store, Slices: slices, local: local}, nil
+}
+
+// mkdirSynced creates dir and any missing parents, syncing the parent of
+// every directory it creates so that the new entries survive a crash.
+func mkdirSynced(disk vfs.FS, dir string) error {
+	dir = filepath.Clean(dir)
+	if _, err := disk.Stat(dir); err == nil {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirSynced(disk, parent); err != nil {
+			return err
+		}
+	}
+	if err := disk.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	d, err := disk.OpenDir(parent)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	return errors.Join(err, d.Close())
 }
 
 // Close closes the engine and its stores.

@@ -29,6 +29,10 @@ type Config struct {
 	// InlineMax: writes of at most this many bytes are stored inline
 	// in metadata (default DefaultInlineMax; negative disables inlining).
 	InlineMax int
+	// GCWait bounds how long a garbage collection waits for transactions
+	// older than its scan to finish before it frees anything (default
+	// 200ms; if they are still running, freeing waits for the next run).
+	GCWait time.Duration
 	// Capacity reports total and free bytes for StatFS (optional).
 	Capacity func() (total, free uint64, err error)
 }
@@ -43,6 +47,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.GCWait <= 0 {
+		c.GCWait = 200 * time.Millisecond
 	}
 	if c.InlineMax == 0 {
 		c.InlineMax = DefaultInlineMax

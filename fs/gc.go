@@ -5,34 +5,56 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/txnfs/txnfs/kv"
 	"github.com/txnfs/txnfs/meta"
 	"github.com/txnfs/txnfs/slice"
 )
 
-// Garbage collection (WTF §2.9). Slices are never reference-counted:
-// a collection scans all region records for the pointers in use, and any
-// byte range of a backing file that no pointer covers is a candidate. A
-// candidate is freed (a hole punched) only when the next collection finds
-// it unreferenced again AND every transaction that was running when the
-// first scan started has finished — so a slice written by a transaction
-// that has not committed yet is never taken. Byte ranges appended after a
-// scan started are never candidates of that scan.
+// Garbage collection (WTF §2.9). Slices are never reference-counted: a
+// collection lists the backing files' sizes, then scans all region records
+// in one snapshot for the pointers in use; byte ranges below the listed
+// sizes that no pointer covers are unreferenced. A range is freed (a hole
+// punched) only when two consecutive collections found it unreferenced
+// AND it is safe with respect to running transactions:
+//
+//   - every transaction that began before this collection's snapshot has
+//     finished (the collector waits a bounded time for that, Config.GCWait),
+//     so no running transaction can still read a pointer from an older
+//     snapshot;
+//   - slices written by transactions that began before the snapshot and
+//     committed after it ("late" commits, whose references the snapshot
+//     cannot show) are excluded;
+//   - a pointer can reach new metadata only through a transaction that
+//     read it (OCC makes such a transaction replay on a fresh snapshot if
+//     the reference was removed meanwhile) or through Paste, which checks
+//     that the source still references the slices it pastes.
+//
+// Ranges appended after the size listing are never candidates.
 
-// gcTracker knows the GC epoch each running transaction began in.
+// gcTracker knows the GC epoch each running transaction began in, and
+// the slices of late commits.
 type gcTracker struct {
-	mu       sync.Mutex
-	instance uint64 // random per process: epochs of other processes are void
-	epoch    uint64
-	active   map[*Txn]uint64
-	running  sync.Mutex // one collection at a time
+	mu      sync.Mutex
+	epoch   uint64
+	active  map[*Txn]uint64
+	ended   chan struct{} // closed and replaced when a transaction ends
+	late    []lateCommit
+	running sync.Mutex // one collection at a time
+}
+
+// lateCommit is a commit of slices by a transaction that began in an
+// earlier GC epoch than the one it committed in.
+type lateCommit struct {
+	begin  uint64
+	ranges map[uint32]ranges
 }
 
 func (g *gcTracker) init() {
-	g.instance = randUint64()
 	g.epoch = 1
 	g.active = map[*Txn]uint64{}
+	g.ended = make(chan struct{})
 }
 
 func (g *gcTracker) begin(t *Txn) uint64 {
@@ -42,10 +64,23 @@ func (g *gcTracker) begin(t *Txn) uint64 {
 	return g.epoch
 }
 
-func (g *gcTracker) end(t *Txn) {
+// end records the end of t; committed says whether its writes committed.
+func (g *gcTracker) end(t *Txn, committed bool) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.active[t]; !ok {
+		return
+	}
 	delete(g.active, t)
-	g.mu.Unlock()
+	if committed && len(t.written) > 0 && t.gcSeq < g.epoch {
+		lc := lateCommit{begin: t.gcSeq, ranges: map[uint32]ranges{}}
+		for _, p := range t.written {
+			lc.ranges[p.Backing] = append(lc.ranges[p.Backing], rng{Start: p.Offset, End: p.End()})
+		}
+		g.late = append(g.late, lc)
+	}
+	close(g.ended)
+	g.ended = make(chan struct{})
 }
 
 func (g *gcTracker) advance() uint64 {
@@ -55,24 +90,61 @@ func (g *gcTracker) advance() uint64 {
 	return g.epoch
 }
 
-// quiescedSince reports whether every running transaction began at or
-// after epoch.
-func (g *gcTracker) quiescedSince(epoch uint64) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, e := range g.active {
-		if e < epoch {
+// waitQuiesced waits until every running transaction began at or after
+// epoch, or until timeout; it reports whether that happened.
+func (g *gcTracker) waitQuiesced(ctx context.Context, epoch uint64, timeout time.Duration) bool {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		g.mu.Lock()
+		quiet := true
+		for _, e := range g.active {
+			if e < epoch {
+				quiet = false
+				break
+			}
+		}
+		ch := g.ended
+		g.mu.Unlock()
+		if quiet {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
 			return false
 		}
 	}
-	return true
+}
+
+// takeLate returns the ranges of late commits by transactions that began
+// before epoch, and forgets them (all such transactions have ended).
+func (g *gcTracker) takeLate(epoch uint64) map[uint32]ranges {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := map[uint32]ranges{}
+	kept := g.late[:0]
+	for _, lc := range g.late {
+		if lc.begin >= epoch {
+			kept = append(kept, lc)
+			continue
+		}
+		for id, rs := range lc.ranges {
+			out[id] = append(out[id], rs...)
+		}
+	}
+	g.late = kept
+	for id, rs := range out {
+		out[id] = rs.normalize()
+	}
+	return out
 }
 
 // gcRecord is the collector's persistent state, under meta key "gc".
 type gcRecord struct {
 	_          struct{} `cbor:",toarray"`
-	Instance   uint64
-	Epoch      uint64
 	Candidates []backingRanges
 	Freed      []backingRanges
 }
@@ -90,50 +162,55 @@ type GCReport struct {
 	LiveBytes      uint64 // bytes of backing files in use
 	CandidateBytes uint64 // unreferenced bytes found by this scan
 	FreedBytes     uint64 // bytes released by this collection
-	Deferred       bool   // freeing was deferred: an older transaction is still running
+	// Deferred: nothing was freed because a transaction older than the
+	// scan was still running after Config.GCWait.
+	Deferred bool
 }
 
 const keyGC = "gc"
 
 // CollectGarbage runs one collection: scan, then free what the previous
-// scan and this one both found unreferenced. Run it periodically (at an
-// interval longer than transactions last); `txnfs gc` runs two in a row on
-// an idle file system.
+// collection and this one both found unreferenced, if running transactions
+// allow (see above). Run it periodically; `txnfs gc` runs two in a row on an
+// idle file system.
 func (f *FS) CollectGarbage(ctx context.Context) (GCReport, error) {
 	g := &f.gcState
 	g.running.Lock()
 	defer g.running.Unlock()
 	var rep GCReport
 
-	backings, err := f.slices.Backings(ctx)
-	if err != nil {
-		return rep, sliceErr(err)
-	}
-	epoch := g.advance()
-	rep.Backings = len(backings)
-
 	prev, err := f.loadGC(ctx)
 	if err != nil {
 		return rep, err
 	}
-	canFree := prev.Instance != g.instance || g.quiescedSince(prev.Epoch)
-
-	live, nptr, err := f.liveRanges(ctx)
+	backings, err := f.slices.Backings(ctx)
+	if err != nil {
+		return rep, sliceErr(err)
+	}
+	rep.Backings = len(backings)
+	live, nptr, epoch, err := f.liveRanges(ctx)
 	if err != nil {
 		return rep, err
 	}
 	rep.LiveSlices = nptr
+	canFree := g.waitQuiesced(ctx, epoch, f.cfg.GCWait)
+	var late map[uint32]ranges
+	if canFree {
+		late = g.takeLate(epoch)
+	}
+	rep.Deferred = !canFree
+
 	freed := byID(prev.Freed)
 	oldCand := byID(prev.Candidates)
-	next := gcRecord{Instance: g.instance, Epoch: epoch}
+	var next gcRecord
 	for _, b := range backings {
 		l := live[b.ID]
 		rep.LiveBytes += l.total()
-		cand := ranges{{Start: 0, End: b.Size}}.subtract(l).subtract(freed[b.ID])
-		rep.CandidateBytes += cand.total()
 		fr := freed[b.ID]
+		cand := ranges{{Start: 0, End: b.Size}}.subtract(l).subtract(fr)
+		rep.CandidateBytes += cand.total()
 		if canFree {
-			for _, r := range oldCand[b.ID].intersect(cand) {
+			for _, r := range oldCand[b.ID].intersect(cand).subtract(late[b.ID]) {
 				if err := f.slices.Free(ctx, b.ID, r.Start, r.End-r.Start); err != nil {
 					return rep, sliceErr(err)
 				}
@@ -141,9 +218,6 @@ func (f *FS) CollectGarbage(ctx context.Context) (GCReport, error) {
 				fr = fr.union(ranges{r})
 			}
 			cand = cand.subtract(fr)
-		} else {
-			rep.Deferred = true
-			cand = cand.intersect(ranges{{Start: 0, End: b.Size}})
 		}
 		if len(cand) > 0 {
 			next.Candidates = append(next.Candidates, backingRanges{ID: b.ID, Ranges: cand})
@@ -151,11 +225,6 @@ func (f *FS) CollectGarbage(ctx context.Context) (GCReport, error) {
 		if len(fr) > 0 {
 			next.Freed = append(next.Freed, backingRanges{ID: b.ID, Ranges: fr})
 		}
-	}
-	if !canFree {
-		// Keep the older candidates' epoch so they stay guarded.
-		next.Epoch = prev.Epoch
-		next.Candidates = prev.Candidates
 	}
 	b, err := meta.Marshal(&next)
 	if err != nil {
@@ -199,34 +268,18 @@ func (f *FS) loadGC(ctx context.Context) (gcRecord, error) {
 	return rec, err
 }
 
-// liveRanges scans every region record (in one snapshot) and returns the
-// backing-file ranges referenced by slice pointers.
-func (f *FS) liveRanges(ctx context.Context) (map[uint32]ranges, int, error) {
+// liveRanges scans every region record in one snapshot and returns the
+// backing-file ranges referenced by slice pointers, and the GC epoch begun
+// right after the snapshot was taken.
+func (f *FS) liveRanges(ctx context.Context) (map[uint32]ranges, int, uint64, error) {
 	live := map[uint32]ranges{}
 	seen := map[slice.Pointer]bool{}
-	err := f.forEachRegion(ctx, func(ino, idx uint64, r *meta.Region) error {
-		for _, e := range r.Extents {
-			if e.Kind != meta.KindSlice {
-				continue
-			}
-			p := e.Pointer()
-			if seen[p] {
-				continue
-			}
-			seen[p] = true
-			live[p.Backing] = append(live[p.Backing], rng{Start: p.Offset, End: p.End()})
+	var epoch uint64
+	err := f.View(ctx, RootCred, func(t *Txn) error {
+		if _, err := t.kvt(ctx); err != nil { // takes the snapshot
+			return err
 		}
-		return nil
-	})
-	for id, rs := range live {
-		live[id] = rs.normalize()
-	}
-	return live, len(seen), err
-}
-
-// forEachRegion calls fn for every region record, in one snapshot.
-func (f *FS) forEachRegion(ctx context.Context, fn func(ino, idx uint64, r *meta.Region) error) error {
-	return f.View(ctx, RootCred, func(t *Txn) error {
+		epoch = f.gcState.advance()
 		return t.scanAll(ctx, meta.AllRegionsPrefix(), func(p kv.Pair) error {
 			ino, idx, err := meta.ParseRegionKey(p.Key)
 			if err != nil {
@@ -236,9 +289,21 @@ func (f *FS) forEachRegion(ctx context.Context, fn func(ino, idx uint64, r *meta
 			if err := meta.Unmarshal(p.Value, &r); err != nil {
 				return fmt.Errorf("%w: inode %d region %d: %v", ErrCorrupt, ino, idx, err)
 			}
-			return fn(ino, idx, &r)
+			for _, e := range r.Extents {
+				if e.Kind != meta.KindSlice || seen[e.Pointer()] {
+					continue
+				}
+				ptr := e.Pointer()
+				seen[ptr] = true
+				live[ptr.Backing] = append(live[ptr.Backing], rng{Start: ptr.Offset, End: ptr.End()})
+			}
+			return nil
 		})
 	})
+	for id, rs := range live {
+		live[id] = rs.normalize()
+	}
+	return live, len(seen), epoch, err
 }
 
 // scanAll calls fn for every pair under prefix, in batches.

@@ -711,8 +711,10 @@ func (t *Txn) ReadDir(ctx context.Context, dir Ino, req ReadDirRequest) ([]DirEn
 			}
 			name := string(p.Value)
 			de, err := t.lookupEntry(ctx, dir, name)
-			if err != nil {
+			if errors.Is(err, ErrNotExist) {
 				return nil, fmt.Errorf("%w: cookie %d of directory %d names missing entry %q", ErrCorrupt, cookie, dir, name)
+			} else if err != nil {
+				return nil, err
 			}
 			e := DirEntry{Name: name, Ino: Ino(de.Ino), Type: FileType(de.Type), Cookie: cookie}
 			if req.WithAttr {

@@ -19,6 +19,11 @@ type Slices struct {
 	// Pieces are at offsets relative to the start of the range.
 	Pieces []slicesPiece
 	MAC    []byte
+	// Src and SrcOff say where the range was yanked from: Paste checks
+	// that the source still references the slices, so a stale Slices
+	// value can never bring back storage the collector may have freed.
+	Src    Ino
+	SrcOff uint64
 }
 
 type slicesPiece struct {
@@ -93,7 +98,7 @@ func (t *Txn) yank(ctx context.Context, ino Ino, off, n uint64) (Slices, error) 
 	if err != nil {
 		return Slices{}, err
 	}
-	s := Slices{Length: n}
+	s := Slices{Length: n, Src: ino, SrcOff: off}
 	for _, p := range ps {
 		s.Pieces = append(s.Pieces, slicesPiece{Off: p.Off - off, Ext: p.Ext})
 	}
@@ -115,6 +120,9 @@ func (t *Txn) Paste(ctx context.Context, ino Ino, off uint64, s Slices) error {
 	}
 	now := t.fs.now().UnixNano()
 	_, err = t.do(ctx, "paste", func(ctx context.Context) (any, error) {
+		if err := t.checkSource(ctx, s); err != nil {
+			return nil, err
+		}
 		f, err := t.loadFile(ctx, ino)
 		if err != nil {
 			return nil, err
@@ -122,6 +130,35 @@ func (t *Txn) Paste(ctx context.Context, ino Ino, off uint64, s Slices) error {
 		return nil, t.paste(ctx, ino, f, off, s, now)
 	})
 	return err
+}
+
+// checkSource verifies that every slice in s is still referenced by the
+// region of the source file it was yanked from (in this transaction's
+// view), making the source region part of the read set.
+func (t *Txn) checkSource(ctx context.Context, s Slices) error {
+	for _, p := range s.Pieces {
+		if p.Ext.Kind != meta.KindSlice {
+			continue
+		}
+		idx := (s.SrcOff + p.Off) / meta.RegionSize
+		r, err := t.loadRegion(ctx, s.Src, idx)
+		if err != nil {
+			return err
+		}
+		want := p.Ext.Pointer()
+		found := false
+		for _, e := range r.Extents {
+			if e.Kind == meta.KindSlice && e.Backing == want.Backing && e.PtrOff <= want.Offset &&
+				e.PtrOff+uint64(e.PtrLen) >= want.End() {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w: stale: inode %d no longer holds slice %v", ErrBadSlice, s.Src, want)
+		}
+	}
+	return nil
 }
 
 // paste places s at off: the whole range is first punched (so holes in s

@@ -178,7 +178,8 @@ func (t *Txn) Commit(ctx context.Context) error {
 		return ErrTxnDone
 	}
 	t.done = true
-	defer t.fs.gcState.end(t)
+	committed := false
+	defer func() { t.fs.gcState.end(t, committed) }()
 	if t.poison != nil {
 		t.reset()
 		return t.poison
@@ -200,6 +201,7 @@ func (t *Txn) Commit(ctx context.Context) error {
 		}
 		err := t.kvTxn.Commit(ctx)
 		if err == nil {
+			committed = true
 			t.kvTxn = nil
 			t.reset()
 			return nil
@@ -247,7 +249,7 @@ func (t *Txn) Abort() {
 	}
 	t.done = true
 	t.reset()
-	t.fs.gcState.end(t)
+	t.fs.gcState.end(t, false)
 }
 
 // flush writes the cached inodes and regions into the kv transaction.
