@@ -74,6 +74,12 @@ type compound struct {
 
 	// txn is the transaction of a transactional compound (nil otherwise).
 	txn *fs.Txn
+	// ro is the read-only snapshot shared by consecutive reading
+	// operations of a plain compound; it is ended before every update,
+	// so reads after a write see it. The reads happen at the snapshot's
+	// time, which lies within the compound's execution and after its
+	// earlier writes: the compound stays linearizable.
+	ro *fs.Txn
 	// bufs are pooled I/O buffers referenced by the reply, returned to
 	// the pool once it is written.
 	bufs []*[]byte
@@ -257,6 +263,7 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 			}
 		}
 	}
+	c.endView()
 	body := encodeCompound(status, tag, txr, results)
 	if c.slot != nil {
 		// Only replies small enough to cache are flattened (READ data
@@ -426,15 +433,38 @@ func (c *compound) update(fn func(t *fs.Txn) error) error {
 	if c.txn != nil {
 		return fn(c.txn)
 	}
+	c.endView()
 	return c.s.fs.Do(c.ctx, c.cred, fn)
 }
 
-// view runs a read-only fn.
+// view runs a read-only fn, outside transactions in the compound's
+// current read snapshot (begun on first use).
 func (c *compound) view(fn func(t *fs.Txn) error) error {
 	if c.txn != nil {
 		return fn(c.txn)
 	}
-	return c.s.fs.View(c.ctx, c.cred, fn)
+	if c.ro == nil {
+		t, err := c.s.fs.Begin(c.ctx, c.cred, fs.TxnOptions{ReadOnly: true})
+		if err != nil {
+			return err
+		}
+		c.ro = t
+	}
+	err := fn(c.ro)
+	if err != nil {
+		// A failed engine call may poison the transaction: start
+		// afresh.
+		c.endView()
+	}
+	return err
+}
+
+// endView ends the shared read snapshot, if any.
+func (c *compound) endView() {
+	if c.ro != nil {
+		c.ro.Abort()
+		c.ro = nil
+	}
 }
 
 // encoded is an encoded COMPOUND4res: head followed by more. Large

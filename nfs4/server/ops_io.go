@@ -189,14 +189,20 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	var before, after fs.Attr
 	var obj fs.Handle
 	var created bool
-	err := c.update(func(t *fs.Txn) (err error) {
+	// An OPEN that neither creates nor truncates changes nothing: it runs
+	// in the compound's read snapshot, not in a read-write transaction.
+	run := c.update
+	if !create && !truncate {
+		run = c.view
+	}
+	err := run(func(t *fs.Txn) (err error) {
 		created = false
 		if !byName {
 			obj, err = t.HandleOf(c.ctx, c.cur.ino)
 			return err
 		}
 		if create {
-			if before, err = t.GetAttr(c.ctx, c.cur.ino); err != nil {
+			if before, err = c.dirAttr(t, c.cur.ino); err != nil {
 				return err
 			}
 			var a fs.Attr
@@ -255,7 +261,7 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			}
 		}
 		if create {
-			after, err = t.GetAttr(c.ctx, c.cur.ino)
+			after, err = c.dirAttr(t, c.cur.ino)
 		}
 		return err
 	})
@@ -295,7 +301,7 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	// only for creating opens).
 	ci := nfsv4.ChangeInfo4{}
 	if create {
-		ci = cinfo(before.Change, after.Change)
+		ci = c.cinfo(before.Change, after.Change)
 	}
 	var deleg nfsv4.OpenDelegation4 = &nfsv4.OpenDelegation4_OPEN_DELEGATE_NONE{}
 	if c.minor > 0 && a.ShareAccess&nfsv4.OPEN4_SHARE_ACCESS_WANT_DELEG_MASK != 0 &&
@@ -459,6 +465,7 @@ func (c *compound) write(a *nfsv4.Write4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 	switch {
 	case a.Offset == appendOffset && c.txn == nil && s != nil:
 		// Group-committed atomic append outside transactions.
+		c.endView()
 		off, err = c.s.fs.Append(c.ctx, c.cred, c.cur.ino, a.Data)
 	case a.Offset == appendOffset:
 		err = c.update(func(t *fs.Txn) (err error) {

@@ -8,9 +8,26 @@ import (
 
 // cinfo builds change_info4 from a directory's change attribute before and
 // after an operation; it is atomic because both were read in the same
-// engine transaction.
-func cinfo(before, after uint64) nfsv4.ChangeInfo4 {
+// engine transaction. In a transactional compound the directory is not
+// read (see dirAttr) and change_info is reported as not atomic, with
+// before = after = 0 (docs/protocol.md §1).
+func (c *compound) cinfo(before, after uint64) nfsv4.ChangeInfo4 {
+	if c.txn != nil {
+		return nfsv4.ChangeInfo4{}
+	}
 	return nfsv4.ChangeInfo4{Atomic: true, Before: before, After: after}
+}
+
+// dirAttr reads a directory's attributes for change_info. In a
+// transactional compound it reads nothing: a value read there would be
+// compared when the engine replays the transaction after a conflict, so
+// concurrent creations in one directory would force whole-compound
+// re-executions for a value that only serves client caching.
+func (c *compound) dirAttr(t *fs.Txn, dir fs.Ino) (fs.Attr, error) {
+	if c.txn != nil {
+		return fs.Attr{}, nil
+	}
+	return t.GetAttr(c.ctx, dir)
 }
 
 func (c *compound) create(a *nfsv4.Create4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
@@ -60,7 +77,7 @@ func (c *compound) create(a *nfsv4.Create4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4
 	var before, after fs.Attr
 	var obj fs.Attr
 	err := c.update(func(t *fs.Txn) (err error) {
-		if before, err = t.GetAttr(c.ctx, c.cur.ino); err != nil {
+		if before, err = c.dirAttr(t, c.cur.ino); err != nil {
 			return err
 		}
 		if obj, _, err = t.Create(c.ctx, c.cur.ino, a.Objname, req); err != nil {
@@ -71,7 +88,7 @@ func (c *compound) create(a *nfsv4.Create4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4
 				return err
 			}
 		}
-		after, err = t.GetAttr(c.ctx, c.cur.ino)
+		after, err = c.dirAttr(t, c.cur.ino)
 		return err
 	})
 	if err != nil {
@@ -79,7 +96,7 @@ func (c *compound) create(a *nfsv4.Create4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4
 	}
 	c.setCur(&obj)
 	return &nfsv4.NfsResop4_OP_CREATE{Opcreate: &nfsv4.Create4res_NFS4_OK{Resok4: nfsv4.Create4resok{
-		Cinfo: cinfo(before.Change, after.Change), Attrset: na.mask}}}, nfsv4.NFS4_OK
+		Cinfo: c.cinfo(before.Change, after.Change), Attrset: na.mask}}}, nfsv4.NFS4_OK
 }
 
 func (c *compound) link(name string) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
@@ -100,20 +117,20 @@ func (c *compound) link(name string) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	}
 	var before, after fs.Attr
 	err := c.update(func(t *fs.Txn) (err error) {
-		if before, err = t.GetAttr(c.ctx, c.cur.ino); err != nil {
+		if before, err = c.dirAttr(t, c.cur.ino); err != nil {
 			return err
 		}
 		if _, err = t.Link(c.ctx, c.saved.ino, c.cur.ino, name); err != nil {
 			return err
 		}
-		after, err = t.GetAttr(c.ctx, c.cur.ino)
+		after, err = c.dirAttr(t, c.cur.ino)
 		return err
 	})
 	if err != nil {
 		return fail(c.s.toStatus(c.ctx, "LINK", err, aboutName))
 	}
 	return &nfsv4.NfsResop4_OP_LINK{Oplink: &nfsv4.Link4res_NFS4_OK{Resok4: nfsv4.Link4resok{
-		Cinfo: cinfo(before.Change, after.Change)}}}, nfsv4.NFS4_OK
+		Cinfo: c.cinfo(before.Change, after.Change)}}}, nfsv4.NFS4_OK
 }
 
 func (c *compound) remove(name string) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
@@ -128,20 +145,20 @@ func (c *compound) remove(name string) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	}
 	var before, after fs.Attr
 	err := c.update(func(t *fs.Txn) (err error) {
-		if before, err = t.GetAttr(c.ctx, c.cur.ino); err != nil {
+		if before, err = c.dirAttr(t, c.cur.ino); err != nil {
 			return err
 		}
 		if err = t.Remove(c.ctx, c.cur.ino, name); err != nil {
 			return err
 		}
-		after, err = t.GetAttr(c.ctx, c.cur.ino)
+		after, err = c.dirAttr(t, c.cur.ino)
 		return err
 	})
 	if err != nil {
 		return fail(c.s.toStatus(c.ctx, "REMOVE", err, aboutName))
 	}
 	return &nfsv4.NfsResop4_OP_REMOVE{Opremove: &nfsv4.Remove4res_NFS4_OK{Resok4: nfsv4.Remove4resok{
-		Cinfo: cinfo(before.Change, after.Change)}}}, nfsv4.NFS4_OK
+		Cinfo: c.cinfo(before.Change, after.Change)}}}, nfsv4.NFS4_OK
 }
 
 func (c *compound) rename(oldName, newName string) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
@@ -165,26 +182,26 @@ func (c *compound) rename(oldName, newName string) (nfsv4.NfsResop4, nfsv4.Nfsst
 	}
 	var sb, sa, db, da fs.Attr
 	err := c.update(func(t *fs.Txn) (err error) {
-		if sb, err = t.GetAttr(c.ctx, c.saved.ino); err != nil {
+		if sb, err = c.dirAttr(t, c.saved.ino); err != nil {
 			return err
 		}
-		if db, err = t.GetAttr(c.ctx, c.cur.ino); err != nil {
+		if db, err = c.dirAttr(t, c.cur.ino); err != nil {
 			return err
 		}
 		if err = t.Rename(c.ctx, c.saved.ino, oldName, c.cur.ino, newName, fs.RenameFlags{}); err != nil {
 			return err
 		}
-		if sa, err = t.GetAttr(c.ctx, c.saved.ino); err != nil {
+		if sa, err = c.dirAttr(t, c.saved.ino); err != nil {
 			return err
 		}
-		da, err = t.GetAttr(c.ctx, c.cur.ino)
+		da, err = c.dirAttr(t, c.cur.ino)
 		return err
 	})
 	if err != nil {
 		return fail(c.s.toStatus(c.ctx, "RENAME", err, aboutName))
 	}
 	return &nfsv4.NfsResop4_OP_RENAME{Oprename: &nfsv4.Rename4res_NFS4_OK{Resok4: nfsv4.Rename4resok{
-		SourceCinfo: cinfo(sb.Change, sa.Change), TargetCinfo: cinfo(db.Change, da.Change)}}}, nfsv4.NFS4_OK
+		SourceCinfo: c.cinfo(sb.Change, sa.Change), TargetCinfo: c.cinfo(db.Change, da.Change)}}}, nfsv4.NFS4_OK
 }
 
 func (c *compound) readlink() (nfsv4.NfsResop4, nfsv4.Nfsstat4) {

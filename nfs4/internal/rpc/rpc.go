@@ -210,7 +210,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 // closes it. id must be unique among live connections.
 func (s *Server) ServeConn(ctx context.Context, id uint64, c net.Conn) {
 	ctx, cancel := context.WithCancel(ctx)
-	cn := &conn{srv: s, id: id, c: c, sem: make(chan struct{}, s.cfg.MaxInflight)}
+	cn := &conn{srv: s, id: id, c: c, sem: make(chan struct{}, s.cfg.MaxInflight), work: make(chan *Call)}
 	defer func() {
 		cancel()
 		c.Close()
@@ -232,6 +232,10 @@ type conn struct {
 	c   net.Conn
 	sem chan struct{}
 	wg  sync.WaitGroup
+	// work hands calls to idle workers; workers is how many were
+	// started (read loop only).
+	work    chan *Call
+	workers int
 	wmu sync.Mutex
 }
 
@@ -318,13 +322,41 @@ func (cn *conn) readLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		cn.wg.Add(1)
-		go func() {
-			defer cn.wg.Done()
-			defer func() { <-cn.sem }()
-			rep := cn.srv.handle(ctx, call)
-			cn.writeReply(call.Xid, &rep)
-		}()
+		// Hand the call to an idle worker, or start one: workers live as
+		// long as the connection, so their stacks are grown once, not
+		// per call.
+		select {
+		case cn.work <- call:
+			continue
+		default:
+		}
+		if cn.workers < cap(cn.sem) {
+			cn.workers++
+			cn.wg.Add(1)
+			go cn.worker(ctx, call)
+			continue
+		}
+		select {
+		case cn.work <- call:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// worker serves calls until the connection ends. Each call holds a slot
+// of cn.sem, released once its reply is written.
+func (cn *conn) worker(ctx context.Context, call *Call) {
+	defer cn.wg.Done()
+	for {
+		rep := cn.srv.handle(ctx, call)
+		cn.writeReply(call.Xid, &rep)
+		<-cn.sem
+		select {
+		case call = <-cn.work:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

@@ -1,0 +1,268 @@
+package nfsbench
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+)
+
+// run is the state of one sub-benchmark: its clients and files.
+type run struct {
+	cs     []*client
+	dir    []byte // a fresh directory
+	small  []byte // 4 KiB file "small" in dir
+	big    []byte // 1 MiB file "big" in dir
+	fhs    [][]byte
+	sids   []nfsv4.Stateid4 // per client: open stateid of fhs[id] (or of big)
+	prefix string
+}
+
+type workload struct {
+	name  string
+	bytes int // payload bytes per compound (for MB/s)
+	files int // files created per compound (for files/s)
+	setup func(b *testing.B, r *run)
+	ops   func(r *run, id int, i int64) []nfsv4.NfsArgop4
+}
+
+var (
+	data4K = bytes.Repeat([]byte("s"), 4<<10)
+	data1M = bytes.Repeat([]byte("B"), 1<<20)
+)
+
+// setupFile creates name in r.dir with data (plain compound, FILE_SYNC)
+// and returns its handle.
+func setupFile(b *testing.B, r *run, name string, data []byte) []byte {
+	c := r.cs[0]
+	rep, err := c.Compound(putfh(r.dir), open(c.ClientID, "setup", name, nfsv4.OPEN4_SHARE_ACCESS_BOTH, true),
+		write(current, 0, data, nfsv4.FILE_SYNC4), getfh(), closeOp(current))
+	if err != nil || rep.Status != nfsv4.NFS4_OK {
+		b.Fatalf("%s: setup %s: %v %+v", c.tg.name, name, err, rep)
+	}
+	return fhOf(rep.Results[3])
+}
+
+// openAll opens fh (by name in r.dir) for every client and keeps the
+// stateids.
+func openAll(b *testing.B, r *run, name string, access uint32) {
+	r.sids = make([]nfsv4.Stateid4, len(r.cs))
+	for id, c := range r.cs {
+		rep, err := c.Compound(putfh(r.dir), open(c.ClientID, fmt.Sprintf("o%d", id), name, access, true))
+		if err != nil || rep.Status != nfsv4.NFS4_OK {
+			b.Fatalf("%s: open %s: %v %+v", c.tg.name, name, err, rep)
+		}
+		r.sids[id] = sidOf(rep.Results[1])
+	}
+}
+
+func stableName(s nfsv4.StableHow4) string {
+	if s == nfsv4.UNSTABLE4 {
+		return "unstable+commit"
+	}
+	return "file_sync"
+}
+
+// writeOps is WRITE with the given stability; UNSTABLE is followed by
+// COMMIT, so the data is durable when the compound returns either way.
+func writeOps(sid nfsv4.Stateid4, off uint64, data []byte, stable nfsv4.StableHow4) []nfsv4.NfsArgop4 {
+	if stable == nfsv4.UNSTABLE4 {
+		return []nfsv4.NfsArgop4{write(sid, off, data, stable), commit()}
+	}
+	return []nfsv4.NfsArgop4{write(sid, off, data, stable)}
+}
+
+func workloads() []workload {
+	ws := []workload{
+		{name: "op=GETATTR",
+			setup: func(b *testing.B, r *run) { r.small = setupFile(b, r, "small", data4K) },
+			ops: func(r *run, id int, i int64) []nfsv4.NfsArgop4 {
+				return []nfsv4.NfsArgop4{putfh(r.small), getattr(linuxAttrs)}
+			}},
+		{name: "op=LOOKUP",
+			setup: func(b *testing.B, r *run) { r.small = setupFile(b, r, "small", data4K) },
+			ops: func(r *run, id int, i int64) []nfsv4.NfsArgop4 {
+				return []nfsv4.NfsArgop4{putfh(r.dir), lookup("small"), getfh(), getattr(linuxAttrs)}
+			}},
+		{name: "op=OPEN+READ+CLOSE/size=4KiB", bytes: 4 << 10,
+			setup: func(b *testing.B, r *run) { r.small = setupFile(b, r, "small", data4K) },
+			ops: func(r *run, id int, i int64) []nfsv4.NfsArgop4 {
+				c := r.cs[id]
+				return []nfsv4.NfsArgop4{putfh(r.dir), open(c.ClientID, "r", "small", nfsv4.OPEN4_SHARE_ACCESS_READ, false),
+					read(current, 0, 4<<10), closeOp(current)}
+			}},
+		{name: "op=READ/size=1MiB", bytes: 1 << 20,
+			setup: func(b *testing.B, r *run) {
+				r.big = setupFile(b, r, "big", data1M)
+				openAll(b, r, "big", nfsv4.OPEN4_SHARE_ACCESS_READ)
+			},
+			ops: func(r *run, id int, i int64) []nfsv4.NfsArgop4 {
+				return []nfsv4.NfsArgop4{putfh(r.big), read(r.sids[id], 0, 1<<20)}
+			}},
+	}
+	for _, stable := range []nfsv4.StableHow4{nfsv4.FILE_SYNC4, nfsv4.UNSTABLE4} {
+		ws = append(ws,
+			workload{name: "op=CREATE+WRITE+CLOSE/size=4KiB/stable=" + stableName(stable), bytes: 4 << 10, files: 1,
+				ops: func(r *run, id int, i int64) []nfsv4.NfsArgop4 {
+					c := r.cs[id]
+					ops := []nfsv4.NfsArgop4{putfh(r.dir), open(c.ClientID, "w", fmt.Sprintf("c-%d-%d", id, i), nfsv4.OPEN4_SHARE_ACCESS_BOTH, true)}
+					ops = append(ops, writeOps(current, 0, data4K, stable)...)
+					return append(ops, closeOp(current))
+				}},
+			workload{name: "op=WRITE/size=1MiB/stable=" + stableName(stable), bytes: 1 << 20,
+				// Each client overwrites its own file (as in TC-NFS).
+				setup: func(b *testing.B, r *run) {
+					r.fhs = make([][]byte, len(r.cs))
+					for id := range r.cs {
+						r.fhs[id] = setupFile(b, r, fmt.Sprintf("big-%d", id), nil)
+					}
+					r.sids = make([]nfsv4.Stateid4, len(r.cs))
+					for id, c := range r.cs {
+						rep, err := c.Compound(putfh(r.dir), open(c.ClientID, "o", fmt.Sprintf("big-%d", id), nfsv4.OPEN4_SHARE_ACCESS_BOTH, false))
+						if err != nil || rep.Status != nfsv4.NFS4_OK {
+							b.Fatalf("%s: open: %v %+v", c.tg.name, err, rep)
+						}
+						r.sids[id] = sidOf(rep.Results[1])
+					}
+				},
+				ops: func(r *run, id int, i int64) []nfsv4.NfsArgop4 {
+					return append([]nfsv4.NfsArgop4{putfh(r.fhs[id])}, writeOps(r.sids[id], 0, data1M, stable)...)
+				}},
+			// 16 small files per COMPOUND: PUTFH, then per file OPEN
+			// (create), WRITE 4 KiB [, COMMIT], CLOSE, PUTFH: 65 (81)
+			// operations plus SEQUENCE; Ganesha allows 100.
+			workload{name: "op=SMALLFILES/files=16/size=4KiB/stable=" + stableName(stable), bytes: 16 * 4 << 10, files: 16,
+				ops: func(r *run, id int, i int64) []nfsv4.NfsArgop4 {
+					c := r.cs[id]
+					ops := []nfsv4.NfsArgop4{putfh(r.dir)}
+					for k := 0; k < 16; k++ {
+						ops = append(ops, open(c.ClientID, "w", fmt.Sprintf("s-%d-%d-%d", id, i, k), nfsv4.OPEN4_SHARE_ACCESS_BOTH, true))
+						ops = append(ops, writeOps(current, 0, data4K, stable)...)
+						ops = append(ops, closeOp(current), putfh(r.dir))
+					}
+					return ops
+				}},
+		)
+	}
+	return ws
+}
+
+// drive runs b.N compounds from len(r.cs) concurrent clients, one
+// compound in flight per client.
+func drive(b *testing.B, r *run, ops func(r *run, id int, i int64) []nfsv4.NfsArgop4) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	b.ResetTimer()
+	for id, c := range r.cs {
+		wg.Add(1)
+		go func(id int, c *client) {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				if _, err := c.do(ops(r, id, i)...); err != nil {
+					failed.Store(err.Error())
+					return
+				}
+			}
+		}(id, c)
+	}
+	wg.Wait()
+	b.StopTimer()
+	if f := failed.Load(); f != nil {
+		b.Fatal(f)
+	}
+}
+
+// BenchmarkVsGanesha runs the workloads of issue 3 against txnfs (plain
+// and transactional compounds) and NFS-Ganesha in the same run, with 1
+// and 16 clients. Both servers make data durable before replying:
+// FILE_SYNC WRITEs (Ganesha fsyncs the file; txnfs commits durably), and
+// the stable=unstable+commit variants send UNSTABLE WRITEs followed by
+// COMMIT in the same compound.
+//
+//	go test ./nfs4/internal/nfsbench -run XXX -bench VsGanesha -benchtime 2s
+func BenchmarkVsGanesha(b *testing.B) {
+	gaddr := startGanesha(b)
+	taddr := startTxnfs(b)
+	targets := []*target{
+		{name: "txnfs", addr: taddr},
+		{name: "txnfs-txn", addr: taddr, txn: true},
+		{name: "ganesha", addr: gaddr, path: []string{"export"}},
+	}
+	for _, w := range workloads() {
+		for _, n := range []int{1, 16} {
+			for _, tg := range targets {
+				b.Run(fmt.Sprintf("%s/clients=%d/server=%s", w.name, n, tg.name), func(b *testing.B) {
+					r := &run{}
+					for i := 0; i < n; i++ {
+						r.cs = append(r.cs, tg.dial(b))
+					}
+					r.dir = r.cs[0].freshDir(b)
+					if w.setup != nil {
+						w.setup(b, r)
+					}
+					if w.bytes > 0 {
+						b.SetBytes(int64(w.bytes))
+					}
+					drive(b, r, w.ops)
+					s := b.Elapsed().Seconds()
+					b.ReportMetric(float64(b.N)/s, "compounds/s")
+					if w.files > 0 {
+						b.ReportMetric(float64(b.N*w.files)/s, "files/s")
+					}
+				})
+			}
+		}
+	}
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%dMiB", n>>20)
+	default:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+}
+
+// BenchmarkTxnMatrix is the TC-NFS write matrix (SYSTOR'20 §4.1.1) on
+// txnfs: each compound writes one new file whole — PUTFH, OPEN (create),
+// WRITE × ceil(size / 1 MiB) (FILE_SYNC), CLOSE — as a plain compound
+// (every operation commits on its own) or as one transaction.
+//
+//	go test ./nfs4/internal/nfsbench -run XXX -bench TxnMatrix -benchtime 1s
+func BenchmarkTxnMatrix(b *testing.B) {
+	addr := startTxnfs(b)
+	src := bytes.Repeat([]byte("t"), 16<<20)
+	for _, size := range []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20} {
+		for _, n := range []int{1, 2, 4, 8} {
+			for _, txn := range []bool{false, true} {
+				tg := &target{name: "txnfs", addr: addr, txn: txn}
+				b.Run(fmt.Sprintf("size=%s/clients=%d/txn=%v", sizeName(size), n, txn), func(b *testing.B) {
+					r := &run{}
+					for i := 0; i < n; i++ {
+						r.cs = append(r.cs, tg.dial(b))
+					}
+					r.dir = r.cs[0].freshDir(b)
+					b.SetBytes(int64(size))
+					drive(b, r, func(r *run, id int, i int64) []nfsv4.NfsArgop4 {
+						c := r.cs[id]
+						ops := []nfsv4.NfsArgop4{putfh(r.dir), open(c.ClientID, "w", fmt.Sprintf("m-%d-%d", id, i), nfsv4.OPEN4_SHARE_ACCESS_BOTH, true)}
+						for off := 0; off < size; off += 1 << 20 {
+							ops = append(ops, write(current, uint64(off), src[off:min(size, off+1<<20)], nfsv4.FILE_SYNC4))
+						}
+						return append(ops, closeOp(current))
+					})
+					b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "files/s")
+				})
+			}
+		}
+	}
+}

@@ -1,0 +1,242 @@
+package nfsbench
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"github.com/txnfs/txnfs/nfs4/internal/testclient"
+)
+
+// target is one server under test.
+type target struct {
+	name string   // sub-benchmark label: txnfs, txnfs-txn, ganesha
+	addr string   // host:port
+	path []string // components from the pseudo root to the export
+	txn  bool     // send every COMPOUND as a transaction (OP_TXN)
+}
+
+// freeAddr returns a loopback address with a port that was free.
+func freeAddr(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitListening(addr string) bool {
+	for i := 0; i < 400; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return true
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return false
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// txnfsBinary builds cmd/txnfs once per process.
+func txnfsBinary(b *testing.B) string {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nfsbench-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "txnfs")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/txnfs/txnfs/cmd/txnfs").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		b.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// startTxnfs starts `txnfs serve` on a fresh data directory (with fsync:
+// no NoSync option exists on the command line). TXNFS_BENCH_PPROF=addr
+// serves pprof from it.
+func startTxnfs(b *testing.B) string {
+	bin := txnfsBinary(b)
+	addr := freeAddr(b)
+	args := []string{"serve", "--data", b.TempDir(), "--listen", addr, "--gc-interval", "0", "--log-level", "warn"}
+	if p := os.Getenv("TXNFS_BENCH_PPROF"); p != "" {
+		args = append(args, "--debug", p)
+	}
+	cmd := exec.Command(bin, args...)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+	})
+	if !waitListening(addr) {
+		b.Fatalf("txnfs serve did not start:\n%s", logs.String())
+	}
+	return addr
+}
+
+// ganeshaScript finds ../shared/peers/ganesha.sh above the working
+// directory (or TXNFS_GANESHA_SCRIPT).
+func ganeshaScript() string {
+	if p := os.Getenv("TXNFS_GANESHA_SCRIPT"); p != "" {
+		return p
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		p := filepath.Join(dir, "shared", "peers", "ganesha.sh")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// startGanesha starts NFS-Ganesha exporting a fresh directory, or skips
+// the benchmark if it cannot run here.
+func startGanesha(b *testing.B) string {
+	script := ganeshaScript()
+	switch {
+	case script == "":
+		b.Skip("ganesha.sh not found (set TXNFS_GANESHA_SCRIPT)")
+	case os.Geteuid() != 0:
+		b.Skip("Ganesha's FSAL_VFS needs root")
+	}
+	if _, err := exec.LookPath("ganesha.nfsd"); err != nil {
+		b.Skip("ganesha.nfsd not installed (apt-get install nfs-ganesha nfs-ganesha-vfs)")
+	}
+	work := b.TempDir()
+	export := filepath.Join(work, "export")
+	addr := freeAddr(b)
+	_, port, _ := net.SplitHostPort(addr)
+	out, err := exec.Command("bash", script, "start", export, port, filepath.Join(work, "ganesha")).CombinedOutput()
+	if err != nil {
+		b.Skipf("ganesha did not start: %v\n%s", err, out)
+	}
+	b.Cleanup(func() {
+		// ganesha.sh stop only signals: wait for the process to exit
+		// before its directory is removed.
+		pid, _ := os.ReadFile(filepath.Join(work, "ganesha", "ganesha.pid"))
+		exec.Command("bash", script, "stop", filepath.Join(work, "ganesha")).Run()
+		if p := strings.TrimSpace(string(pid)); p != "" {
+			for i := 0; i < 200; i++ {
+				if _, err := os.Stat("/proc/" + p); err != nil {
+					break
+				}
+				time.Sleep(25 * time.Millisecond)
+			}
+		}
+	})
+	return addr
+}
+
+// client is one simulated NFS client: a connection with a 4.1 session.
+type client struct {
+	*testclient.Client
+	tg *target
+}
+
+var ownerSeq atomic.Int64
+
+func (tg *target) dial(b *testing.B) *client {
+	c, err := testclient.Dial(tg.addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	big := nfsv4.ChannelAttrs4{CaMaxrequestsize: 17 << 20, CaMaxresponsesize: 17 << 20,
+		CaMaxresponsesizeCached: 64 << 10, CaMaxoperations: 128, CaMaxrequests: 8}
+	if _, err := c.NewSessionWith(1, fmt.Sprintf("nfsbench-%d-%d", os.Getpid(), ownerSeq.Add(1)), big); err != nil {
+		b.Fatalf("%s: %v", tg.name, err)
+	}
+	// Ganesha refuses OPEN (NFS4ERR_GRACE) until RECLAIM_COMPLETE.
+	rep, err := c.Compound(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
+	if err != nil || rep.Status != nfsv4.NFS4_OK {
+		b.Fatalf("%s: RECLAIM_COMPLETE: %v %+v", tg.name, err, rep)
+	}
+	return &client{Client: c, tg: tg}
+}
+
+// do sends ops (as a transaction for txn targets) and fails unless the
+// compound succeeded.
+func (c *client) do(ops ...nfsv4.NfsArgop4) (*testclient.Reply, error) {
+	var rep *testclient.Reply
+	var err error
+	if c.tg.txn {
+		rep, err = c.Txn(ops...)
+	} else {
+		rep, err = c.Compound(ops...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rep.Status != nfsv4.NFS4_OK {
+		return rep, fmt.Errorf("%s: compound status %d after %d results", c.tg.name, rep.Status, len(rep.Results))
+	}
+	return rep, nil
+}
+
+func (c *client) must(b *testing.B, ops ...nfsv4.NfsArgop4) *testclient.Reply {
+	b.Helper()
+	rep, err := c.do(ops...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rep
+}
+
+// root returns the export root's file handle.
+func (c *client) root(b *testing.B) []byte {
+	ops := []nfsv4.NfsArgop4{&nfsv4.NfsArgop4_OP_PUTROOTFH{}}
+	for _, p := range c.tg.path {
+		ops = append(ops, lookup(p))
+	}
+	ops = append(ops, &nfsv4.NfsArgop4_OP_GETFH{})
+	rep := c.must(b, ops...)
+	return fhOf(rep.Last())
+}
+
+var runSeq atomic.Int64
+
+// mkdir creates a fresh directory under the export root for one run and
+// returns its handle.
+func (c *client) freshDir(b *testing.B) []byte {
+	name := fmt.Sprintf("run-%d-%d", os.Getpid(), runSeq.Add(1))
+	rep := c.must(b, putfh(c.root(b)), &nfsv4.NfsArgop4_OP_CREATE{Opcreate: nfsv4.Create4args{
+		Objtype: &nfsv4.Createtype4_NF4DIR{}, Objname: name,
+		Createattrs: nfsv4.Fattr4{Attrmask: bitmap(nfsv4.FATTR4_MODE), AttrVals: []byte{0, 0, 1, 0xff}}}},
+		&nfsv4.NfsArgop4_OP_GETFH{})
+	return fhOf(rep.Last())
+}
+
+func (tg *target) String() string { return tg.name + "@" + tg.addr + "/" + strings.Join(tg.path, "/") }
