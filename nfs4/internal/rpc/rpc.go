@@ -236,7 +236,7 @@ type conn struct {
 	// started (read loop only).
 	work    chan *Call
 	workers int
-	wmu sync.Mutex
+	wmu     sync.Mutex
 }
 
 // ErrRecordTooLarge is returned by ReadRecord when a record exceeds the cap.
