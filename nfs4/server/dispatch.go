@@ -22,6 +22,19 @@ func (c *compound) dispatch(a nfsv4.NfsArgop4) (nfsv4.NfsResop4, nfsv4.Nfsstat4)
 			return errRes(code, nfsv4.NFS4ERR_NOTSUPP), nfsv4.NFS4ERR_NOTSUPP
 		}
 	}
+	if c.minor == 0 {
+		switch code {
+		case nfsv4.OP_OPEN, nfsv4.OP_OPEN_CONFIRM, nfsv4.OP_OPEN_DOWNGRADE, nfsv4.OP_CLOSE,
+			nfsv4.OP_LOCK, nfsv4.OP_LOCKU:
+			return c.sequenced(a, func() (nfsv4.NfsResop4, nfsv4.Nfsstat4) { return c.dispatchOp(a) })
+		}
+	}
+	return c.dispatchOp(a)
+}
+
+// dispatchOp runs one operation (after 4.0 sequencing).
+func (c *compound) dispatchOp(a nfsv4.NfsArgop4) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+	code := a.GetArgop()
 	switch a := a.(type) {
 	// file handles and names
 	case *nfsv4.NfsArgop4_OP_PUTROOTFH, *nfsv4.NfsArgop4_OP_PUTPUBFH:

@@ -10,13 +10,15 @@ import (
 	"github.com/txnfs/txnfs/nfs4/internal/testclient"
 )
 
-func lockOp(c *testclient.Client, write bool, off, n uint64, open nfsv4.Stateid4, owner string) nfsv4.NfsArgop4 {
+// lockOp is LOCK by a new lock-owner; in 4.0 openSeq is the open-owner's
+// next seqid (4.1 ignores it).
+func lockOp(c *testclient.Client, write bool, off, n uint64, open nfsv4.Stateid4, owner string, openSeq uint32) nfsv4.NfsArgop4 {
 	lt := nfsv4.READ_LT
 	if write {
 		lt = nfsv4.WRITE_LT
 	}
 	return &nfsv4.NfsArgop4_OP_LOCK{Oplock: nfsv4.Lock4args{Locktype: lt, Offset: off, Length: n,
-		Locker: &nfsv4.Locker4_TRUE{OpenOwner: nfsv4.OpenToLockOwner4{OpenStateid: open,
+		Locker: &nfsv4.Locker4_TRUE{OpenOwner: nfsv4.OpenToLockOwner4{OpenSeqid: openSeq, OpenStateid: open,
 			LockOwner: nfsv4.StateOwner4{Clientid: c.ClientID, Owner: []byte(owner)}}}}}
 }
 
@@ -40,27 +42,27 @@ func TestNFSv40OpenReadWriteLocks(t *testing.T) {
 		t.Fatalf("read %q eof=%v", d, eof)
 	}
 	// A write lock by A conflicts with B's read lock on an overlapping range.
-	rep = okT(t)(a.Compound(putfh(fh), lockOp(a, true, 0, 5, sidA, "la")))
+	rep = okT(t)(a.Compound(putfh(fh), lockOp(a, true, 0, 5, sidA, "la", 1)))
 	lockA := rep.Results[1].(*nfsv4.NfsResop4_OP_LOCK).Oplock.(*nfsv4.Lock4res_NFS4_OK).Resok4.LockStateid
-	rep, err := b.Compound(putfh(fh), lockOp(b, false, 4, 10, sidB, "lb"))
+	rep, err := b.Compound(putfh(fh), lockOp(b, false, 4, 10, sidB, "lb", 1))
 	wantStatus(t, rep, err, nfsv4.NFS4ERR_DENIED)
 	d := rep.Results[1].(*nfsv4.NfsResop4_OP_LOCK).Oplock.(*nfsv4.Lock4res_NFS4ERR_DENIED).Denied
 	if d.Offset != 0 || d.Length != 5 || d.Locktype != nfsv4.WRITE_LT {
 		t.Fatalf("denied %+v", d)
 	}
 	// Non-overlapping is fine; LOCKT sees the conflict too.
-	okT(t)(b.Compound(putfh(fh), lockOp(b, false, 5, 10, sidB, "lb")))
+	okT(t)(b.Compound(putfh(fh), lockOp(b, false, 5, 10, sidB, "lb", 2)))
 	rep, err = b.Compound(putfh(fh), &nfsv4.NfsArgop4_OP_LOCKT{Oplockt: nfsv4.Lockt4args{Locktype: nfsv4.WRITE_LT, Offset: 0, Length: 1,
 		Owner: nfsv4.StateOwner4{Clientid: b.ClientID, Owner: []byte("lb")}}})
 	wantStatus(t, rep, err, nfsv4.NFS4ERR_DENIED)
 	// After LOCKU the range is free.
 	okT(t)(a.Compound(putfh(fh), &nfsv4.NfsArgop4_OP_LOCKU{Oplocku: nfsv4.Locku4args{Locktype: nfsv4.WRITE_LT,
-		LockStateid: lockA, Offset: 0, Length: 5}}))
+		Seqid: 1, LockStateid: lockA, Offset: 0, Length: 5}}))
 	okT(t)(b.Compound(putfh(fh), &nfsv4.NfsArgop4_OP_LOCKT{Oplockt: nfsv4.Lockt4args{Locktype: nfsv4.WRITE_LT, Offset: 0, Length: 1,
 		Owner: nfsv4.StateOwner4{Clientid: b.ClientID, Owner: []byte("lb")}}}))
 	// RENEW, CLOSE, then the old stateid is bad.
 	okT(t)(a.CompoundRaw(0, false, &nfsv4.NfsArgop4_OP_RENEW{Oprenew: nfsv4.Renew4args{Clientid: a.ClientID}}))
-	okT(t)(a.Compound(putfh(fh), closeOp(sidA)))
+	okT(t)(a.Compound(putfh(fh), closeSeq(sidA, 2)))
 	rep, err = a.Compound(putfh(fh), read(sidA, 0, 1))
 	wantStatus(t, rep, err, nfsv4.NFS4ERR_BAD_STATEID)
 	// An unknown client id.
@@ -217,5 +219,98 @@ func readAll(t *testing.T, c *testclient.Client, name string) []byte {
 		if eof || len(d) == 0 {
 			return out
 		}
+	}
+}
+
+func closeSeq(sid nfsv4.Stateid4, seq uint32) nfsv4.NfsArgop4 {
+	return &nfsv4.NfsArgop4_OP_CLOSE{Opclose: nfsv4.Close4args{Seqid: seq, OpenStateid: sid}}
+}
+
+func openSeq(c *testclient.Client, name string, seq uint32, create bool) nfsv4.NfsArgop4 {
+	var how nfsv4.Openflag4 = &nfsv4.Openflag4_default{}
+	if create {
+		how = &nfsv4.Openflag4_OPEN4_CREATE{How: &nfsv4.Createhow4_UNCHECKED4{}}
+	}
+	return &nfsv4.NfsArgop4_OP_OPEN{Opopen: nfsv4.Open4args{Seqid: seq,
+		ShareAccess: nfsv4.OPEN4_SHARE_ACCESS_BOTH, ShareDeny: nfsv4.OPEN4_SHARE_DENY_NONE,
+		Owner:   nfsv4.StateOwner4{Clientid: c.ClientID, Owner: []byte("seq-owner")},
+		Openhow: how, Claim: &nfsv4.OpenClaim4_CLAIM_NULL{File: name}}}
+}
+
+func lockuSeq(sid nfsv4.Stateid4, seq uint32) nfsv4.NfsArgop4 {
+	return &nfsv4.NfsArgop4_OP_LOCKU{Oplocku: nfsv4.Locku4args{Locktype: nfsv4.WRITE_LT, Seqid: seq,
+		LockStateid: sid, Offset: 0, Length: 1}}
+}
+
+// TestNFSv40Seqid checks open-owner and lock-owner sequencing (RFC 7530
+// §9.1.7): the next seqid runs, the last one replays the cached reply
+// (also for a CLOSE whose state is gone), others are BAD_SEQID; errors
+// advance the seqid except the exempt ones; a new lock-owner starts at
+// lock_seqid; 4.1 ignores seqids.
+func TestNFSv40Seqid(t *testing.T) {
+	ts := startServer(t)
+	c := ts.dial(t)
+	if err := c.SetClientID("seq"); err != nil {
+		t.Fatal(err)
+	}
+	// A new owner may start anywhere.
+	rep := okT(t)(c.Compound(putroot(), openSeq(c, "f", 5, true), getfh()))
+	sid, fh := openSid(t, rep.Results[1]), fhOf(t, rep.Results[2])
+	// A retransmission replays: same stateid (no upgrade), and the
+	// current file handle is the opened file's.
+	rep = okT(t)(c.Compound(putroot(), openSeq(c, "f", 5, true), getfh()))
+	if got := openSid(t, rep.Results[1]); got != sid {
+		t.Fatalf("replayed OPEN gave %+v, want %+v", got, sid)
+	}
+	if !bytes.Equal(fhOf(t, rep.Results[2]), fh) {
+		t.Fatal("replayed OPEN left another current file handle")
+	}
+	rep, err := c.Compound(putroot(), openSeq(c, "f", 7, true))
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_BAD_SEQID)
+	// A failure advances the seqid and is replayed as such.
+	rep, err = c.Compound(putroot(), openSeq(c, "missing", 6, false))
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_NOENT)
+	rep, err = c.Compound(putroot(), openSeq(c, "missing", 6, false))
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_NOENT)
+	// ... except the exempt errors (here NOFILEHANDLE).
+	rep, err = c.Compound(openSeq(c, "f", 7, false))
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_NOFILEHANDLE)
+	rep = okT(t)(c.Compound(putroot(), openSeq(c, "f", 7, false)))
+	sid = openSid(t, rep.Results[1]) // upgraded: seqid 2
+	if sid.Seqid != 2 {
+		t.Fatalf("upgrade gave stateid seqid %d", sid.Seqid)
+	}
+
+	// Lock-owner sequencing.
+	rep = okT(t)(c.Compound(putfh(fh), &nfsv4.NfsArgop4_OP_LOCK{Oplock: nfsv4.Lock4args{Locktype: nfsv4.WRITE_LT, Length: 1,
+		Locker: &nfsv4.Locker4_TRUE{OpenOwner: nfsv4.OpenToLockOwner4{OpenSeqid: 8, OpenStateid: sid, LockSeqid: 10,
+			LockOwner: nfsv4.StateOwner4{Clientid: c.ClientID, Owner: []byte("lo")}}}}}))
+	lsid := rep.Results[1].(*nfsv4.NfsResop4_OP_LOCK).Oplock.(*nfsv4.Lock4res_NFS4_OK).Resok4.LockStateid
+	rep = okT(t)(c.Compound(putfh(fh), lockuSeq(lsid, 11)))
+	after := rep.Results[1].(*nfsv4.NfsResop4_OP_LOCKU).Oplocku.(*nfsv4.Locku4res_NFS4_OK).LockStateid
+	rep = okT(t)(c.Compound(putfh(fh), lockuSeq(lsid, 11)))
+	if got := rep.Results[1].(*nfsv4.NfsResop4_OP_LOCKU).Oplocku.(*nfsv4.Locku4res_NFS4_OK).LockStateid; got != after {
+		t.Fatalf("replayed LOCKU gave %+v, want %+v", got, after)
+	}
+	rep, err = c.Compound(putfh(fh), lockuSeq(after, 13))
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_BAD_SEQID)
+
+	// CLOSE, then its retransmission, replayed although the state is
+	// gone; a new CLOSE of it is BAD_STATEID.
+	rep = okT(t)(c.Compound(putfh(fh), closeSeq(sid, 9)))
+	closed := rep.Results[1].(*nfsv4.NfsResop4_OP_CLOSE).Opclose.(*nfsv4.Close4res_NFS4_OK).OpenStateid
+	rep = okT(t)(c.Compound(putfh(fh), closeSeq(sid, 9)))
+	if got := rep.Results[1].(*nfsv4.NfsResop4_OP_CLOSE).Opclose.(*nfsv4.Close4res_NFS4_OK).OpenStateid; got != closed {
+		t.Fatalf("replayed CLOSE gave %+v, want %+v", got, closed)
+	}
+	rep, err = c.Compound(putfh(fh), closeSeq(sid, 10))
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_BAD_STATEID)
+
+	// 4.1 ignores open-owner seqids.
+	s := ts.session(t, 1, "seq41")
+	okT(t)(s.Compound(putroot(), openSeq(s, "g", 3, true)))
+	rep = okT(t)(s.Compound(putroot(), openSeq(s, "g", 3, true)))
+	if openSid(t, rep.Results[1]).Seqid != 2 {
+		t.Fatal("4.1 OPEN with a repeated seqid was replayed")
 	}
 }

@@ -92,6 +92,7 @@ type Manager struct {
 		states     map[[12]byte]*State
 		opens      map[uint64]int // ino -> open states
 		locks      map[uint64][]*lockRange
+		retired    map[[12]byte]*Owner
 		deferred   []func()
 	}
 }
@@ -111,6 +112,7 @@ func New(cfg Config) (*Manager, error) {
 	m.mu.states = make(map[[12]byte]*State)
 	m.mu.opens = make(map[uint64]int)
 	m.mu.locks = make(map[uint64][]*lockRange)
+	m.mu.retired = make(map[[12]byte]*Owner)
 	m.mu.nextClient = uint64(binary.BigEndian.Uint32(m.boot[:])) << 32
 	return m, nil
 }
@@ -159,7 +161,17 @@ type Owner struct {
 	Client *Client
 	Name   []byte
 	Lock   bool
-	Seqid  uint32 // 4.0: last seqid seen
+	// 4.0 sequencing (RFC 7530 §9.1.7): the last seqid used, whether
+	// there was one, and the reply to replay for it (owned by the
+	// server; opaque here).
+	Seqid  uint32
+	hasSeq bool
+	reply  any
+	// retired is the stateid this owner most recently closed or
+	// released, kept in Manager.mu.retired so that a retransmitted CLOSE
+	// still finds its owner.
+	retired    [12]byte
+	hasRetired bool
 }
 
 // StateKind distinguishes open and lock stateids.
@@ -235,6 +247,11 @@ func (m *Manager) destroyClientLocked(c *Client) {
 			m.freeStateLocked(other, s)
 		}
 	}
+	for _, o := range c.owners {
+		if o.hasRetired {
+			delete(m.mu.retired, o.retired)
+		}
+	}
 	delete(m.mu.clients, c.ID)
 	if m.mu.byOwner[string(c.Owner)] == c {
 		delete(m.mu.byOwner, string(c.Owner))
@@ -251,6 +268,13 @@ func (m *Manager) newOtherLocked() [12]byte {
 
 func (m *Manager) freeStateLocked(other [12]byte, s *State) {
 	delete(m.mu.states, other)
+	if o := s.Owner; m.mu.clients[o.Client.ID] == o.Client {
+		if o.hasRetired {
+			delete(m.mu.retired, o.retired)
+		}
+		o.retired, o.hasRetired = other, true
+		m.mu.retired[other] = o
+	}
 	switch s.Kind {
 	case KindOpen:
 		m.mu.opens[s.Ino]--
@@ -872,6 +896,86 @@ func (m *Manager) ReleaseLockOwner(clientID uint64, owner []byte) Status {
 			m.freeStateLocked(other, s)
 		}
 	}
+	if o.hasRetired {
+		delete(m.mu.retired, o.retired)
+	}
 	delete(c.owners, ownerKey(true, c.ID, owner))
 	return OK
+}
+
+// ---- 4.0 owner sequencing (RFC 7530 §9.1.7) ----
+
+// SeqidCheck is the outcome of checking a 4.0 owner seqid.
+type SeqidCheck int
+
+const (
+	// SeqidNext: a new request (the next seqid, or any seqid for an
+	// owner that has none yet); run it and call AdvanceSeqid.
+	SeqidNext SeqidCheck = iota
+	// SeqidReplay: a retransmission of the owner's last request; answer
+	// with the reply CheckSeqid returns (nil if none was kept).
+	SeqidReplay
+	// SeqidBad: NFS4ERR_BAD_SEQID.
+	SeqidBad
+)
+
+// OpenOwner returns client c's open-owner name, creating it.
+func (m *Manager) OpenOwner(c *Client, name []byte) *Owner {
+	m.lock()
+	defer m.unlock()
+	return m.ownerLocked(c, name, false)
+}
+
+// StateOwner returns the owner of the state id names — whatever id's
+// seqid — or of the state its owner most recently closed or released
+// (for retransmitted CLOSE and LOCKU). It returns nil if there is none.
+func (m *Manager) StateOwner(id nfsv4.Stateid4) *Owner {
+	m.lock()
+	defer m.unlock()
+	if s := m.mu.states[id.Other]; s != nil {
+		return s.Owner
+	}
+	return m.mu.retired[id.Other]
+}
+
+// CheckSeqid classifies seqid for owner o.
+func (m *Manager) CheckSeqid(o *Owner, seqid uint32) (SeqidCheck, any) {
+	m.lock()
+	defer m.unlock()
+	switch {
+	case !o.hasSeq || seqid == o.Seqid+1:
+		return SeqidNext, nil
+	case seqid == o.Seqid:
+		return SeqidReplay, o.reply
+	}
+	return SeqidBad, nil
+}
+
+// AdvanceSeqid records that o's request seqid ran and produced reply. It
+// returns a function that restores the previous record (for
+// transactional compounds that do not commit).
+func (m *Manager) AdvanceSeqid(o *Owner, seqid uint32, reply any) (undo func()) {
+	m.lock()
+	defer m.unlock()
+	prevSeq, prevHas, prevReply := o.Seqid, o.hasSeq, o.reply
+	o.Seqid, o.hasSeq, o.reply = seqid, true, reply
+	return func() {
+		m.lock()
+		defer m.unlock()
+		if o.Seqid == seqid && o.hasSeq {
+			o.Seqid, o.hasSeq, o.reply = prevSeq, prevHas, prevReply
+		}
+	}
+}
+
+// SeqidExempt reports the errors after which a 4.0 owner's seqid does
+// not advance (RFC 7530 §9.1.7).
+func SeqidExempt(st Status) bool {
+	switch st {
+	case nfsv4.NFS4ERR_STALE_CLIENTID, nfsv4.NFS4ERR_STALE_STATEID, nfsv4.NFS4ERR_BAD_STATEID,
+		nfsv4.NFS4ERR_BAD_SEQID, nfsv4.NFS4ERR_BADXDR, nfsv4.NFS4ERR_RESOURCE,
+		nfsv4.NFS4ERR_NOFILEHANDLE, nfsv4.NFS4ERR_MOVED:
+		return true
+	}
+	return false
 }
