@@ -187,6 +187,14 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 			ops = append(ops, decodedOp{code: nfsv4.OP_ILLEGAL})
 			break
 		}
+		if code == nfsv4.OP_PUTFH {
+			arg, ok := decodePutFH(r, call.Args)
+			if !ok {
+				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
+			}
+			ops = append(ops, decodedOp{code: code, arg: arg})
+			continue
+		}
 		if code == nfsv4.OP_WRITE {
 			arg, ok := decodeWrite(r, call.Args)
 			if !ok {
@@ -204,7 +212,7 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	}
 
 	c.minor, c.nops = minor, len(ops)
-	s.st.Tick()
+	s.st.MaybeTick()
 	var txr *txnResult
 	if len(ops) > 0 && ops[0].code == OpTxn {
 		txr = &txnResult{nfsv4.NFS4_OK}
@@ -275,6 +283,22 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 		s.st.FinishSlot(c.slot, cached, body.size())
 	}
 	return body, true
+}
+
+// decodePutFH decodes PUTFH4args (the most common operation) without the
+// generated decoder's buffer growth; the handle aliases args.
+func decodePutFH(r *bytes.Reader, args []byte) (nfsv4.NfsArgop4, bool) {
+	b := args[len(args)-r.Len():]
+	if len(b) < 8 {
+		return nil, false
+	}
+	n := uint64(binary.BigEndian.Uint32(b[4:]))
+	padded := (n + 3) &^ 3
+	if n > nfsv4.NFS4_FHSIZE || uint64(len(b)-8) < padded {
+		return nil, false
+	}
+	r.Seek(int64(8+padded), io.SeekCurrent)
+	return &nfsv4.NfsArgop4_OP_PUTFH{Opputfh: nfsv4.Putfh4args{Object: b[8 : 8+n : 8+n]}}, true
 }
 
 // decodeWrite decodes WRITE4args at r's position in args without copying

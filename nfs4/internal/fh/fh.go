@@ -21,6 +21,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"hash"
+	"sync"
 )
 
 // Size is the length of every handle in bytes.
@@ -38,7 +40,8 @@ type Handle struct {
 // Codec encodes and verifies handles with one key. It is safe for
 // concurrent use.
 type Codec struct {
-	key []byte
+	key  []byte
+	macs sync.Pool // hash.Hash: HMAC-SHA256 keyed with key, reset
 }
 
 // NewCodec returns a codec for key (at least 16 bytes).
@@ -50,10 +53,15 @@ func NewCodec(key []byte) (*Codec, error) {
 }
 
 func (c *Codec) mac(dst, body []byte) {
-	m := hmac.New(sha256.New, c.key)
+	m, ok := c.macs.Get().(hash.Hash)
+	if !ok {
+		m = hmac.New(sha256.New, c.key)
+	}
 	m.Write(body)
 	var sum [sha256.Size]byte
 	copy(dst, m.Sum(sum[:0])[:Size-16])
+	m.Reset()
+	c.macs.Put(m)
 }
 
 // Encode returns the handle bytes for h (a new slice owned by the caller).
