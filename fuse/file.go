@@ -52,6 +52,19 @@ func (m *Server) openChecks(t *fs.Txn, ino fs.Ino, flags uint32) (fs.Attr, error
 	return t.GetAttr(m.ctx, ino)
 }
 
+// appendFlags returns the open flags for a file opened with flags: with
+// O_APPEND, direct I/O. Through the page cache the kernel may split one
+// write(2) into several WRITE requests at page boundaries, and each would
+// be appended on its own, letting another mount's append land in between;
+// with direct I/O a write of up to MaxWrite bytes is one request, appended
+// atomically.
+func appendFlags(flags uint32) uint32 {
+	if flags&syscall.O_APPEND != 0 {
+		return raw.FOPEN_DIRECT_IO
+	}
+	return 0
+}
+
 func (m *Server) newHandle(ino fs.Ino, flags uint32) uint64 {
 	return m.handles.add(&handle{
 		ino:    ino,
@@ -94,6 +107,7 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 	} else {
 		m.srv.InodeNotify(uint64(ino), -1, 0)
 	}
+	out.OpenFlags |= appendFlags(in.Flags)
 	return raw.OK
 }
 
@@ -102,7 +116,8 @@ func (m *Server) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *r
 	dir := fs.Ino(in.NodeId)
 	req := fs.CreateRequest{Type: fs.TypeRegular, Mode: in.Mode & fs.ModePerm, Exclusive: in.Flags&syscall.O_EXCL != 0}
 	var a fs.Attr
-	inv := &invalidation{}
+	inv := &invalidation{sync: true}
+	defer inv.wait()
 	inv.entry(dir, name)
 	inv.ino(dir)
 	err := m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) error {
@@ -122,6 +137,7 @@ func (m *Server) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *r
 	m.entry(&out.EntryOut, &a)
 	out.Fh = m.newHandle(a.Ino, in.Flags)
 	m.nodes.opened(a.Ino, a.Change)
+	out.OpenFlags |= appendFlags(in.Flags)
 	return raw.OK
 }
 

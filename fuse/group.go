@@ -21,6 +21,21 @@ type entryKey struct {
 type invalidation struct {
 	entries []entryKey
 	inos    []fs.Ino
+	// sync: the request is answered only once the other mounts have
+	// dropped what they cached (name changes, which their next open
+	// could not detect otherwise); see wait.
+	sync bool
+	done []<-chan struct{}
+}
+
+// wait blocks until the invalidations of a sync request were processed.
+// Handlers call it last, holding no lock: a notification may wait for a
+// directory lock that another mount's request holds while it waits for
+// one of ours.
+func (v *invalidation) wait() {
+	for _, d := range v.done {
+		<-d
+	}
 }
 
 func (v *invalidation) entry(parent fs.Ino, name string) {
@@ -78,18 +93,24 @@ func (g *Group) broadcast(from *Server, inv *invalidation) {
 	}
 }
 
-// broadcastWait is broadcast, returning once the kernels have processed
-// the invalidations.
-func (g *Group) broadcastWait(from *Server, inv *invalidation) {
+// broadcastDone is broadcast, returning channels closed once each kernel
+// has processed the invalidations.
+func (g *Group) broadcastDone(from *Server, inv *invalidation) []<-chan struct{} {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	var dones []<-chan struct{}
 	for _, m := range g.mu.mounts {
 		if m != from {
 			dones = append(dones, m.notify.pushDone(inv))
 		}
 	}
-	g.mu.Unlock()
-	for _, d := range dones {
+	return dones
+}
+
+// broadcastWait is broadcast, returning once the kernels have processed
+// the invalidations.
+func (g *Group) broadcastWait(from *Server, inv *invalidation) {
+	for _, d := range g.broadcastDone(from, inv) {
 		<-d
 	}
 }

@@ -165,7 +165,10 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
 		// truncate and chown; without it the kernel would send a mode
 		// change on behalf of a writer who does not own the file.
 		// IOCTL_DIR: the sandbox is controlled by an ioctl on the root.
-		ExtraCapabilities: raw.CAP_ATOMIC_O_TRUNC | raw.CAP_HANDLE_KILLPRIV | raw.CAP_IOCTL_DIR,
+		// DIRECT_IO_ALLOW_MMAP: files opened with O_APPEND use direct
+		// I/O (see appendFlags) and may still be mapped shared.
+		ExtraCapabilities: raw.CAP_ATOMIC_O_TRUNC | raw.CAP_HANDLE_KILLPRIV | raw.CAP_IOCTL_DIR |
+			raw.CAP_DIRECT_IO_ALLOW_MMAP,
 	}
 	srv, err := raw.NewServer(m, dir, opts)
 	if err != nil {
@@ -293,7 +296,11 @@ func (m *Server) update(c fs.Cred, inv *invalidation, fn func(*fs.Txn) error) er
 	}
 	err := m.eng.Do(m.ctx, c, fn)
 	if err == nil && inv != nil && m.cfg.Group != nil {
-		m.cfg.Group.broadcast(m, inv)
+		if inv.sync {
+			inv.done = m.cfg.Group.broadcastDone(m, inv)
+		} else {
+			m.cfg.Group.broadcast(m, inv)
+		}
 	}
 	return err
 }

@@ -193,7 +193,8 @@ func (m *Server) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.AttrOut)
 		sa.Mtime = setTime(in.Valid&raw.FATTR_MTIME_NOW != 0, in.Mtime, in.Mtimensec)
 	}
 	var a fs.Attr
-	inv := &invalidation{inos: []fs.Ino{ino}}
+	inv := &invalidation{inos: []fs.Ino{ino}, sync: true}
+	defer inv.wait()
 	err := m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) (err error) {
 		a, err = t.SetAttr(m.ctx, ino, sa)
 		return err
@@ -216,7 +217,8 @@ func setTime(now bool, sec uint64, nsec uint32) *fs.SetTime {
 func (m *Server) create(op string, h *raw.InHeader, name string, req fs.CreateRequest, out *raw.EntryOut) raw.Status {
 	dir := fs.Ino(h.NodeId)
 	var a fs.Attr
-	inv := &invalidation{}
+	inv := &invalidation{sync: true}
+	defer inv.wait()
 	inv.entry(dir, name)
 	inv.ino(dir)
 	err := m.update(m.cred(h), inv, func(t *fs.Txn) (err error) {
@@ -259,7 +261,8 @@ func (m *Server) Symlink(_ <-chan struct{}, h *raw.InHeader, target, name string
 func (m *Server) Link(_ <-chan struct{}, in *raw.LinkIn, name string, out *raw.EntryOut) raw.Status {
 	dir, ino := fs.Ino(in.NodeId), fs.Ino(in.Oldnodeid)
 	var a fs.Attr
-	inv := &invalidation{}
+	inv := &invalidation{sync: true}
+	defer inv.wait()
 	inv.entry(dir, name)
 	inv.ino(dir, ino)
 	err := m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) (err error) {
@@ -277,9 +280,10 @@ func (m *Server) Link(_ <-chan struct{}, in *raw.LinkIn, name string, out *raw.E
 func (m *Server) remove(op string, h *raw.InHeader, name string, rmdir bool) raw.Status {
 	dir := fs.Ino(h.NodeId)
 	inv := &invalidation{}
+	defer inv.wait()
 	err := m.pins.removing(func() error {
 		return m.update(m.cred(h), inv, func(t *fs.Txn) error {
-			*inv = invalidation{}
+			*inv = invalidation{sync: true}
 			inv.entry(dir, name)
 			inv.ino(dir)
 			if m.cfg.Group != nil {
@@ -324,9 +328,10 @@ func (m *Server) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newName st
 	flags := fs.RenameFlags{NoReplace: in.Flags&renameNoReplace != 0, Exchange: in.Flags&renameExchange != 0}
 	src, dst := fs.Ino(in.NodeId), fs.Ino(in.Newdir)
 	inv := &invalidation{}
+	defer inv.wait()
 	err := m.pins.removing(func() error {
 		return m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) error {
-			*inv = invalidation{}
+			*inv = invalidation{sync: true}
 			inv.entry(src, oldName)
 			inv.entry(dst, newName)
 			inv.ino(src, dst)
