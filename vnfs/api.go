@@ -89,6 +89,21 @@ type FS interface {
 	Close() error
 }
 
+// Unordered returns a view of f whose vector calls may execute their items
+// in any order and concurrently (several COMPOUNDs in flight), trading the
+// in-order failure semantics for throughput: a call still returns the
+// index of the first failed item, but items after it may have been
+// executed. Use it for independent items whose failure aborts the whole
+// job anyway (copying or extracting many files); items that depend on
+// earlier ones (a directory and its contents) need ordered calls. File
+// systems without pipelining return f.
+func Unordered(f FS) FS {
+	if u, ok := f.(interface{ Unordered() FS }); ok {
+		return u.Unordered()
+	}
+	return f
+}
+
 // FD is a file descriptor returned by VOpen. The zero FD is invalid.
 type FD int
 

@@ -12,7 +12,11 @@ package vnfs_test
 //	floor-ratio         vec-ms / (vec-rpcs × RTT + bytes / 1.25 GB/s)
 //	rtt-us              measured RTT through the proxy
 //
-// Environment: VNFS_BENCH_RTTS (default "0.2ms,1ms,5ms"), VNFS_BENCH_SIZES
+// op=write-unordered writes through vnfs.Unordered (COMPOUNDs pipelined)
+// and is compared with the scalar write.
+//
+// Environment: VNFS_BENCH_OPS (default "read,write,write-unordered"),
+// VNFS_BENCH_RTTS (default "0.2ms,1ms,5ms"), VNFS_BENCH_SIZES
 // (default "1KiB,16KiB,256KiB,1MiB"), VNFS_BENCH_FILES (default 1000),
 // VNFS_BENCH_SERVERS (default all). See docs/vnfs.md.
 
@@ -139,33 +143,45 @@ func BenchmarkFiles(b *testing.B) {
 				if _, err := direct.VWrite(ctx, mkIOs(true)); err != nil {
 					b.Fatal(err)
 				}
-				for _, op := range []string{"read", "write"} {
+				var scalarWrite time.Duration
+				var scalarWriteRPCs uint64
+				for _, op := range envList("VNFS_BENCH_OPS", "read,write,write-unordered") {
 					name := fmt.Sprintf("server=%s/rtt=%v/size=%s/op=%s", p.Name, rtt, sz, op)
 					b.Run(name, func(b *testing.B) {
 						v, s := dialPair(b, l)
 						defer v.Close()
 						defer s.Close()
 						call := func(f vnfs.FS) {
-							ios := mkIOs(op == "write")
+							ios := mkIOs(op != "read")
 							var err error
-							if op == "read" {
+							switch op {
+							case "read":
 								_, err = f.VRead(ctx, ios)
-							} else {
+							case "write":
 								_, err = f.VWrite(ctx, ios)
+							case "write-unordered":
+								_, err = vnfs.Unordered(f).VWrite(ctx, ios)
 							}
 							if err != nil {
 								b.Fatal(err)
 							}
 						}
-						r0 := rpcs(s)
-						start := time.Now()
-						call(s)
-						scalar := time.Since(start)
-						scalarRPCs := rpcs(s) - r0
+						// The scalar baseline has no unordered mode: the
+						// unordered write is compared with the scalar write.
+						scalar, scalarRPCs := scalarWrite, scalarWriteRPCs
+						if op != "write-unordered" || scalar == 0 {
+							r0 := rpcs(s)
+							start := time.Now()
+							call(s)
+							scalar, scalarRPCs = time.Since(start), rpcs(s)-r0
+						}
+						if op == "write" {
+							scalarWrite, scalarWriteRPCs = scalar, scalarRPCs
+						}
 						b.SetBytes(int64(size * nfiles))
 						b.ResetTimer()
-						r0 = rpcs(v)
-						start = time.Now()
+						r0 := rpcs(v)
+						start := time.Now()
 						for i := 0; i < b.N; i++ {
 							call(v)
 						}

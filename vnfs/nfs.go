@@ -102,6 +102,8 @@ type nfsFS struct {
 	cfg    Config
 	rootFH []byte
 	txn    bool // the Txn view
+	// unordered: the Unordered view
+	unordered bool
 
 	maxOps, maxReq, maxResp int
 	maxRead, maxWrite       int
@@ -220,9 +222,19 @@ func (n *nfsFS) Txn() FS {
 	return &t
 }
 
+// Unordered returns the unordered view (see Unordered).
+func (n *nfsFS) Unordered() FS {
+	if n.unordered || n.txn {
+		return n
+	}
+	u := *n
+	u.unordered = true
+	return &u
+}
+
 // Close closes open descriptors and the connection.
 func (n *nfsFS) Close() error {
-	if n.txn {
+	if n.txn || n.unordered {
 		return nil
 	}
 	n.sh.mu.Lock()

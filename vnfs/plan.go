@@ -326,7 +326,8 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 		// A COMPOUND starting an item waits for all earlier ones; one
 		// continuing an item waits for the COMPOUND that started it
 		// (which may create the file).
-		if !o.readOnly && (startsNew || prevStarts) {
+		ordered := !o.readOnly && !n.unordered
+		if ordered && startsNew || !o.readOnly && prevStarts {
 			for len(q) > 0 && failIdx < 0 {
 				finish()
 			}

@@ -88,9 +88,12 @@ func RemoveRecursive(ctx context.Context, f FS, paths ...string) error {
 			return err
 		}
 	}
-	rm := make([]string, 0, len(files)+len(dirs)+len(tops))
-	rm = append(rm, files...)
-	// Breadth-first order reversed: children before parents.
+	// Files in any order (pipelined), then directories in order,
+	// breadth-first reversed: children before parents.
+	if _, err := Unordered(f).VRemove(ctx, files); err != nil {
+		return err
+	}
+	rm := make([]string, 0, len(dirs)+len(tops))
 	for i := len(dirs) - 1; i >= 0; i-- {
 		rm = append(rm, dirs[i])
 	}

@@ -587,3 +587,33 @@ func TestTxn(t *testing.T) {
 		}
 	})
 }
+
+// TestUnordered checks the unordered view: everything is done, and a
+// failure names the first failed item.
+func TestUnordered(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		u := vnfs.Unordered(e.fs)
+		ios := make([]vnfs.IO, 700)
+		for i := range ios {
+			ios[i] = vnfs.IO{File: vnfs.P(fmt.Sprintf("%s/f%04d", e.dir, i)), Data: content(i, 500), Flags: vnfs.Create}
+		}
+		n, err := u.VWrite(ctx, ios)
+		mustN(t, n, err, len(ios))
+		data := make([][]byte, len(ios))
+		for i := range data {
+			data[i] = content(i, 500)
+		}
+		readBack(t, e, e.dir, data)
+		ios[300].File = vnfs.P(e.dir + "/none/x")
+		ios[500].File = vnfs.P(e.dir + "/none/y")
+		n, err = u.VWrite(ctx, ios)
+		var ve *vnfs.Error
+		if n != 300 || !errors.As(err, &ve) || ve.Index != 300 {
+			t.Fatalf("n=%d err=%v", n, err)
+		}
+		if err := vnfs.RemoveRecursive(ctx, u, e.dir); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -106,12 +106,14 @@ func copyTree(ctx context.Context, env *Env, src, dst vnfs.Target, o CpOptions) 
 		batch := files[i:min(len(files), i+batchFiles)]
 		var err error
 		switch {
+		// Files are independent: their COMPOUNDs may be in flight
+		// together (a failure aborts the copy anyway).
 		case src.Server != "" && src.Server == dst.Server:
-			_, err = dst.FS.VSCopy(ctx, batch)
+			_, err = vnfs.Unordered(dst.FS).VSCopy(ctx, batch)
 		case src.Server == "" && dst.Server == "":
 			_, err = dst.FS.VCopy(ctx, batch)
 		default:
-			_, err = vnfs.Transfer(ctx, src.FS, dst.FS, batch)
+			_, err = vnfs.Transfer(ctx, src.FS, vnfs.Unordered(dst.FS), batch)
 		}
 		if err != nil {
 			return copyErr(src, dst, batch, err)
@@ -139,7 +141,7 @@ func copyTree(ctx context.Context, env *Env, src, dst vnfs.Target, o CpOptions) 
 		attrs = append(attrs, dirAttrs[i])
 	}
 	if len(attrs) > 0 {
-		if _, err := dst.FS.VSetAttrs(ctx, attrs); err != nil {
+		if _, err := vnfs.Unordered(dst.FS).VSetAttrs(ctx, attrs); err != nil {
 			return wrap(dst, err)
 		}
 	}

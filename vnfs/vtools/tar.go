@@ -418,13 +418,14 @@ func (x *extractor) flush() error {
 		}
 	}
 	if len(x.files) > 0 {
-		if _, err := fs_.VWrite(x.ctx, x.files); err != nil {
+		// Files are independent: pipelined, in any order.
+		if _, err := vnfs.Unordered(fs_).VWrite(x.ctx, x.files); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				// A file whose directory the archive does not list.
 				if err := x.parents(); err != nil {
 					return err
 				}
-				_, err = fs_.VWrite(x.ctx, x.files)
+				_, err = vnfs.Unordered(fs_).VWrite(x.ctx, x.files)
 			}
 			if err != nil {
 				return wrap(x.t, err)
@@ -471,7 +472,7 @@ func (x *extractor) finish() error {
 	if len(attrs) == 0 {
 		return nil
 	}
-	if _, err := x.t.FS.VSetAttrs(x.ctx, attrs); err != nil {
+	if _, err := vnfs.Unordered(x.t.FS).VSetAttrs(x.ctx, attrs); err != nil {
 		if x.t.Server == "" && errors.Is(err, syscall.EPERM) {
 			return nil
 		}
