@@ -95,7 +95,7 @@ func newTestFS(tb tbLike, o fsOpts) *testFS {
 	if clock == nil {
 		clock = fixedClock
 	}
-	f, err := fs.Open(ctx, fs.Config{KV: kvs, Slices: sl, Clock: clock, InlineMax: o.inlineMax})
+	f, err := fs.Open(ctx, fs.Config{KV: kvs, Slices: sl, Clock: clock, InlineMax: o.inlineMax, GCWait: time.Millisecond})
 	if err != nil {
 		tb.Fatalf("fs.Open: %v", err)
 	}
