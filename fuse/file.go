@@ -93,6 +93,15 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 	if err == nil && a.Type == fs.TypeDirectory && in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		err = fs.ErrIsDir
 	}
+	if err == nil && a.Nlink == 0 && m.cfg.Group != nil && !m.nodes.wasRemovedHere(ino) {
+		// The kernel opens a removed file by a name: the file was
+		// removed or replaced through another mount and the name is
+		// stale. ESTALE makes the kernel look the name up again, so
+		// that close-to-open holds across mounts. (Removals through
+		// this mount keep local semantics: a racing open may still
+		// get the old file, as on a local file system.)
+		err = fs.ErrNotExist
+	}
 	if err != nil {
 		return m.nodeStatus("open", err)
 	}
@@ -116,8 +125,7 @@ func (m *Server) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *r
 	dir := fs.Ino(in.NodeId)
 	req := fs.CreateRequest{Type: fs.TypeRegular, Mode: in.Mode & fs.ModePerm, Exclusive: in.Flags&syscall.O_EXCL != 0}
 	var a fs.Attr
-	inv := &invalidation{sync: true}
-	defer inv.wait()
+	inv := &invalidation{}
 	inv.entry(dir, name)
 	inv.ino(dir)
 	err := m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) error {

@@ -21,21 +21,6 @@ type entryKey struct {
 type invalidation struct {
 	entries []entryKey
 	inos    []fs.Ino
-	// sync: the request is answered only once the other mounts have
-	// dropped what they cached (name changes, which their next open
-	// could not detect otherwise); see wait.
-	sync bool
-	done []<-chan struct{}
-}
-
-// wait blocks until the invalidations of a sync request were processed.
-// Handlers call it last, holding no lock: a notification may wait for a
-// directory lock that another mount's request holds while it waits for
-// one of ours.
-func (v *invalidation) wait() {
-	for _, d := range v.done {
-		<-d
-	}
 }
 
 func (v *invalidation) entry(parent fs.Ino, name string) {
@@ -50,10 +35,16 @@ func (v *invalidation) merge(o *invalidation) {
 }
 
 // Group connects the mounts of one FS in one process so that each sees
-// the others' committed changes at once: after every change, the kernel
+// the others' committed changes promptly: after every change, the kernel
 // caches of the other mounts are told to drop the changed entries and
 // inodes (FUSE notify_inval_entry / notify_inval_inode). Without a group,
-// a mount sees other writers' changes when its cache timeouts expire.
+// a mount sees other writers' name changes when its cache timeouts expire.
+//
+// A request never waits for these notifications: the kernel holds the
+// directory lock of a request in progress, and a notification needs the
+// other mount's directory lock, so two mounts creating in the same
+// directory, each waiting for the other's invalidation, would deadlock.
+// Only sandbox Commit, which holds no kernel lock, waits for them.
 type Group struct {
 	pins pinGate
 	mu   struct {

@@ -296,11 +296,7 @@ func (m *Server) update(c fs.Cred, inv *invalidation, fn func(*fs.Txn) error) er
 	}
 	err := m.eng.Do(m.ctx, c, fn)
 	if err == nil && inv != nil && m.cfg.Group != nil {
-		if inv.sync {
-			inv.done = m.cfg.Group.broadcastDone(m, inv)
-		} else {
-			m.cfg.Group.broadcast(m, inv)
-		}
+		m.cfg.Group.broadcast(m, inv)
 	}
 	return err
 }
@@ -439,6 +435,7 @@ type nodeTable struct {
 }
 
 type node struct {
+	removed bool // its last link may have been removed through this mount
 	lookups uint64
 	change  uint64 // fs.Attr.Change last given to the kernel; 0: unknown
 }
@@ -486,6 +483,23 @@ func (n *nodeTable) drain() []fs.Ino {
 	}
 	clear(n.mu.m)
 	return out
+}
+
+// removedHere records that ino's last link may have been removed
+// through this mount.
+func (n *nodeTable) removedHere(ino fs.Ino) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if nd := n.mu.m[ino]; nd != nil {
+		nd.removed = true
+	}
+}
+
+func (n *nodeTable) wasRemovedHere(ino fs.Ino) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	nd := n.mu.m[ino]
+	return nd != nil && nd.removed
 }
 
 // saw records that the kernel was given ino's attributes at change.

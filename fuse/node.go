@@ -193,8 +193,7 @@ func (m *Server) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.AttrOut)
 		sa.Mtime = setTime(in.Valid&raw.FATTR_MTIME_NOW != 0, in.Mtime, in.Mtimensec)
 	}
 	var a fs.Attr
-	inv := &invalidation{inos: []fs.Ino{ino}, sync: true}
-	defer inv.wait()
+	inv := &invalidation{inos: []fs.Ino{ino}}
 	err := m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) (err error) {
 		a, err = t.SetAttr(m.ctx, ino, sa)
 		return err
@@ -217,8 +216,7 @@ func setTime(now bool, sec uint64, nsec uint32) *fs.SetTime {
 func (m *Server) create(op string, h *raw.InHeader, name string, req fs.CreateRequest, out *raw.EntryOut) raw.Status {
 	dir := fs.Ino(h.NodeId)
 	var a fs.Attr
-	inv := &invalidation{sync: true}
-	defer inv.wait()
+	inv := &invalidation{}
 	inv.entry(dir, name)
 	inv.ino(dir)
 	err := m.update(m.cred(h), inv, func(t *fs.Txn) (err error) {
@@ -261,8 +259,7 @@ func (m *Server) Symlink(_ <-chan struct{}, h *raw.InHeader, target, name string
 func (m *Server) Link(_ <-chan struct{}, in *raw.LinkIn, name string, out *raw.EntryOut) raw.Status {
 	dir, ino := fs.Ino(in.NodeId), fs.Ino(in.Oldnodeid)
 	var a fs.Attr
-	inv := &invalidation{sync: true}
-	defer inv.wait()
+	inv := &invalidation{}
 	inv.entry(dir, name)
 	inv.ino(dir, ino)
 	err := m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) (err error) {
@@ -280,15 +277,17 @@ func (m *Server) Link(_ <-chan struct{}, in *raw.LinkIn, name string, out *raw.E
 func (m *Server) remove(op string, h *raw.InHeader, name string, rmdir bool) raw.Status {
 	dir := fs.Ino(h.NodeId)
 	inv := &invalidation{}
-	defer inv.wait()
+	var victim fs.Ino
 	err := m.pins.removing(func() error {
 		return m.update(m.cred(h), inv, func(t *fs.Txn) error {
-			*inv = invalidation{sync: true}
+			*inv = invalidation{}
 			inv.entry(dir, name)
 			inv.ino(dir)
+			victim = 0
 			if m.cfg.Group != nil {
 				if a, err := t.Lookup(m.ctx, dir, name); err == nil {
 					inv.ino(a.Ino)
+					victim = a.Ino
 				}
 			}
 			if rmdir {
@@ -297,6 +296,9 @@ func (m *Server) remove(op string, h *raw.InHeader, name string, rmdir bool) raw
 			return t.Unlink(m.ctx, dir, name)
 		})
 	})
+	if err == nil && victim != 0 {
+		m.nodes.removedHere(victim)
+	}
 	return m.status(op, err)
 }
 
@@ -328,24 +330,31 @@ func (m *Server) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newName st
 	flags := fs.RenameFlags{NoReplace: in.Flags&renameNoReplace != 0, Exchange: in.Flags&renameExchange != 0}
 	src, dst := fs.Ino(in.NodeId), fs.Ino(in.Newdir)
 	inv := &invalidation{}
-	defer inv.wait()
+	var victim fs.Ino
 	err := m.pins.removing(func() error {
 		return m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) error {
-			*inv = invalidation{sync: true}
+			*inv = invalidation{}
 			inv.entry(src, oldName)
 			inv.entry(dst, newName)
 			inv.ino(src, dst)
-			for _, e := range inv.entries {
+			victim = 0
+			for i, e := range inv.entries {
 				if m.cfg.Group == nil {
 					break
 				}
 				if a, err := t.Lookup(m.ctx, e.parent, e.name); err == nil {
 					inv.ino(a.Ino)
+					if i == 1 && !flags.Exchange {
+						victim = a.Ino
+					}
 				}
 			}
 			return t.Rename(m.ctx, src, oldName, dst, newName, flags)
 		})
 	})
+	if err == nil && victim != 0 {
+		m.nodes.removedHere(victim)
+	}
 	return m.status("rename", err)
 }
 

@@ -130,7 +130,12 @@ func Unmount(dir string, force bool) error {
 	// Abort the connection so that nothing waits on a dead or hung
 	// server, then detach the mount.
 	if _, minor, ok := strings.Cut(mi.dev, ":"); ok {
-		abort := filepath.Join("/sys/fs/fuse/connections", minor, "abort")
+		const ctl = "/sys/fs/fuse/connections"
+		if ents, err := os.ReadDir(ctl); err == nil && len(ents) == 0 {
+			// fusectl is not mounted: mount it to reach the connection.
+			unix.Mount("fusectl", ctl, "fusectl", 0, "")
+		}
+		abort := filepath.Join(ctl, minor, "abort")
 		if err := os.WriteFile(abort, []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("aborting the FUSE connection of %s: %w", dir, err)
 		}
