@@ -233,7 +233,7 @@ func BenchmarkSlicing(b *testing.B) {
 // FS.Append, each durable when it returns.
 func BenchmarkAppend(b *testing.B) {
 	ctx := context.Background()
-	for _, appenders := range []int{1, 16, 64} {
+	for _, appenders := range []int{1, 16, 64, 256} {
 		b.Run(fmt.Sprintf("size=64B/appenders=%d", appenders), func(b *testing.B) {
 			f := benchEngine(b, 0)
 			var ino fs.Ino

@@ -18,3 +18,8 @@ if [ ${#need[@]} -gt 0 ]; then
 	fi
 fi
 go mod download
+
+# Front ends' test dependencies (FUSE: fuse3, pjdfstest, fsx; NFS client:
+# NFS-Ganesha as the peer server).
+"$(dirname "$0")/install-fuse-deps.sh"
+"$(dirname "$0")/install-client-deps.sh"

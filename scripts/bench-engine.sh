@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs the storage-engine benchmarks and, in the same run and directory,
+# the fio jobs that are their physical limit. Results: docs/benchmarks.md.
+#   scripts/bench-engine.sh [DIR]     (DIR: scratch directory, default a temp dir)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-$(mktemp -d)}
+mkdir -p "$dir"
+command -v fio >/dev/null || { echo "fio missing: apt-get install -y fio" >&2; exit 1; }
+echo "== engine benchmarks (go test -bench), TMPDIR=$dir"
+TMPDIR=$dir go test -run '^$' -bench 'BenchmarkWrite|BenchmarkRead|BenchmarkStreamWrite|BenchmarkMetadata|BenchmarkTxn|BenchmarkSlicing|BenchmarkAppend|BenchmarkSmallWrite' \
+	-benchtime 100x ./fs/ | grep -E '^(Benchmark|ok)'
+echo "== fio, same directory"
+fio_job() {
+	local name=$1; shift
+	fio --name="$name" --directory="$dir" --ioengine=psync --output-format=terse "$@" 2>/dev/null |
+		awk -F';' -v n="$name" '{printf "%-28s read %8.1f MiB/s  write %8.1f MiB/s  write IOPS %7d\n", n, $7/1024, $48/1024, $49}'
+	rm -f "$dir/$name".*
+}
+fio_job seqwrite-1M-fsync-each --rw=write --bs=1M --size=256M --fsync=1
+fio_job seqwrite-1M-fdatasync-each --rw=write --bs=1M --size=256M --fdatasync=1
+fio_job seqwrite-1M-end-fsync --rw=write --bs=1M --size=256M --end_fsync=1
+fio_job write-4K-fsync-each --rw=write --bs=4k --size=16M --fsync=1 --runtime=10 --time_based
+fio_job seqread-1M-cached --rw=write --bs=1M --size=256M --end_fsync=1 --stonewall --name=seqread-1M-cached-r --rw=read --bs=1M --size=256M
