@@ -8,16 +8,22 @@ import (
 	"github.com/txnfs/txnfs/datadir"
 )
 
-func runFsck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fl := newFlags("fsck", stderr)
-	dir := fl.String("data", "", "data directory (required)")
+// openOffline parses a --data flag and opens that directory for an
+// offline tool (no server may be running on it).
+func openOffline(ctx context.Context, name string, args []string, stderr io.Writer) (*datadir.Engine, error) {
+	fl := newFlags(name, stderr)
+	dir := fl.String("data", "", "data directory (required); the server must not be running")
 	if err := parse(fl, args); err != nil {
-		return err
+		return nil, err
 	}
 	if *dir == "" {
-		return fmt.Errorf("%w: --data is required", errUsage)
+		return nil, fmt.Errorf("%w: --data is required", errUsage)
 	}
-	e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, CacheBytes: -1})
+	return datadir.Open(ctx, datadir.Options{Dir: *dir, CacheBytes: -1})
+}
+
+func runFsck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	e, err := openOffline(ctx, "fsck", args, stderr)
 	if err != nil {
 		return err
 	}
@@ -40,15 +46,7 @@ func runFsck(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fl := newFlags("gc", stderr)
-	dir := fl.String("data", "", "data directory (required); the server must not be running")
-	if err := parse(fl, args); err != nil {
-		return err
-	}
-	if *dir == "" {
-		return fmt.Errorf("%w: --data is required", errUsage)
-	}
-	e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, CacheBytes: -1})
+	e, err := openOffline(ctx, "gc", args, stderr)
 	if err != nil {
 		return err
 	}
