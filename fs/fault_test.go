@@ -271,9 +271,6 @@ func TestFaultKVErrors(t *testing.T) {
 				failed[w] = true
 			}
 			if _, err := crashVerify(ctx, faulty, rng.IntN(workers)); err != nil && !errors.Is(err, fs.ErrIO) {
-				if errors.Is(err, fs.ErrCorrupt) && strings.Contains(err.Error(), "readdir") {
-					continue // TestReadDirIOError
-				}
 				t.Fatalf("read under kv faults: %v, want ErrIO", err)
 			}
 		}
