@@ -20,10 +20,11 @@
 //
 // # Concurrency
 //
-// One goroutine per connection reads records; each decoded call runs in
-// its own goroutine, at most Config.MaxInflight at a time per connection
-// (the reader stops reading when the limit is reached, so a flooding
-// client is throttled by TCP flow control). Replies are written whole,
+// Each connection is served by up to Config.MaxInflight worker
+// goroutines, leader/follower style: one worker at a time reads a record,
+// lets the next worker read, and runs the call itself (no hand-off
+// between reading and running). When all workers are busy nobody reads,
+// so a flooding client is throttled by TCP flow control. Replies are written whole,
 // under a per-connection mutex, with a write deadline: a client that does
 // not read its replies loses its connection and never blocks other
 // connections.
@@ -210,7 +211,12 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 // closes it. id must be unique among live connections.
 func (s *Server) ServeConn(ctx context.Context, id uint64, c net.Conn) {
 	ctx, cancel := context.WithCancel(ctx)
-	cn := &conn{srv: s, id: id, c: c, sem: make(chan struct{}, s.cfg.MaxInflight), work: make(chan *Call)}
+	cn := &conn{srv: s, id: id, c: c, done: make(chan error, 1)}
+	r := io.Reader(c)
+	if s.cfg.IdleTimeout > 0 {
+		r = deadlineReader{c, s.cfg.IdleTimeout}
+	}
+	cn.rd = newBufReader(r)
 	defer func() {
 		cancel()
 		c.Close()
@@ -221,22 +227,38 @@ func (s *Server) ServeConn(ctx context.Context, id uint64, c net.Conn) {
 	}()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	if err := cn.readLoop(ctx); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	cn.mu.Lock()
+	cn.mu.workers = 1
+	cn.mu.Unlock()
+	cn.wg.Add(1)
+	go cn.worker(ctx)
+	if err := <-cn.done; err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.cfg.Logger.Debug("rpc: connection closed", "remote", c.RemoteAddr().String(), "err", err)
 	}
 }
 
+// conn is one connection served by leader/follower workers: the worker
+// holding rmu reads the next request, releases rmu (waking the next
+// reader) and runs the request itself, so no goroutine hand-off lies
+// between reading a request and running it. A worker is started when
+// the last idle one takes a request, up to MaxInflight; when all are busy
+// nobody reads, and TCP flow control throttles the client.
 type conn struct {
-	srv *Server
-	id  uint64
-	c   net.Conn
-	sem chan struct{}
-	wg  sync.WaitGroup
-	// work hands calls to idle workers; workers is how many were
-	// started (read loop only).
-	work    chan *Call
-	workers int
-	wmu     sync.Mutex
+	srv  *Server
+	id   uint64
+	c    net.Conn
+	wg   sync.WaitGroup
+	done chan error // the first read error ends the connection
+
+	rmu  sync.Mutex // held by the worker reading a request
+	rd   io.Reader
+	rerr error // guarded by rmu: reading failed, workers exit
+
+	mu struct {
+		sync.Mutex
+		workers, busy int
+	}
+	wmu sync.Mutex // serializes reply writes
 }
 
 // ErrRecordTooLarge is returned by ReadRecord when a record exceeds the cap.
@@ -293,70 +315,47 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 	return d.c.Read(p)
 }
 
-func (cn *conn) readLoop(ctx context.Context) error {
-	r := io.Reader(cn.c)
-	if cn.srv.cfg.IdleTimeout > 0 {
-		r = deadlineReader{cn.c, cn.srv.cfg.IdleTimeout}
-	}
-	br := newBufReader(r)
-	for {
-		rec, err := ReadRecord(br, cn.srv.cfg.MaxRecord)
-		if err != nil {
-			return err
-		}
-		call, rep, ok := cn.srv.decodeCall(rec)
-		if !ok {
-			continue // not even an xid: drop
-		}
-		call.Conn = cn.id
-		if rep != nil {
-			cn.wg.Add(1)
-			go func() {
-				defer cn.wg.Done()
-				cn.writeReply(call.Xid, rep)
-			}()
-			continue
-		}
-		select {
-		case cn.sem <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		// Hand the call to an idle worker, or start one: workers live as
-		// long as the connection, so their stacks are grown once, not
-		// per call.
-		select {
-		case cn.work <- call:
-			continue
-		default:
-		}
-		if cn.workers < cap(cn.sem) {
-			cn.workers++
-			cn.wg.Add(1)
-			go cn.worker(ctx, call)
-			continue
-		}
-		select {
-		case cn.work <- call:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// worker serves calls until the connection ends. Each call holds a slot
-// of cn.sem, released once its reply is written.
-func (cn *conn) worker(ctx context.Context, call *Call) {
+// worker reads and runs requests until the connection fails.
+func (cn *conn) worker(ctx context.Context) {
 	defer cn.wg.Done()
 	for {
-		rep := cn.srv.handle(ctx, call)
-		cn.writeReply(call.Xid, &rep)
-		<-cn.sem
-		select {
-		case call = <-cn.work:
-		case <-ctx.Done():
+		cn.rmu.Lock()
+		if cn.rerr != nil {
+			cn.rmu.Unlock()
 			return
 		}
+		rec, err := ReadRecord(cn.rd, cn.srv.cfg.MaxRecord)
+		if err != nil {
+			cn.rerr = err
+			cn.rmu.Unlock()
+			cn.c.Close() // ends the reads of nobody else; writers fail fast
+			cn.done <- err
+			return
+		}
+		cn.mu.Lock()
+		cn.mu.busy++
+		if cn.mu.busy == cn.mu.workers && cn.mu.workers < cn.srv.cfg.MaxInflight {
+			// Nobody else is waiting to read: start a follower.
+			cn.mu.workers++
+			cn.wg.Add(1)
+			go cn.worker(ctx)
+		}
+		cn.mu.Unlock()
+		cn.rmu.Unlock()
+
+		call, rep, ok := cn.srv.decodeCall(rec)
+		switch {
+		case !ok: // not even an xid: drop
+		case rep != nil:
+			cn.writeReply(call.Xid, rep)
+		default:
+			call.Conn = cn.id
+			rep := cn.srv.handle(ctx, call)
+			cn.writeReply(call.Xid, &rep)
+		}
+		cn.mu.Lock()
+		cn.mu.busy--
+		cn.mu.Unlock()
 	}
 }
 
