@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,6 +70,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	negTimeout := fl.Duration("negative-timeout", fuse.DefaultTimeout, "kernel cache lifetime of failed lookups (0: none)")
 	debug := fl.Bool("debug", false, "log every FUSE request")
 	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
+	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the mount to this file when it ends")
 	pos, err := parsePositional(fl, args)
 	if err != nil {
 		return err
@@ -110,6 +112,17 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log, err := newLogger(logOut, *level)
 	if err != nil {
 		return fail(err)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fail(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail(err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log})
 	if err != nil {
