@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 
+	"github.com/txnfs/txnfs/kv"
 	"github.com/txnfs/txnfs/meta"
 )
 
@@ -291,36 +292,99 @@ func (t *Txn) CopyRange(ctx context.Context, src Ino, srcOff uint64, dst Ino, ds
 func (t *Txn) Concat(ctx context.Context, dst Ino, srcs []Ino) error {
 	now := t.fs.now().UnixNano()
 	_, err := t.do(ctx, "concat", func(ctx context.Context) (any, error) {
-		var parts []Slices
+		return nil, t.concat(ctx, dst, srcs, now)
+	})
+	return err
+}
+
+func (t *Txn) concat(ctx context.Context, dst Ino, srcs []Ino, now int64) error {
+	sizes := make([]uint64, len(srcs))
+	total := uint64(0)
+	dstIsSrc := false
+	for i, src := range srcs {
+		sf, err := t.loadFile(ctx, src)
+		if err != nil {
+			return err
+		}
+		sizes[i] = sf.Size
+		if total += sf.Size; total > MaxFileSize {
+			return ErrFileTooBig
+		}
+		dstIsSrc = dstIsSrc || src == dst
+	}
+	df, err := t.loadFile(ctx, dst)
+	if err != nil {
+		return err
+	}
+	// When dst is also a source, capture every source before dst changes.
+	var parts []Slices
+	if dstIsSrc {
 		for _, src := range srcs {
 			s, err := t.yank(ctx, src, 0, MaxFileSize)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			parts = append(parts, s)
 		}
-		df, err := t.loadFile(ctx, dst)
-		if err != nil {
-			return nil, err
-		}
-		if err := t.truncate(ctx, dst, df, 0); err != nil {
-			return nil, err
-		}
-		off := uint64(0)
-		for _, s := range parts {
-			if off+s.Length > MaxFileSize {
-				return nil, ErrFileTooBig
+	}
+	if err := t.truncate(ctx, dst, df, 0); err != nil {
+		return err
+	}
+	off := uint64(0)
+	for i, src := range srcs {
+		switch {
+		case !dstIsSrc && off%meta.RegionSize == 0:
+			// Region-aligned: the source's region records are the
+			// destination's, shifted; copy them without decoding.
+			if err := t.copyRegions(ctx, src, dst, off/meta.RegionSize); err != nil {
+				return err
+			}
+		default:
+			s := Slices{Length: sizes[i]}
+			if dstIsSrc {
+				s = parts[i]
+			} else if s, err = t.yank(ctx, src, 0, sizes[i]); err != nil {
+				return err
 			}
 			if err := t.paste(ctx, dst, df, off, s, now); err != nil {
-				return nil, err
+				return err
 			}
-			off += s.Length
 		}
-		touch(df, now)
-		t.putInode(dst, df)
-		return nil, nil
+		off += sizes[i]
+	}
+	df.Size = total
+	touch(df, now)
+	t.putInode(dst, df)
+	return nil
+}
+
+// copyRegions gives dst (which has no regions) src's regions, region idx
+// of src becoming idx+shift of dst. Records not changed by this
+// transaction are copied as stored bytes, so the cost per region is one
+// kv read and write, however many extents and bytes it holds.
+func (t *Txn) copyRegions(ctx context.Context, src, dst Ino, shift uint64) error {
+	inKV := map[uint64]bool{}
+	err := t.scanAll(ctx, meta.RegionPrefix(uint64(src)), func(p kv.Pair) error {
+		_, idx, err := meta.ParseRegionKey(p.Key)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		inKV[idx] = true
+		if c, ok := t.regions[regionID{src, idx}]; ok && c.dirty {
+			return nil // changed in this transaction: copied from the cache below
+		}
+		delete(t.regions, regionID{dst, idx + shift})
+		return t.setRaw(ctx, meta.RegionKey(uint64(dst), idx+shift), p.Value)
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	for id, c := range t.regions {
+		if id.ino == src && c.dirty && c.rec != nil {
+			t.putRegion(dst, id.idx+shift, c.rec)
+		}
+	}
+	return nil
 }
 
 // Copy replaces dst's content with src's. Metadata only.
