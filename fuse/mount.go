@@ -127,6 +127,8 @@ type Server struct {
 	notify  notifier
 	pins    *pinGate
 	unpins  sync.WaitGroup // unpinLater goroutines
+
+	shutdownOnce sync.Once
 }
 
 var _ raw.RawFileSystem = (*Server)(nil)
@@ -241,7 +243,11 @@ func (m *Server) Unmount() error {
 	return nil
 }
 
-func (m *Server) shutdown() {
+// shutdown releases the mount's state once the kernel is gone; Wait and
+// Unmount may both call it, concurrently.
+func (m *Server) shutdown() { m.shutdownOnce.Do(m.doShutdown) }
+
+func (m *Server) doShutdown() {
 	if m.cfg.Group != nil {
 		m.cfg.Group.remove(m)
 	}
