@@ -70,13 +70,26 @@ func TestNoReadOfUndurableCommit(t *testing.T) {
 	}()
 	<-gate.entered // the commit is applied; its WAL sync is blocked
 
-	for _, ro := range []bool{true, false} {
-		sctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		_, err := st.Begin(sctx, kv.TxnOptions{ReadOnly: ro})
-		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("read-only=%v: Begin during an unfinished WAL sync returned %v, want it to wait", ro, err)
-		}
+	sctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = st.Begin(sctx, kv.TxnOptions{ReadOnly: true})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("read-only Begin during an unfinished WAL sync returned %v, want it to wait", err)
+	}
+	// A read-write transaction may begin, but if it ends without writing
+	// it must wait before reporting success.
+	rw, err := st.Begin(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.Get(ctx, []byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+	err = rw.Commit(sctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("empty read-write Commit during an unfinished WAL sync returned %v, want it to wait", err)
 	}
 	release()
 	if err := <-committed; err != nil {

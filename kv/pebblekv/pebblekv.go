@@ -133,8 +133,12 @@ func (s *store) Begin(ctx context.Context, opts kv.TxnOptions) (_ kv.Txn, err er
 	}
 	t := &txn{s: s, readOnly: opts.ReadOnly}
 	defer func() {
-		// After the snapshot: wait until everything it may contain is durable.
-		if err == nil {
+		// A read-only transaction returns what it reads at once: wait
+		// until everything its snapshot may contain is durable. A
+		// read-write one waits only when it ends without writing
+		// (Commit of an empty write set, Rollback); when it writes, its
+		// own WAL sync covers every commit its snapshot holds.
+		if err == nil && opts.ReadOnly {
 			err = s.waitDurable(ctx, s.applied.Load())
 			if err != nil {
 				t.finish()
@@ -377,8 +381,11 @@ func (t *txn) Commit(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("pebblekv: commit: %w", err)
 	}
-	if t.readOnly || t.buf.Len() == 0 {
+	if t.readOnly {
 		return nil
+	}
+	if t.buf.Len() == 0 {
+		return t.s.waitDurable(ctx, t.start)
 	}
 	s := t.s
 	// Build the batch before taking the commit mutex.
@@ -513,6 +520,10 @@ func closeBatch(b *pebble.Batch) error {
 func (t *txn) Rollback() {
 	t.s.closeMu.RLock()
 	defer t.s.closeMu.RUnlock()
+	if !t.done && !t.readOnly {
+		// What it read may have been passed on: wait until it is durable.
+		_ = t.s.waitDurable(context.Background(), t.start)
+	}
 	t.finish()
 }
 
