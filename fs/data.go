@@ -163,12 +163,15 @@ func (t *Txn) Read(ctx context.Context, ino Ino, off uint64, buf []byte) (int, b
 		return 0, false, err
 	}
 	r := res.(readResult)
-	clear(buf[:r.N])
+	pos := off // zero only the holes between pieces
 	for _, p := range r.Pieces {
+		clear(buf[pos-off : p.Off-off])
 		if err := t.fs.readPiece(ctx, p.Ext, buf[p.Off-off:p.Off-off+uint64(p.Ext.Len)]); err != nil {
 			return 0, false, err
 		}
+		pos = p.Off + uint64(p.Ext.Len)
 	}
+	clear(buf[pos-off : r.N])
 	return r.N, r.EOF, nil
 }
 

@@ -773,6 +773,22 @@ func (t *Txn) SetAttr(ctx context.Context, ino Ino, sa SetAttr) (Attr, error) {
 	return attrResult(res, err)
 }
 
+// SetAttrOnly is SetAttr for callers that do not use the resulting
+// attributes: only the outcome is logged, so in a long transaction a
+// concurrent change to other attributes of the file (a write changing its
+// size and change counter) does not make the replay differ.
+func (t *Txn) SetAttrOnly(ctx context.Context, ino Ino, sa SetAttr) error {
+	now := t.fs.now()
+	_, err := t.do(ctx, "setattr-only", func(ctx context.Context) (any, error) {
+		n, err := t.loadInode(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		return nil, t.setAttr(ctx, ino, n, sa, now)
+	})
+	return err
+}
+
 func (t *Txn) setAttr(ctx context.Context, ino Ino, n *meta.Inode, sa SetAttr, now time.Time) error {
 	c := t.cred
 	owner := c.isRoot() || c.Uid == n.Uid
