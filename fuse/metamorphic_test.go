@@ -194,4 +194,3 @@ func dump(t *testing.T, root string) string {
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
 }
-
