@@ -58,8 +58,12 @@ func (m *Server) openChecks(t *fs.Txn, ino fs.Ino, flags uint32) (fs.Attr, error
 // be appended on its own, letting another mount's append land in between;
 // with direct I/O a write of up to MaxWrite bytes is one request, appended
 // atomically.
-func appendFlags(flags uint32) uint32 {
-	if flags&syscall.O_APPEND != 0 {
+//
+// With the writeback cache the kernel's size is the truth (it includes
+// dirty pages not yet written back) and it serializes appends itself, so
+// appends are plain writes at the kernel's offset.
+func (m *Server) appendFlags(flags uint32) uint32 {
+	if flags&syscall.O_APPEND != 0 && !m.cfg.Writeback {
 		return raw.FOPEN_DIRECT_IO
 	}
 	return 0
@@ -69,7 +73,7 @@ func (m *Server) newHandle(ino fs.Ino, flags uint32) uint64 {
 	return m.handles.add(&handle{
 		ino:    ino,
 		write:  flags&syscall.O_ACCMODE != syscall.O_RDONLY,
-		append: flags&syscall.O_APPEND != 0,
+		append: flags&syscall.O_APPEND != 0 && !m.cfg.Writeback,
 	})
 }
 
@@ -116,7 +120,7 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 	} else {
 		m.srv.InodeNotify(uint64(ino), -1, 0)
 	}
-	out.OpenFlags |= appendFlags(in.Flags)
+	out.OpenFlags |= m.appendFlags(in.Flags)
 	return raw.OK
 }
 
@@ -145,7 +149,7 @@ func (m *Server) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *r
 	m.entry(&out.EntryOut, &a)
 	out.Fh = m.newHandle(a.Ino, in.Flags)
 	m.nodes.opened(a.Ino, a.Change)
-	out.OpenFlags |= appendFlags(in.Flags)
+	out.OpenFlags |= m.appendFlags(in.Flags)
 	return raw.OK
 }
 

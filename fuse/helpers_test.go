@@ -29,23 +29,25 @@ func requireFUSE(t testing.TB) {
 
 // env is an engine with one or more mounts of it.
 type env struct {
-	t      testing.TB
-	data   string
-	engine *datadir.Engine
-	group  *Group
-	mounts []*Server
+	writeback bool
+	t         testing.TB
+	data      string
+	engine    *datadir.Engine
+	group     *Group
+	mounts    []*Server
 }
 
 type envOptions struct {
-	sync  bool // durable commits (default: pebble NoSync for speed)
-	group bool // join the mounts in a Group
+	writeback bool // kernel writeback cache
+	sync      bool // durable commits (default: pebble NoSync for speed)
+	group     bool // join the mounts in a Group
 }
 
 // newEnv opens an engine in a temporary directory.
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	requireFUSE(t)
-	e := &env{t: t, data: filepath.Join(t.TempDir(), "data")}
+	e := &env{t: t, data: filepath.Join(t.TempDir(), "data"), writeback: o.writeback}
 	eng, err := datadir.Open(context.Background(), datadir.Options{Dir: e.data, NoSync: !o.sync})
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +83,7 @@ func (e *env) mount() (string, *Server) {
 		AllowOther:  true,
 		DirectMount: true,
 		Group:       e.group,
+		Writeback:   e.writeback,
 		Logger:      testLogger(e.t),
 	})
 	if err != nil {

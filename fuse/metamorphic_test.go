@@ -25,8 +25,9 @@ var (
 // local directory and to a mount, and requires the same result (errno,
 // data, attributes) from both after every call; a failure prints the seed
 // (rerun with -args -meta.seed N).
-func TestMetamorphic(t *testing.T) {
-	mnt := mountOne(t)
+func TestMetamorphic(t *testing.T) { metamorphic(t, mountOne(t)) }
+
+func metamorphic(t *testing.T, mnt string) {
 	local := t.TempDir()
 	seed := *metaSeed
 	if seed == 0 {

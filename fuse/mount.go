@@ -70,6 +70,13 @@ type Config struct {
 	ReadAheadKB int
 	// Debug logs every FUSE request and reply.
 	Debug bool
+	// Writeback enables the kernel's writeback cache: small writes are
+	// gathered into large WRITE requests (and commits) when pages are
+	// flushed, at close, fsync or by the kernel's writeback. Only safe
+	// for a mount that is the only writer of its files: the kernel then
+	// owns sizes, mtimes and O_APPEND offsets and ignores other mounts'
+	// changes to them. A sandbox cannot be used on such a mount.
+	Writeback bool
 }
 
 // Validate checks c and fills in defaults.
@@ -183,6 +190,9 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
 		// I/O (see appendFlags) and may still be mapped shared.
 		ExtraCapabilities: raw.CAP_ATOMIC_O_TRUNC | raw.CAP_HANDLE_KILLPRIV | raw.CAP_IOCTL_DIR |
 			raw.CAP_DIRECT_IO_ALLOW_MMAP,
+	}
+	if cfg.Writeback {
+		opts.ExtraCapabilities |= raw.CAP_WRITEBACK_CACHE
 	}
 	srv, err := raw.NewServer(m, dir, opts)
 	if err != nil {

@@ -25,6 +25,9 @@ import (
 var (
 	errNoSandbox     = errors.New("no sandbox is active")
 	errSandboxActive = errors.New("a sandbox is already active")
+	// The kernel's writeback cache keeps sizes and data the engine would
+	// discard at abort.
+	errWritebackSandbox = errors.New("a sandbox needs a mount without --writeback")
 )
 
 // sandbox is the state of a mount's sandbox.
@@ -58,6 +61,9 @@ func (m *Server) Begin() error {
 	defer m.sb.gate.Unlock()
 	if m.sb.txn != nil {
 		return errSandboxActive
+	}
+	if m.cfg.Writeback {
+		return errWritebackSandbox
 	}
 	t, err := m.eng.Begin(m.ctx, fs.RootCred, fs.TxnOptions{})
 	if err != nil {

@@ -68,6 +68,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	entryTimeout := fl.Duration("entry-timeout", fuse.DefaultTimeout, "kernel cache lifetime of directory entries (0: none)")
 	attrTimeout := fl.Duration("attr-timeout", fuse.DefaultTimeout, "kernel cache lifetime of attributes (0: none)")
 	negTimeout := fl.Duration("negative-timeout", fuse.DefaultTimeout, "kernel cache lifetime of failed lookups (0: none)")
+	writeback := fl.Bool("writeback", false, "use the kernel writeback cache (faster small writes; only for a mount that is its files' only writer; no sandbox)")
 	debug := fl.Bool("debug", false, "log every FUSE request")
 	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the mount to this file when it ends")
@@ -138,6 +139,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		AllowOther:      *allowOther,
 		DirectMount:     *direct,
 		Debug:           *debug,
+		Writeback:       *writeback,
 	})
 	if err != nil {
 		return fail(err)
