@@ -271,9 +271,18 @@ func TestBackgroundMountAndUmount(t *testing.T) {
 	if _, err := findMount(mnt); err == nil {
 		t.Fatal("still mounted")
 	}
-	// Remount: the data is there.
-	if out, err := exec.Command(bin, "mount", "--background", "--data", data, mnt).CombinedOutput(); err != nil {
-		t.Fatalf("mount --background: %v\n%s", err, out)
+	// Remount: the data is there. (The old process may still be closing
+	// the data directory, whose lock it holds, for a moment after the
+	// unmount.)
+	for attempt := 0; ; attempt++ {
+		out, err := exec.Command(bin, "mount", "--background", "--data", data, mnt).CombinedOutput()
+		if err == nil {
+			break
+		}
+		if attempt == 50 {
+			t.Fatalf("mount --background: %v\n%s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	defer exec.Command(bin, "umount", "--force", mnt).Run()
 	if got := readFile(t, filepath.Join(mnt, "x")); got != "hello" {
