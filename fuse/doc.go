@@ -22,7 +22,7 @@
 //
 // Every modifying request is committed durably before it is answered, so
 // fsync and fdatasync have nothing left to do. The kernel caches entries,
-// attributes and negative lookups for Config's timeouts (1 s by default)
+// attributes and negative lookups for Config's timeouts (30 s by default)
 // and keeps a file's pages across opens only if the file's change counter
 // did not move since the previous open through this mount (close-to-open).
 // The kernel writeback cache is not used: with it the kernel owns file

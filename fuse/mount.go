@@ -22,7 +22,7 @@ import (
 
 // DefaultTimeout is the default kernel cache lifetime of attributes,
 // directory entries and negative lookups.
-const DefaultTimeout = time.Second
+const DefaultTimeout = 30 * time.Second
 
 // DefaultMaxWrite is the largest READ/WRITE request asked of the kernel.
 // Larger requests mean fewer engine transactions for streaming I/O.
