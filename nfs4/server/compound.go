@@ -371,12 +371,10 @@ func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			res = errRes(op.code, st)
 			c.replySize += res.GetEncodedSizeBytes()
 		}
-		name := opName(op.code)
-		c.s.met.ops.WithLabelValues(name, statusName(st)).Inc()
-		c.s.met.opLatency.WithLabelValues(name).Observe(time.Since(start).Seconds())
+		c.s.met.observeOp(op.code, st, time.Since(start).Seconds())
 		results = append(results, res)
 		if c.s.log.Enabled(c.ctx, slog.LevelDebug) {
-			c.s.log.Debug("nfs4: op", "op", name, "status", statusName(st), "minor", c.minor, "txn", c.txn != nil)
+			c.s.log.Debug("nfs4: op", "op", opName(op.code), "status", statusName(st), "minor", c.minor, "txn", c.txn != nil)
 		}
 		if st != nfsv4.NFS4_OK {
 			return results, st

@@ -1,6 +1,9 @@
 package server
 
 import (
+	"sync"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -11,6 +14,32 @@ type metrics struct {
 	opLatency *prometheus.HistogramVec // op
 	compounds *prometheus.HistogramVec // kind (plain, txn)
 	txns      *prometheus.CounterVec   // outcome (commit, abort, retry, fail)
+
+	// byOp caches the per-operation children of ops and opLatency
+	// (label lookups hash strings: a few percent of a small compound).
+	byOp sync.Map // opKey -> prometheus.Counter or prometheus.Observer
+}
+
+type opKey struct {
+	op      nfsv4.NfsOpnum4
+	status  nfsv4.Nfsstat4
+	latency bool
+}
+
+// observeOp counts one operation and its latency.
+func (m *metrics) observeOp(op nfsv4.NfsOpnum4, st nfsv4.Nfsstat4, seconds float64) {
+	k := opKey{op: op, status: st}
+	c, ok := m.byOp.Load(k)
+	if !ok {
+		c, _ = m.byOp.LoadOrStore(k, m.ops.WithLabelValues(opName(op), statusName(st)))
+	}
+	c.(prometheus.Counter).Inc()
+	k = opKey{op: op, latency: true}
+	h, ok := m.byOp.Load(k)
+	if !ok {
+		h, _ = m.byOp.LoadOrStore(k, m.opLatency.WithLabelValues(opName(op)))
+	}
+	h.(prometheus.Observer).Observe(seconds)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
