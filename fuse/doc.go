@@ -25,11 +25,12 @@
 // attributes and negative lookups for Config's timeouts (30 s by default)
 // and keeps a file's pages across opens only if the file's change counter
 // did not move since the previous open through this mount (close-to-open).
-// The kernel writeback cache is not used: with it the kernel owns file
-// sizes and O_APPEND offsets, which would break atomic appends across
-// mounts and the sandbox's abort. Mounts of one FS in one process may be
-// joined in a Group, which invalidates the others' caches after every
-// change so that they see it at once.
+// The kernel writeback cache is off unless Config.Writeback: with it the
+// kernel owns file sizes and O_APPEND offsets, which would break atomic
+// appends across mounts and the sandbox's abort. Mounts of one FS in one
+// process may be joined in a Group, which invalidates the others' caches
+// after every change (asynchronously: see Group); an open through a name
+// whose file was removed by another mount gets ESTALE and a fresh lookup.
 //
 // # Locks
 //
