@@ -12,7 +12,7 @@ import (
 // read (see dirAttr) and change_info is reported as not atomic, with
 // before = after = 0 (docs/protocol.md §1).
 func (c *compound) cinfo(before, after uint64) nfsv4.ChangeInfo4 {
-	if c.txn != nil {
+	if c.userTxn {
 		return nfsv4.ChangeInfo4{}
 	}
 	return nfsv4.ChangeInfo4{Atomic: true, Before: before, After: after}
@@ -24,7 +24,7 @@ func (c *compound) cinfo(before, after uint64) nfsv4.ChangeInfo4 {
 // concurrent creations in one directory would force whole-compound
 // re-executions for a value that only serves client caching.
 func (c *compound) dirAttr(t *fs.Txn, dir fs.Ino) (fs.Attr, error) {
-	if c.txn != nil {
+	if c.userTxn {
 		return fs.Attr{}, nil
 	}
 	return t.GetAttr(c.ctx, dir)
