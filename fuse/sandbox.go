@@ -55,8 +55,7 @@ type SandboxStatus struct {
 	Ops    int       // modifying requests run in the sandbox
 }
 
-// Begin starts a sandbox on m.
-func (m *Server) Begin() error {
+func (m *Server) begin() error {
 	m.sb.gate.Lock()
 	defer m.sb.gate.Unlock()
 	if m.sb.txn != nil {
@@ -71,6 +70,18 @@ func (m *Server) Begin() error {
 	}
 	m.sb.txn, m.sb.since, m.sb.ops, m.sb.touched = t, time.Now(), 0, invalidation{}
 	m.log.Info("sandbox begun")
+	return nil
+}
+
+// Begin starts a sandbox on m. Everything the kernel caches is then
+// dropped (after the gate is released: see invalidateAll), so that what
+// the sandbox reads goes through its transaction at least once and enters
+// its read set, which Commit checks for conflicts.
+func (m *Server) Begin() error {
+	if err := m.begin(); err != nil {
+		return err
+	}
+	m.invalidateAll(&invalidation{})
 	return nil
 }
 
@@ -130,7 +141,9 @@ func (m *Server) Status() SandboxStatus {
 
 // invalidateAll drops everything this mount's kernel caches: the names
 // the sandbox touched (they may exist again, or no longer) and the
-// attributes and pages of every inode the kernel knows.
+// attributes and pages of every inode the kernel knows. It waits for the
+// kernel, so it must be called without the gate: invalidating pages waits
+// for page locks that requests in flight hold while they wait for it.
 func (m *Server) invalidateAll(touched *invalidation) {
 	m.nodes.resetChanges()
 	inv := &invalidation{entries: touched.entries, inos: m.nodes.known()}

@@ -169,4 +169,22 @@ func TestSandboxConflict(t *testing.T) {
 	if got := names(t, a); !slices.Equal(got, []string{"mine", "other", "shared"}) {
 		t.Errorf("after failed commit: %v", got)
 	}
+
+	// Conflict through a descriptor opened before the sandbox, whose
+	// pages the kernel had cached: Begin drops them, so the read goes
+	// through the sandbox's transaction and the rewrite is detected.
+	f, err := os.Open(filepath.Join(a, "shared"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 100)
+	f.ReadAt(buf, 0) // cache the pages
+	Control(a, OpBegin)
+	n, _ := f.ReadAt(buf, 0)
+	writeFile(t, filepath.Join(a, "copy2"), string(buf[:n]))
+	writeFile(t, filepath.Join(b, "shared"), "v3 same len")
+	if _, err := Control(a, OpCommit); !errors.Is(err, syscall.EBUSY) {
+		t.Errorf("commit after reading data rewritten meanwhile: %v, want a conflict", err)
+	}
 }
