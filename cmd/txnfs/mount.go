@@ -214,8 +214,14 @@ func startBackground(args []string, logFile string, stderr io.Writer) error {
 	cmd.Env = append(os.Environ(), notifyEnv+"=3")
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if logFile == "" {
-		cmd.Stdout, cmd.Stderr = nil, nil
+	if logFile != "" {
+		// Also what the child's helpers (fusermount3) print.
+		f, err := os.OpenFile(logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		cmd.Stdout, cmd.Stderr = f, f
 	}
 	if err := cmd.Start(); err != nil {
 		w.Close()
