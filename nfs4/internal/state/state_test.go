@@ -225,3 +225,62 @@ func TestUndoOpen(t *testing.T) {
 		t.Fatalf("unpinned %v", *unpinned)
 	}
 }
+
+// TestOwnerSeqid checks 4.0 owner sequencing (RFC 7530 §9.1.7) in the
+// state machine: first use, next, replay, bad, the undo of an advance,
+// wrap-around, and that a closed state still names its owner until the
+// owner closes another or its client goes away.
+func TestOwnerSeqid(t *testing.T) {
+	m, ck, _ := newManager(t)
+	id, verf := m.SetClientID([]byte("c40"), [8]byte{4}, "p")
+	if st := m.SetClientIDConfirm(id, verf, "p"); st != OK {
+		t.Fatal(st)
+	}
+	c, _ := m.Client(id)
+	o := m.OpenOwner(c, []byte("oo"))
+	if chk, _ := m.CheckSeqid(o, 77); chk != SeqidNext {
+		t.Fatalf("first use: %v", chk)
+	}
+	m.AdvanceSeqid(o, 77, "reply-77")
+	if chk, r := m.CheckSeqid(o, 77); chk != SeqidReplay || r != "reply-77" {
+		t.Fatalf("replay: %v %v", chk, r)
+	}
+	for _, bad := range []uint32{76, 79, 0} {
+		if chk, _ := m.CheckSeqid(o, bad); chk != SeqidBad {
+			t.Fatalf("seqid %d: %v", bad, chk)
+		}
+	}
+	undo := m.AdvanceSeqid(o, 78, "reply-78")
+	undo()
+	if chk, r := m.CheckSeqid(o, 77); chk != SeqidReplay || r != "reply-77" {
+		t.Fatalf("after undo: %v %v", chk, r)
+	}
+	m.AdvanceSeqid(o, 0xffffffff, "max")
+	if chk, _ := m.CheckSeqid(o, 0); chk != SeqidNext {
+		t.Fatal("seqid does not wrap to 0")
+	}
+
+	sid, _, st := m.Open(c, []byte("oo"), 42, nfsv4.OPEN4_SHARE_ACCESS_READ, 0)
+	if st != OK {
+		t.Fatal(st)
+	}
+	if m.StateOwner(sid) != o {
+		t.Fatal("StateOwner of an open state")
+	}
+	if _, st := m.Close(sid, 0, 42); st != OK {
+		t.Fatal(st)
+	}
+	if m.StateOwner(sid) != o {
+		t.Fatal("a closed state no longer names its owner")
+	}
+	sid2, _, _ := m.Open(c, []byte("oo"), 43, nfsv4.OPEN4_SHARE_ACCESS_READ, 0)
+	m.Close(sid2, 0, 43)
+	if m.StateOwner(sid) != nil || m.StateOwner(sid2) != o {
+		t.Fatal("only the last closed state is remembered")
+	}
+	ck.t = ck.t.Add(time.Minute)
+	m.Tick()
+	if m.StateOwner(sid2) != nil || len(m.mu.retired) != 0 {
+		t.Fatal("retired states outlive their client")
+	}
+}
