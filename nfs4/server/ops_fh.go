@@ -259,7 +259,7 @@ func (c *compound) setattr(a *nfsv4.Setattr4args) (nfsv4.NfsResop4, nfsv4.Nfssta
 		}
 	}
 	err := c.update(func(t *fs.Txn) error {
-		_, err := t.SetAttr(c.ctx, c.cur.ino, na.set)
+		err := t.SetAttrOnly(c.ctx, c.cur.ino, na.set)
 		return err
 	})
 	if err != nil {

@@ -261,7 +261,7 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			set.Size = &zero
 		}
 		if set != (fs.SetAttr{}) {
-			if _, err = t.SetAttr(c.ctx, obj.Ino, set); err != nil {
+			if err = t.SetAttrOnly(c.ctx, obj.Ino, set); err != nil {
 				return err
 			}
 		}
