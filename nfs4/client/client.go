@@ -533,6 +533,11 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 			return nil, &StatusError{Op: nfsv4.OP_SEQUENCE, Status: st}
 		}
 		s.seq[slot]++
+		if len(raw.statuses) > 1 && raw.statuses[1] == nfsv4.NFS4ERR_RETRY_UNCACHED_REP {
+			// A retransmission the server did not cache the reply of
+			// (RFC 8881 §2.10.6.1.3): it may or may not have run.
+			return nil, ErrUncertain
+		}
 		c.mu.Lock()
 		c.mu.lastUse = c.cfg.Clock()
 		c.mu.Unlock()
