@@ -337,9 +337,12 @@ func (c *compound) close(a *nfsv4.Close4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 	}
 	if c.txn != nil {
 		// Validate now, close after the commit.
-		s, st := c.s.st.CheckClose(id, c.minor, uint64(c.cur.ino))
+		s, st := c.s.st.Lookup(id, c.minor)
 		if st != nfsv4.NFS4_OK {
 			return fail(st)
+		}
+		if s.Kind != state.KindOpen || s.Ino != uint64(c.cur.ino) {
+			return fail(nfsv4.NFS4ERR_BAD_STATEID)
 		}
 		ino := uint64(c.cur.ino)
 		c.onCommit = append(c.onCommit, func() { c.s.st.Close(id, c.minor, ino) })

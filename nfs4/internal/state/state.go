@@ -743,21 +743,26 @@ func (m *Manager) UndoOpen(u OpenUndo) {
 	u.s.Access, u.s.Deny, u.s.Seqid = u.access, u.deny, u.seqid
 }
 
-// CheckClose runs Close's checks without closing: it returns the state
-// Close would free, or Close's error.
-func (m *Manager) CheckClose(id nfsv4.Stateid4, minor uint32, ino uint64) (*State, Status) {
-	m.lock()
-	defer m.unlock()
-	return m.checkCloseLocked(id, minor, ino)
-}
-
 // Close implements CLOSE: the open state and its lock states are freed.
 func (m *Manager) Close(id nfsv4.Stateid4, minor uint32, ino uint64) (nfsv4.Stateid4, Status) {
 	m.lock()
 	defer m.unlock()
-	s, st := m.checkCloseLocked(id, minor, ino)
+	s, st := m.lookupLocked(id, minor)
 	if st != OK {
 		return nfsv4.Stateid4{}, st
+	}
+	if s.Kind != KindOpen {
+		return nfsv4.Stateid4{}, nfsv4.NFS4ERR_BAD_STATEID
+	}
+	if s.Ino != ino {
+		return nfsv4.Stateid4{}, nfsv4.NFS4ERR_BAD_STATEID
+	}
+	if minor == 0 && len(m.mu.locks[ino]) > 0 {
+		for _, l := range m.mu.locks[ino] {
+			if l.owner.Client == s.Owner.Client && m.lockOfOpenLocked(l.owner, s) {
+				return nfsv4.Stateid4{}, nfsv4.NFS4ERR_LOCKS_HELD
+			}
+		}
 	}
 	m.freeStateLocked(s.Other, s)
 	out := s.Stateid()
@@ -768,24 +773,6 @@ func (m *Manager) Close(id nfsv4.Stateid4, minor uint32, ino uint64) (nfsv4.Stat
 		return nfsv4.Stateid4{Seqid: 0xffffffff}, OK
 	}
 	return out, OK
-}
-
-func (m *Manager) checkCloseLocked(id nfsv4.Stateid4, minor uint32, ino uint64) (*State, Status) {
-	s, st := m.lookupLocked(id, minor)
-	if st != OK {
-		return nil, st
-	}
-	if s.Kind != KindOpen || s.Ino != ino {
-		return nil, nfsv4.NFS4ERR_BAD_STATEID
-	}
-	if minor == 0 && len(m.mu.locks[ino]) > 0 {
-		for _, l := range m.mu.locks[ino] {
-			if l.owner.Client == s.Owner.Client && m.lockOfOpenLocked(l.owner, s) {
-				return nil, nfsv4.NFS4ERR_LOCKS_HELD
-			}
-		}
-	}
-	return s, OK
 }
 
 func (m *Manager) lockOfOpenLocked(o *Owner, open *State) bool {
