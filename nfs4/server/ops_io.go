@@ -13,17 +13,12 @@ import (
 )
 
 // resolveSid substitutes the 4.1 "current stateid".
-// A stateid closed earlier in the same transaction (or run of grouped
-// operations), whose CLOSE takes effect at the commit, is already bad.
 func (c *compound) resolveSid(id nfsv4.Stateid4) (nfsv4.Stateid4, nfsv4.Nfsstat4) {
 	if c.minor > 0 && state.IsCurrent(id) {
 		if c.curSid == nil {
 			return id, nfsv4.NFS4ERR_BAD_STATEID
 		}
-		id = *c.curSid
-	}
-	if c.closing[id.Other] && !state.IsAnonymous(id) {
-		return id, nfsv4.NFS4ERR_BAD_STATEID
+		return *c.curSid, nfsv4.NFS4_OK
 	}
 	return id, nfsv4.NFS4_OK
 }
@@ -346,12 +341,6 @@ func (c *compound) close(a *nfsv4.Close4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 		}
 		ino := uint64(c.cur.ino)
 		c.onCommit = append(c.onCommit, func() { c.s.st.Close(id, c.minor, ino) })
-		if c.closing == nil {
-			c.closing = map[[12]byte]bool{}
-		}
-		c.closing[id.Other] = true
-		c.undo = append(c.undo, func() { delete(c.closing, id.Other) })
-		c.curSid = nil
 		out := nfsv4.Stateid4{Seqid: 0xffffffff}
 		if c.minor == 0 {
 			out = nfsv4.Stateid4{Seqid: s.Seqid + 1, Other: s.Other}

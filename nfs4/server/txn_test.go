@@ -263,31 +263,3 @@ func bmOf(bits ...uint32) []uint32 {
 	}
 	return bm
 }
-
-// TestCloseThenUseInOneCompound checks that a stateid CLOSEd earlier in a
-// compound is bad for the operations after it, in plain (grouped) and
-// transactional compounds alike, although the CLOSE itself takes effect
-// at the commit.
-func TestCloseThenUseInOneCompound(t *testing.T) {
-	ts := startServer(t)
-	c := ts.session(t, 1, "closeuse")
-	for _, txn := range []bool{false, true} {
-		name := fmt.Sprintf("f-%v", txn)
-		rep := okT(t)(c.Compound(putroot(), openCreate(c, name), getfh()))
-		sid, fh := openSid(t, rep.Results[1]), fhOf(t, rep.Results[2])
-		ops := []nfsv4.NfsArgop4{putfh(fh), write(sid, 0, []byte("x")), closeOp(sid), write(sid, 0, []byte("y"))}
-		if txn {
-			rep, err := c.Txn(ops...)
-			wantStatus(t, rep, err, nfsv4.NFS4ERR_BAD_STATEID)
-		} else {
-			rep, err := c.Compound(ops...)
-			wantStatus(t, rep, err, nfsv4.NFS4ERR_BAD_STATEID)
-			// Plain: the WRITE and CLOSE before the failure took effect.
-			if got := string(readFile(t, c, name)); got != "x" {
-				t.Fatalf("file holds %q", got)
-			}
-			rep, err = c.Compound(putfh(fh), read(sid, 0, 1))
-			wantStatus(t, rep, err, nfsv4.NFS4ERR_BAD_STATEID)
-		}
-	}
-}
