@@ -153,6 +153,8 @@ type Client struct {
 		limits   Limits
 		closed   bool
 		lastUse  time.Time
+		// stale is a session to replace before the next COMPOUND.
+		stale *session
 	}
 	// sessMu serializes session (re)establishment.
 	sessMu sync.Mutex
@@ -166,11 +168,12 @@ type Client struct {
 
 // session is one NFSv4.1 session and its slot table.
 type session struct {
-	id    [16]byte
-	seq   []uint32 // last sequence id used per slot
-	free  chan uint32
-	gen   uint64
-	limit Limits
+	retired atomic.Int32
+	id      [16]byte
+	seq     []uint32 // last sequence id used per slot
+	free    chan uint32
+	gen     uint64
+	limit   Limits
 }
 
 // Dial connects to the server, establishes a client ID and a session
@@ -423,7 +426,9 @@ func (c *Client) establish(ctx context.Context, old *session) error {
 	if rep, err := c.doSession(ctx, &rc, s); err != nil {
 		return fmt.Errorf("nfs4 client: RECLAIM_COMPLETE: %w", err)
 	} else if rep.Status != nfsv4.NFS4_OK && rep.Status != nfsv4.NFS4ERR_COMPLETE_ALREADY {
-		return fmt.Errorf("nfs4 client: RECLAIM_COMPLETE: %w", rep.Err())
+		// Nothing depends on it (we reclaim nothing); a server that
+		// refuses it will say so again on the operations that matter.
+		c.cfg.Logger.Warn("nfs4 client: RECLAIM_COMPLETE failed", "err", rep.Err())
 	}
 	// Lease time, for renewal.
 	var la Compound
@@ -454,9 +459,16 @@ func (c *Client) Do(ctx context.Context, cp *Compound) (*Reply, error) {
 		c.mu.Lock()
 		s := c.mu.sess
 		closed := c.mu.closed
+		stale := c.mu.stale == s
 		c.mu.Unlock()
 		if closed {
 			return nil, ErrClosed
+		}
+		if stale {
+			if err := c.establish(ctx, s); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		rep, err := c.doSession(ctx, cp, s)
 		var re *sessionError
@@ -471,6 +483,13 @@ func (c *Client) Do(ctx context.Context, cp *Compound) (*Reply, error) {
 	}
 }
 
+// markStale makes the next Do replace session s.
+func (c *Client) markStale(s *session) {
+	c.mu.Lock()
+	c.mu.stale = s
+	c.mu.Unlock()
+}
+
 // sessionError asks Do to re-establish the session and retry.
 type sessionError struct{ st nfsv4.Nfsstat4 }
 
@@ -483,7 +502,20 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	defer func() { s.free <- slot }()
+	// A slot whose last request may or may not have reached the server
+	// cannot be reused: its next sequence id is unknown, and reusing the
+	// old one would fetch the cached reply of another request. Such slots
+	// are retired; a session without slots is replaced.
+	retire := false
+	defer func() {
+		if !retire {
+			s.free <- slot
+			return
+		}
+		if s.retired.Add(1) == int32(len(s.seq)) {
+			c.markStale(s)
+		}
+	}()
 	delay := 10 * time.Millisecond
 	for {
 		seq := nfsv4.Sequence4args{SaSessionid: s.id, SaSequenceid: s.seq[slot] + 1,
@@ -499,6 +531,10 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 		if err != nil {
 			if cp.Txn && errors.Is(err, errGarbageArgs) {
 				return nil, ErrTxnUnsupported
+			}
+			var re *rpcError
+			if !errors.As(err, &re) {
+				retire = true // transport failure or cancellation: outcome unknown
 			}
 			return nil, err
 		}
@@ -551,6 +587,13 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 			return nil, &StatusError{Op: OpTxn, Status: *raw.txn}
 		}
 		rep := &Reply{Status: raw.status, Results: raw.results[1:], Statuses: raw.statuses[1:]}
+		switch raw.status {
+		case nfsv4.NFS4ERR_EXPIRED, nfsv4.NFS4ERR_STALE_CLIENTID, nfsv4.NFS4ERR_BADSESSION, nfsv4.NFS4ERR_DEADSESSION:
+			// The server dropped this client's state: the next COMPOUND
+			// starts a new client ID and session.
+			c.cfg.Logger.Warn("nfs4 client: server dropped the client's state", "status", StatusName(raw.status))
+			c.markStale(s)
+		}
 		return rep, nil
 	}
 }
