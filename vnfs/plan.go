@@ -321,18 +321,32 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 			failIdx, failErr = idx, err
 		}
 	}
-	prevStarts := false
+	prevLast := -1          // last task of the previous COMPOUND
+	var startOfLast *flight // the COMPOUND that started task prevLast
+	inQueue := func(f *flight) bool {
+		for _, x := range q {
+			if x == f {
+				return true
+			}
+		}
+		return false
+	}
 	launch := func(b *batch, first int, startsNew bool) {
 		// A COMPOUND starting an item waits for all earlier ones; one
 		// continuing an item waits for the COMPOUND that started it
-		// (which may create the file).
+		// (which may create the file); later parts of one item may be
+		// in flight together.
 		ordered := !o.readOnly && !n.unordered
-		if ordered && startsNew || !o.readOnly && prevStarts {
+		continues := len(b.hs) > 0 && b.hs[0].task == prevLast
+		if ordered && startsNew {
 			for len(q) > 0 && failIdx < 0 {
 				finish()
 			}
+		} else if !o.readOnly && continues {
+			for inQueue(startOfLast) && failIdx < 0 {
+				finish()
+			}
 		}
-		prevStarts = startsNew
 		for len(q) >= window && failIdx < 0 {
 			finish()
 		}
@@ -347,6 +361,13 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 			close(f.done)
 		}()
 		q = append(q, f)
+		if len(b.hs) > 0 {
+			last := b.hs[len(b.hs)-1].task
+			if last != prevLast || !continues {
+				startOfLast = f
+			}
+			prevLast = last
+		}
 	}
 	b := n.newBatch()
 	first, started, startsNew := 0, -1, false
