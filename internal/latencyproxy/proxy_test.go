@@ -53,7 +53,9 @@ func TestRTT(t *testing.T) {
 		}
 		got := time.Since(start) / n
 		t.Logf("rtt %v: measured %v", rtt, got)
-		if got < rtt || got > rtt+rtt/2+300*time.Microsecond {
+		// A lower bound is exact; the upper bound is loose because the
+		// machine may be busy (Calibrate absorbs the proxy's overhead).
+		if got < rtt || got > rtt+20*time.Millisecond {
 			t.Errorf("rtt %v: measured %v", rtt, got)
 		}
 		c.Close()
