@@ -161,3 +161,31 @@ func StartTxnfs(ctx context.Context, work string, logger *slog.Logger) (*Peer, e
 	}
 	return p, nil
 }
+
+// RunWithPeers is a TestMain body: it starts NFS-Ganesha (skipped with a
+// message when it cannot start) and a txnfs server in a temporary
+// directory, stores them in *peers, runs the tests and stops both. It
+// returns the exit code.
+func RunWithPeers(m interface{ Run() int }, name string, peers *[]*Peer) int {
+	work, err := os.MkdirTemp("", name+"-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(work)
+	ctx := context.Background()
+	if p, err := StartGanesha(ctx, work+"/g"); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: skipping NFS-Ganesha: %v\n", name, err)
+	} else {
+		defer p.Stop()
+		*peers = append(*peers, p)
+	}
+	p, err := StartTxnfs(ctx, work+"/t", nil)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: txnfs server: %v\n", name, err)
+		return 1
+	}
+	defer p.Stop()
+	*peers = append(*peers, p)
+	return m.Run()
+}

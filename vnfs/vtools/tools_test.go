@@ -23,29 +23,7 @@ import (
 var peers []*nfspeers.Peer
 
 func TestMain(m *testing.M) {
-	os.Exit(func() int {
-		work, err := os.MkdirTemp("", "vtools-test-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(work)
-		ctx := context.Background()
-		if p, err := nfspeers.StartGanesha(ctx, work+"/g"); err != nil {
-			fmt.Fprintf(os.Stderr, "vtools tests: skipping NFS-Ganesha: %v\n", err)
-		} else {
-			defer p.Stop()
-			peers = append(peers, p)
-		}
-		p, err := nfspeers.StartTxnfs(ctx, work+"/t", nil)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "vtools tests: txnfs server: %v\n", err)
-			return 1
-		}
-		defer p.Stop()
-		peers = append(peers, p)
-		return m.Run()
-	}())
+	os.Exit(nfspeers.RunWithPeers(m, "vtools-test", &peers))
 }
 
 var seq atomic.Int64
