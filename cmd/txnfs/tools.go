@@ -99,13 +99,14 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	l := fl.Bool("l", false, "long listing")
 	R := fl.Bool("R", false, "list subdirectories recursively")
 	A := fl.Bool("A", false, "include names starting with '.'")
-	pos, err := toolFlags(fl, args, 0, "[-l] [-R] [-A] [PATH...]")
+	a := fl.Bool("a", false, "include names starting with '.' and the '.' and '..' entries")
+	pos, err := toolFlags(fl, args, 0, "[-l] [-R] [-a|-A] [PATH...]")
 	if err != nil {
 		return err
 	}
 	env := toolEnv(stdout, stderr)
 	defer env.Mounts.Close()
-	return vtools.Ls(ctx, env, pos, vtools.LsOptions{Long: *l, Recursive: *R, AlmostAll: *A})
+	return vtools.Ls(ctx, env, pos, vtools.LsOptions{Long: *l, Recursive: *R, AlmostAll: *A, All: *a})
 }
 
 func runRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -20,6 +20,7 @@ type LsOptions struct {
 	Long      bool // -l
 	Recursive bool // -R
 	AlmostAll bool // -A: include dot files
+	All       bool // -a: include dot files and the "." and ".." entries
 }
 
 // Ls lists like GNU ls (in the C locale, output not to a terminal): file
@@ -113,7 +114,7 @@ func (l *lister) load(ctx context.Context, t vnfs.Target) (map[string][]lsEntry,
 	}
 	var refs []ref
 	err := t.FS.VListDir(ctx, []string{t.Path}, vnfs.ListOptions{Mask: mask, Recursive: l.o.Recursive}, func(de vnfs.DirEntry) error {
-		if !l.o.AlmostAll && strings.HasPrefix(de.Name, ".") {
+		if !l.o.AlmostAll && !l.o.All && strings.HasPrefix(de.Name, ".") {
 			return nil
 		}
 		tree[de.Dir] = append(tree[de.Dir], lsEntry{name: de.Name, attr: de.Attr})
@@ -131,6 +132,11 @@ func (l *lister) load(ctx context.Context, t vnfs.Target) (map[string][]lsEntry,
 	if err != nil {
 		return nil, wrap(t, err)
 	}
+	if l.o.All {
+		if err := l.addDots(ctx, t, mask, tree); err != nil {
+			return nil, err
+		}
+	}
 	if len(links) > 0 {
 		if _, err := t.FS.VReadlink(ctx, links); err != nil {
 			return nil, wrap(t, err)
@@ -140,6 +146,30 @@ func (l *lister) load(ctx context.Context, t vnfs.Target) (map[string][]lsEntry,
 		}
 	}
 	return tree, nil
+}
+
+// addDots adds the "." and ".." entries of -a to every directory of tree:
+// the attributes of the directory itself and of its parent, taken from the
+// listing where it has them and from one VGetAttrs (the listed directory
+// and its parent) otherwise. Paths are clean and never follow symlinks, so
+// the parent of a path is its lexical parent; the root is its own parent.
+func (l *lister) addDots(ctx context.Context, t vnfs.Target, mask vnfs.AttrMask, tree map[string][]lsEntry) error {
+	top := []vnfs.AttrItem{{File: vnfs.P(t.Path), Mask: mask}, {File: vnfs.P(path.Dir(t.Path)), Mask: mask}}
+	if _, err := t.FS.VGetAttrs(ctx, top); err != nil {
+		return wrap(t, err)
+	}
+	attrs := map[string]vnfs.Attr{t.Path: top[0].Attr, path.Dir(t.Path): top[1].Attr}
+	for dir, ents := range tree {
+		for _, e := range ents {
+			if e.attr.Type == vnfs.TypeDir {
+				attrs[path.Join(dir, e.name)] = e.attr
+			}
+		}
+	}
+	for dir := range tree {
+		tree[dir] = append(tree[dir], lsEntry{name: ".", attr: attrs[dir]}, lsEntry{name: "..", attr: attrs[path.Dir(dir)]})
+	}
+	return nil
 }
 
 // printTree prints directory dir (shown as name) and, with -R, its
@@ -159,7 +189,7 @@ func (l *lister) printTree(tree map[string][]lsEntry, dir, name string, header b
 		return
 	}
 	for _, e := range ents {
-		if e.attr.Type == vnfs.TypeDir {
+		if e.attr.Type == vnfs.TypeDir && e.name != "." && e.name != ".." {
 			sub := path.Join(dir, e.name)
 			if _, ok := tree[sub]; ok {
 				l.printTree(tree, sub, strings.TrimSuffix(name, "/")+"/"+e.name, true, first)
