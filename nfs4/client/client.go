@@ -272,7 +272,7 @@ func (c *Client) closeTransport() {
 // rawCall sends COMPOUND args (already encoded) and returns the decoded
 // reply. Transport failures are retried on a new connection up to twice:
 // the session's reply cache makes that safe for SEQUENCE compounds.
-func (c *Client) rawCall(ctx context.Context, args []byte, nops int) (*rawReply, error) {
+func (c *Client) rawCall(ctx context.Context, args []byte, nops int, cred []byte) (*rawReply, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		tr, err := c.transport(ctx)
@@ -286,7 +286,7 @@ func (c *Client) rawCall(ctx context.Context, args []byte, nops int) (*rawReply,
 		c.stats.compounds.Add(1)
 		c.stats.ops.Add(uint64(nops))
 		c.stats.out.Add(uint64(len(args)))
-		body, err := tr.call(ctx, 1, [][]byte{args})
+		body, err := tr.call(ctx, 1, cred, [][]byte{args})
 		if err != nil {
 			if errors.Is(err, ErrTransport) {
 				lastErr = err
@@ -311,7 +311,7 @@ func (c *Client) sessionless(ctx context.Context, minor uint32, op nfsv4.NfsArgo
 	if err != nil {
 		return nil, err
 	}
-	rep, err := c.rawCall(ctx, args, 1)
+	rep, err := c.rawCall(ctx, args, 1, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -516,6 +516,13 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 			c.markStale(s)
 		}
 	}()
+	var cred []byte
+	if cp.Cred != nil {
+		var err error
+		if cred, err = authSys(c.cfg.MachineName, cp.Cred.UID, cp.Cred.GID, cp.Cred.GIDs); err != nil {
+			return nil, err
+		}
+	}
 	delay := 10 * time.Millisecond
 	for {
 		seq := nfsv4.Sequence4args{SaSessionid: s.id, SaSequenceid: s.seq[slot] + 1,
@@ -527,7 +534,7 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 		if uint32(len(args))+200 > s.limit.MaxRequestSize && s.limit.MaxRequestSize > 0 {
 			return nil, &StatusError{Op: nfsv4.OP_SEQUENCE, Status: nfsv4.NFS4ERR_REQ_TOO_BIG}
 		}
-		raw, err := c.rawCall(ctx, args, len(cp.ops))
+		raw, err := c.rawCall(ctx, args, len(cp.ops), cred)
 		if err != nil {
 			if cp.Txn && errors.Is(err, errGarbageArgs) {
 				return nil, ErrTxnUnsupported

@@ -10,6 +10,7 @@ import (
 	"path"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -289,4 +290,48 @@ func TestReconnect(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPerCompoundCred: Compound.Cred replaces the client's AUTH_SYS
+// identity for one COMPOUND: the server checks permissions for it and
+// makes it the owner of what it creates.
+func TestPerCompoundCred(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs the client to run as root (the default credential)")
+	}
+	forEachPeer(t, func(t *testing.T, p *nfspeers.Peer, c *client.Client, dir string) {
+		ctx := context.Background()
+		user := &client.Cred{UID: 4321, GID: 4321}
+		// dir is root's, 0755: the user may not create in it.
+		var cp client.Compound
+		cp.Cred = user
+		lookupPath(&cp, dir)
+		cp.Mkdir("denied", mode(0o755))
+		rep, err := c.Do(ctx, &cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(rep.Err(), syscall.EACCES) {
+			t.Fatalf("mkdir as uid 4321 in a root 0755 directory: %v, want EACCES", rep.Err())
+		}
+		// Root opens the directory up; the user's directory is theirs.
+		cp = client.Compound{}
+		lookupPath(&cp, dir)
+		s := client.SetAttrs{SetMode: true, Mode: 0o777}
+		cp.SetAttr(client.AnonymousStateid, s.Encode())
+		mustOK(t, c, &cp)
+		cp = client.Compound{Cred: user}
+		lookupPath(&cp, dir)
+		cp.Mkdir("mine", mode(0o755))
+		cp.GetAttr(client.StatMask)
+		rep = mustOK(t, c, &cp)
+		res := rep.Results[len(rep.Results)-1].(*nfsv4.NfsResop4_OP_GETATTR).Opgetattr.(*nfsv4.Getattr4res_NFS4_OK)
+		a, err := client.DecodeAttrs(res.Resok4.ObjAttributes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid, _ := a.Uid(); uid != 4321 {
+			t.Fatalf("owner of a directory made as uid 4321: %q", a.Owner)
+		}
+	})
 }

@@ -45,9 +45,19 @@ type Compound struct {
 	Tag string
 	// Txn makes the compound transactional (see OpTxn).
 	Txn bool
+	// Cred, if set, is the AUTH_SYS credential of this COMPOUND instead
+	// of the Client's (e.g. a FUSE mount sends each caller's identity).
+	Cred *Cred
 
 	ops  []nfsv4.NfsArgop4
 	size int // encoded size of ops
+}
+
+// Cred is an AUTH_SYS identity (RFC 5531 §A.2); the machine name is the
+// Client's.
+type Cred struct {
+	UID, GID uint32
+	GIDs     []uint32 // supplementary groups (at most 16 are sent)
 }
 
 // Len returns the number of operations added.

@@ -119,8 +119,12 @@ func (t *transport) fail(err error) {
 
 // call sends one RPC call (program NFSv4, version 4) with args as the
 // procedure arguments and returns the procedure results. args is owned
-// by the caller; the returned slice is owned by the caller.
-func (t *transport) call(ctx context.Context, proc uint32, args [][]byte) ([]byte, error) {
+// by the caller; the returned slice is owned by the caller. cred is the
+// AUTH_SYS body to send (nil: the transport's).
+func (t *transport) call(ctx context.Context, proc uint32, cred []byte, args [][]byte) ([]byte, error) {
+	if cred == nil {
+		cred = t.cred
+	}
 	ch := make(chan rpcReply, 1)
 	t.mu.Lock()
 	if t.mu.err != nil {
@@ -135,7 +139,7 @@ func (t *transport) call(ctx context.Context, proc uint32, args [][]byte) ([]byt
 
 	msg := rpcv2.RpcMsg{Xid: xid, Body: &rpcv2.RpcMsgBody_CALL{Cbody: rpcv2.CallBody{
 		Rpcvers: 2, Prog: nfsProgram, Vers: 4, Proc: proc,
-		Cred: rpcv2.OpaqueAuth{Flavor: rpcv2.AUTH_SYS, Body: t.cred},
+		Cred: rpcv2.OpaqueAuth{Flavor: rpcv2.AUTH_SYS, Body: cred},
 		Verf: rpcv2.OpaqueAuth{Flavor: rpcv2.AUTH_NONE},
 	}}}
 	var hdr bytes.Buffer
@@ -232,6 +236,9 @@ func readRecord(r io.Reader, max int) ([]byte, error) {
 
 // authSys encodes an AUTH_SYS credential body.
 func authSys(machine string, uid, gid uint32, gids []uint32) ([]byte, error) {
+	if len(gids) > 16 {
+		gids = gids[:16] // the AUTH_SYS limit
+	}
 	p := rpcv2.AuthsysParms{Machinename: machine, Uid: uid, Gid: gid, Gids: gids}
 	var b bytes.Buffer
 	if _, err := p.WriteTo(&b); err != nil {
