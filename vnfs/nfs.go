@@ -45,6 +45,11 @@ type Config struct {
 	// is executed one POSIX call at a time, each with the RPCs a kernel
 	// client would send. For benchmarks only.
 	Scalar bool
+	// ScalarCache gives the scalar baseline a kernel-like data cache:
+	// file data read through it is kept and served again while the
+	// change attribute returned at OPEN is unchanged (close-to-open
+	// revalidation). For the vNFS Figure 8 comparison only.
+	ScalarCache bool
 	// Logger receives debug logs (default: discard).
 	Logger *slog.Logger
 }
@@ -91,7 +96,7 @@ func Dial(ctx context.Context, cfg Config) (FS, error) {
 		return nil, err
 	}
 	if cfg.Scalar {
-		return &scalarFS{n: n, dirs: map[string][]byte{}}, nil
+		return &scalarFS{n: n, dirs: map[string][]byte{}, cache: cfg.ScalarCache, pages: map[string]*cachedFile{}}, nil
 	}
 	return n, nil
 }

@@ -35,6 +35,56 @@ type scalarFS struct {
 	n    *nfsFS
 	mu   sync.Mutex
 	dirs map[string][]byte
+
+	// With Config.ScalarCache, file data by file handle, like the
+	// kernel's page cache: valid while the change attribute seen at OPEN
+	// is the one the data was read under (close-to-open).
+	cache bool
+	pages map[string]*cachedFile // guarded by mu
+}
+
+// cachedFile is the cached prefix of a file: data[0:len(data)] at change;
+// eof says the file ends there.
+type cachedFile struct {
+	change uint64
+	data   []byte
+	eof    bool
+}
+
+// cached serves io from the cache if the file handle's cached data was read
+// under change and covers the request. Any change to the file, by this
+// client or another, changes its change attribute, so stale data is never
+// served after an OPEN.
+func (s *scalarFS) cached(fh []byte, change uint64, io *IO) bool {
+	if !s.cache {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.pages[string(fh)]
+	if c == nil || c.change != change {
+		return false
+	}
+	end := io.Offset + uint64(len(io.Data))
+	if end > uint64(len(c.data)) && !c.eof {
+		return false
+	}
+	io.N, io.EOF = 0, false
+	if io.Offset < uint64(len(c.data)) {
+		io.N = copy(io.Data, c.data[io.Offset:])
+	}
+	io.EOF = c.eof && end >= uint64(len(c.data)) && len(io.Data) > 0
+	return true
+}
+
+// fill caches what a read from offset 0 returned.
+func (s *scalarFS) fill(fh []byte, change uint64, io *IO) {
+	if !s.cache || io.Offset != 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pages[string(fh)] = &cachedFile{change: change, data: append([]byte(nil), io.Data[:io.N]...), eof: io.EOF}
 }
 
 var _ FS = (*scalarFS)(nil)
@@ -154,9 +204,10 @@ func (s *scalarFS) remember(p string, fh []byte) {
 }
 
 type scalarOpen struct {
-	fh    []byte
-	sid   nfsv4.Stateid4
-	dirty bool // unstable writes to COMMIT on close
+	fh     []byte
+	sid    nfsv4.Stateid4
+	dirty  bool   // unstable writes to COMMIT on close
+	change uint64 // change attribute at OPEN (cache revalidation)
 }
 
 // open is one OPEN RPC.
@@ -185,8 +236,12 @@ func (s *scalarFS) open(ctx context.Context, p string, a client.OpenArgs, owner 
 	}
 	sid := rep.Results[1].(*nfsv4.NfsResop4_OP_OPEN).Opopen.(*nfsv4.Open4res_NFS4_OK).Resok4.Stateid
 	fh := fhOf(rep.Results[2])
+	attrs, err := getattrRes(rep.Results[3])
+	if err != nil {
+		return nil, err
+	}
 	s.remember(c, fh)
-	return &scalarOpen{fh: fh, sid: sid}, nil
+	return &scalarOpen{fh: fh, sid: sid, change: attrs.Change}, nil
 }
 
 func (s *scalarFS) close(ctx context.Context, o *scalarOpen) error {
@@ -329,7 +384,11 @@ func (s *scalarFS) VRead(ctx context.Context, ios []IO) (int, error) {
 		if err != nil {
 			return err
 		}
-		err = s.read(ctx, o.fh, o.sid, io)
+		if !s.cached(o.fh, o.change, io) {
+			if err = s.read(ctx, o.fh, o.sid, io); err == nil {
+				s.fill(o.fh, o.change, io)
+			}
+		}
 		if cerr := s.close(ctx, o); err == nil {
 			err = cerr
 		}

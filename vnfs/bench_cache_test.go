@@ -1,0 +1,83 @@
+package vnfs_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/txnfs/txnfs/internal/nfspeers"
+	"github.com/txnfs/txnfs/vnfs"
+)
+
+// BenchmarkRepeatRead is vNFS Figure 8: one file opened, read whole and
+// closed VNFS_BENCH_REPEAT times (default 100). The vectorized client has
+// no cache (one COMPOUND per read: OPEN, READ..., CLOSE); the baseline has
+// the kernel-like data cache of Config.ScalarCache, so after the first
+// read it sends only OPEN+GETATTR (revalidation) and CLOSE. Sizes:
+// VNFS_BENCH_SIZES (default 1KiB,16KiB,256KiB,1MiB,16MiB); RTTs:
+// VNFS_BENCH_RTTS.
+func BenchmarkRepeatRead(b *testing.B) {
+	ctx := context.Background()
+	repeat, _ := strconv.Atoi(envList("VNFS_BENCH_REPEAT", "100")[0])
+	for _, p := range benchPeers(b) {
+		direct, err := vnfs.Dial(ctx, vnfs.Config{Addr: p.Addr, Root: p.Root})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, rtt := range benchRTTs(b) {
+			l, err := nfspeers.NewLink(ctx, p, rtt)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, sz := range envList("VNFS_BENCH_SIZES", "1KiB,16KiB,256KiB,1MiB,16MiB") {
+				size := parseSize(sz)
+				name := fmt.Sprintf("/bench-repeat-%d", seq.Add(1))
+				if err := vnfs.WriteFile(ctx, direct, name, make([]byte, size), 0o644); err != nil {
+					b.Fatal(err)
+				}
+				b.Run(fmt.Sprintf("server=%s/rtt=%v/size=%s", p.Name, rtt, sz), func(b *testing.B) {
+					v, err := vnfs.Dial(ctx, vnfs.Config{Addr: l.Addr, Root: p.Root})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer v.Close()
+					s, err := vnfs.Dial(ctx, vnfs.Config{Addr: l.Addr, Root: p.Root, Scalar: true, ScalarCache: true})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer s.Close()
+					buf := make([]byte, size)
+					run := func(f vnfs.FS) {
+						for i := 0; i < repeat; i++ {
+							ios := []vnfs.IO{{File: vnfs.P(name), Data: buf}}
+							if _, err := f.VRead(ctx, ios); err != nil {
+								b.Fatal(err)
+							}
+							if ios[0].N != size {
+								b.Fatalf("read %d bytes, want %d", ios[0].N, size)
+							}
+						}
+					}
+					r0 := rpcs(s)
+					start := time.Now()
+					run(s)
+					scalar, scalarRPCs := time.Since(start), rpcs(s)-r0
+					b.SetBytes(int64(size * repeat))
+					b.ResetTimer()
+					r0 = rpcs(v)
+					start = time.Now()
+					for i := 0; i < b.N; i++ {
+						run(v)
+					}
+					vec := time.Since(start) / time.Duration(b.N)
+					report(b, vec, scalar, (rpcs(v)-r0)/uint64(b.N), scalarRPCs, int64(size*repeat), l.RTT)
+				})
+				vnfs.Remove(ctx, direct, name)
+			}
+			l.Close()
+		}
+		direct.Close()
+	}
+}
