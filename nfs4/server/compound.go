@@ -91,12 +91,17 @@ type compound struct {
 	// that does not commit; onCommit runs deferred ones after commit.
 	undo     []func()
 	onCommit []func()
+
+	// joined is the multi-compound transaction the compound joined with
+	// TXN_JOIN (ops_txn.go), or nil.
+	joined *mtxn
 }
 
 type decodedOp struct {
 	code  nfsv4.NfsOpnum4
 	arg   nfsv4.NfsArgop4 // nil for OpTxn, OpAppendOffset and unknown ops
 	flags uint32          // OpAppendOffset's argument
+	txn   *txnArgs        // arguments of OpTxnBegin, OpTxnJoin, OpTxnEnd
 }
 
 func knownOp(code nfsv4.NfsOpnum4, minor uint32) bool {
@@ -172,9 +177,21 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
 			}
 			if flags != 0 {
-				return encodeCompound(nfsv4.NFS4ERR_INVAL, tag, &txnResult{nfsv4.NFS4ERR_INVAL}, nil), true
+				return encodeCompound(nfsv4.NFS4ERR_INVAL, tag, &txnResult{status: nfsv4.NFS4ERR_INVAL}, nil), true
 			}
 			ops = append(ops, decodedOp{code: OpTxn})
+			continue
+		}
+		if isTxnExtOp(code) {
+			a, ok := decodeTxnArgs(r, call.Args, code)
+			if !ok {
+				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
+			}
+			if code == OpTxnJoin && i != 0 {
+				ops = append(ops, decodedOp{code: nfsv4.OP_ILLEGAL})
+				break
+			}
+			ops = append(ops, decodedOp{code: code, txn: a})
 			continue
 		}
 		if code == OpAppendOffset {
@@ -217,15 +234,21 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	c.minor, c.nops = minor, len(ops)
 	s.st.MaybeTick()
 	var txr *txnResult
+	var join *txnArgs
 	if len(ops) > 0 && ops[0].code == OpTxn {
-		txr = &txnResult{nfsv4.NFS4_OK}
+		txr = &txnResult{status: nfsv4.NFS4_OK}
+		ops = ops[1:]
+	} else if len(ops) > 0 && ops[0].code == OpTxnJoin {
+		txr, join = &txnResult{op: OpTxnJoin, status: nfsv4.NFS4_OK}, ops[0].txn
 		ops = ops[1:]
 	}
 	// The reply so far: RPC reply header (24 bytes with AUTH_NONE), status,
 	// tag, result count, OP_TXN result.
 	c.replySize = 24 + 12 + (len(tag)+3)&^3 + 8*boolInt(txr != nil)
 	kind := "plain"
-	if txr != nil {
+	if join != nil {
+		kind = "join"
+	} else if txr != nil {
 		kind = "txn"
 	}
 	defer func() { s.met.compounds.WithLabelValues(kind).Observe(time.Since(start).Seconds()) }()
@@ -260,7 +283,15 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 		}
 	}
 	if status == nfsv4.NFS4_OK {
-		if txr == nil {
+		if join != nil {
+			res, st := c.runJoined(join, ops[i:], txr)
+			if txr.status != nfsv4.NFS4_OK {
+				status = txr.status
+			} else {
+				results = append(results, res...)
+				status = st
+			}
+		} else if txr == nil {
 			res, st := c.runGrouped(ops[i:])
 			results = append(results, res...)
 			status = st
@@ -354,6 +385,8 @@ func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 		switch {
 		case op.code == OpAppendOffset:
 			res, st = c.appendOffset(op.flags, wrote)
+		case op.txn != nil:
+			res, st = c.txnOp(op)
 		case op.arg == nil:
 			res, st = &nfsv4.NfsResop4_OP_ILLEGAL{Opillegal: nfsv4.Illegal4res{Status: nfsv4.NFS4ERR_OP_ILLEGAL}}, nfsv4.NFS4ERR_OP_ILLEGAL
 		default:
@@ -387,8 +420,9 @@ func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	return results, nfsv4.NFS4_OK
 }
 
-// txnResult is the result of the OpTxn operation.
+// txnResult is the result of the OpTxn (or OpTxnJoin) operation.
 type txnResult struct {
+	op     nfsv4.NfsOpnum4 // 0 means OpTxn
 	status nfsv4.Nfsstat4
 }
 
@@ -705,7 +739,11 @@ func encodeCompound(st nfsv4.Nfsstat4, tag string, txr *txnResult, results []nfs
 	}
 	runtime.WriteUnsignedInt(w, uint32(n))
 	if txr != nil {
-		runtime.WriteInt(w, int32(OpTxn))
+		code := OpTxn
+		if txr.op != 0 {
+			code = txr.op
+		}
+		runtime.WriteInt(w, int32(code))
 		runtime.WriteInt(w, int32(txr.status))
 	}
 	for _, r := range results {

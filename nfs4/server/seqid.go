@@ -92,7 +92,9 @@ func (c *compound) sequenced(a nfsv4.NfsArgop4, run func() (nfsv4.NfsResop4, nfs
 		r.cur, r.curSid, r.setCur = c.cur, c.curSid, true
 	}
 	undo := c.s.st.AdvanceSeqid(o, seqid, r)
-	if c.txn != nil {
+	// In a joined compound the reply is delivered whatever becomes of
+	// the transaction: the seqid advance stands.
+	if c.txn != nil && c.joined == nil {
 		c.undo = append(c.undo, undo)
 	}
 	if lockSeqid != nil && st == nfsv4.NFS4_OK {
@@ -100,7 +102,7 @@ func (c *compound) sequenced(a nfsv4.NfsArgop4, run func() (nfsv4.NfsResop4, nfs
 		sid := res.(*nfsv4.NfsResop4_OP_LOCK).Oplock.(*nfsv4.Lock4res_NFS4_OK).Resok4.LockStateid
 		if lo := c.s.st.StateOwner(sid); lo != nil {
 			undo := c.s.st.AdvanceSeqid(lo, *lockSeqid, &seqReply{res: res, st: st})
-			if c.txn != nil {
+			if c.txn != nil && c.joined == nil {
 				c.undo = append(c.undo, undo)
 			}
 		}

@@ -59,6 +59,12 @@ type Config struct {
 	// TxnRetries is how many times a transactional compound is re-run
 	// after a serialization conflict before NFS4ERR_DELAY (default 16).
 	TxnRetries int
+	// TxnMaxOpen and TxnMaxPerClient cap the open multi-compound
+	// transactions (TXN_BEGIN, docs/protocol.md §3) of the server and of
+	// one client (defaults 256 and 16); TxnIdleTimeout aborts a
+	// transaction no compound used for that long (default 30 minutes).
+	TxnMaxOpen, TxnMaxPerClient int
+	TxnIdleTimeout              time.Duration
 }
 
 // Validate checks c and fills in defaults.
@@ -118,6 +124,7 @@ type Server struct {
 	st    *state.Manager
 	rpc   *rpc.Server
 	met   *metrics
+	txns  *txnTable // multi-compound transactions (ops_txn.go)
 	fsid  uint64
 	verf  [8]byte // write verifier and server instance id
 	major []byte  // server_owner major id / server scope
@@ -166,6 +173,9 @@ func New(cfg Config) (*Server, error) {
 	if s.met, err = newMetrics(cfg.Registry); err != nil {
 		return nil, err
 	}
+	if s.txns, err = newTxnTable(s, cfg.Registry); err != nil {
+		return nil, err
+	}
 	var root fs.Attr
 	if err := s.fs.View(s.bgCtx, fs.RootCred, func(t *fs.Txn) error {
 		var err error
@@ -193,6 +203,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Close() error {
 	s.bgCancel()
 	s.bgWG.Wait()
+	s.txns.closeAll()
 	return nil
 }
 
@@ -206,6 +217,7 @@ func (s *Server) leaseLoop() {
 			return
 		case <-t.C:
 			s.st.Tick()
+			s.txns.sweep()
 		}
 	}
 }

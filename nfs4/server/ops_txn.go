@@ -1,0 +1,614 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/txnfs/txnfs/fs"
+)
+
+// Multi-compound transactions (docs/protocol.md §3). TXN_BEGIN opens a
+// server-side transaction (one long-lived fs.Txn) owned by the client;
+// a COMPOUND whose first operation is TXN_JOIN runs inside it with plain
+// compound semantics; TXN_END commits or aborts it.
+const (
+	// OpTxnBegin opens a multi-compound transaction and returns its id.
+	OpTxnBegin nfsv4.NfsOpnum4 = 0x74786e02 // "txn\2"
+	// OpTxnJoin, first in a COMPOUND, runs the COMPOUND in a transaction.
+	OpTxnJoin nfsv4.NfsOpnum4 = 0x74786e03 // "txn\3"
+	// OpTxnEnd commits or aborts a transaction.
+	OpTxnEnd nfsv4.NfsOpnum4 = 0x74786e04 // "txn\4"
+)
+
+func init() {
+	opNames[OpTxnBegin], opNames[OpTxnJoin], opNames[OpTxnEnd] = "TXN_BEGIN", "TXN_JOIN", "TXN_END"
+}
+
+// Defaults of the Config fields of multi-compound transactions.
+const (
+	defaultTxnMaxOpen      = 256
+	defaultTxnMaxPerClient = 16
+	defaultTxnIdle         = 30 * time.Minute
+	// maxTxnReport bounds the conflict report of TXN_END.
+	maxTxnReport = 8 << 10
+	// maxTxnNotes bounds the operations a transaction remembers for its
+	// conflict report (each kind).
+	maxTxnNotes = 64
+)
+
+// txnArgs are the decoded arguments of TXN_BEGIN, TXN_JOIN and TXN_END.
+type txnArgs struct {
+	flags    uint32   // BEGIN
+	id       [16]byte // JOIN, END
+	clientID uint64   // all: the owner in NFSv4.0
+	commit   bool     // END
+}
+
+func isTxnExtOp(code nfsv4.NfsOpnum4) bool {
+	return code == OpTxnBegin || code == OpTxnJoin || code == OpTxnEnd
+}
+
+// decodeTxnArgs decodes the arguments of the operation (code) at r's
+// position in args, opcode included; ok is false if they are truncated or
+// malformed (BADXDR).
+func decodeTxnArgs(r *bytes.Reader, args []byte, code nfsv4.NfsOpnum4) (*txnArgs, bool) {
+	b := args[len(args)-r.Len():]
+	var a txnArgs
+	var n int
+	switch code {
+	case OpTxnBegin:
+		n = 4 + 4 + 8
+		if len(b) < n {
+			return nil, false
+		}
+		a.flags = binary.BigEndian.Uint32(b[4:])
+		a.clientID = binary.BigEndian.Uint64(b[8:])
+	case OpTxnJoin, OpTxnEnd:
+		n = 4 + 16 + 8
+		if code == OpTxnEnd {
+			n += 4
+		}
+		if len(b) < n {
+			return nil, false
+		}
+		copy(a.id[:], b[4:20])
+		a.clientID = binary.BigEndian.Uint64(b[20:])
+		if code == OpTxnEnd {
+			switch binary.BigEndian.Uint32(b[28:]) {
+			case 0:
+			case 1:
+				a.commit = true
+			default:
+				return nil, false // an XDR bool is 0 or 1
+			}
+		}
+	default:
+		return nil, false
+	}
+	r.Seek(int64(n), io.SeekCurrent)
+	return &a, true
+}
+
+// txnBeginRes is TXN_BEGIN4res: nfsstat4, then the txnid4 if OK. Like
+// appendOffsetRes it embeds a generated type only to satisfy
+// nfsv4.NfsResop4.
+type txnBeginRes struct {
+	nfsv4.NfsResop4_OP_ILLEGAL
+	status nfsv4.Nfsstat4
+	id     [16]byte
+}
+
+func (r *txnBeginRes) GetResop() nfsv4.NfsOpnum4 { return OpTxnBegin }
+
+func (r *txnBeginRes) GetEncodedSizeBytes() int {
+	if r.status == nfsv4.NFS4_OK {
+		return 24
+	}
+	return 8
+}
+
+func (r *txnBeginRes) WriteTo(w io.Writer) (int64, error) {
+	var b [24]byte
+	binary.BigEndian.PutUint32(b[:], uint32(OpTxnBegin))
+	binary.BigEndian.PutUint32(b[4:], uint32(r.status))
+	copy(b[8:], r.id[:])
+	n, err := w.Write(b[:r.GetEncodedSizeBytes()])
+	return int64(n), err
+}
+
+// txnEndRes is TXN_END4res: nfsstat4, then, for NFS4ERR_NOT_SAME (a
+// commit conflict), the report as an XDR string.
+type txnEndRes struct {
+	nfsv4.NfsResop4_OP_ILLEGAL
+	status nfsv4.Nfsstat4
+	report string
+}
+
+func (r *txnEndRes) GetResop() nfsv4.NfsOpnum4 { return OpTxnEnd }
+
+func (r *txnEndRes) GetEncodedSizeBytes() int {
+	if r.status == nfsv4.NFS4ERR_NOT_SAME {
+		return 12 + (len(r.report)+3)&^3
+	}
+	return 8
+}
+
+func (r *txnEndRes) WriteTo(w io.Writer) (int64, error) {
+	b := make([]byte, 8, r.GetEncodedSizeBytes())
+	binary.BigEndian.PutUint32(b, uint32(OpTxnEnd))
+	binary.BigEndian.PutUint32(b[4:], uint32(r.status))
+	if r.status == nfsv4.NFS4ERR_NOT_SAME {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(r.report)))
+		b = append(b, r.report...)
+		b = append(b, make([]byte, (4-len(r.report)%4)%4)...)
+	}
+	n, err := w.Write(b)
+	return int64(n), err
+}
+
+// mtxn is one open multi-compound transaction.
+type mtxn struct {
+	id    [16]byte
+	owner uint64 // client id
+	// sem serializes the compounds of the transaction (an fs.Txn is not
+	// safe for concurrent use): holding it (a token in the channel) gives
+	// the holder the fields below.
+	sem chan struct{}
+
+	t              *fs.Txn
+	undo, onCommit []func() // protocol state, as compound.undo/onCommit
+	dead           bool     // ended or killed: every later use is EXPIRED
+	compounds, ops int
+	paths          map[fs.Ino]string // paths seen in the transaction, for reports
+	reads, changes []string          // first maxTxnNotes of each, for reports
+	moreReads      int
+	moreChanges    int
+
+	// Guarded by txnTable.mu.
+	busy    bool
+	lastUse time.Time
+}
+
+// txnTable holds the open multi-compound transactions of a Server.
+type txnTable struct {
+	s                   *Server
+	maxOpen, maxPerClnt int
+	idle                time.Duration
+
+	mu struct {
+		sync.Mutex
+		byID     map[[16]byte]*mtxn
+		byClient map[uint64]int
+		seq      uint32
+	}
+
+	events *prometheus.CounterVec // event: begin, commit, abort, conflict, fail, expired
+	open   prometheus.Gauge
+}
+
+func newTxnTable(s *Server, reg prometheus.Registerer) (*txnTable, error) {
+	tt := &txnTable{s: s, maxOpen: s.cfg.TxnMaxOpen, maxPerClnt: s.cfg.TxnMaxPerClient, idle: s.cfg.TxnIdleTimeout}
+	if tt.maxOpen <= 0 {
+		tt.maxOpen = defaultTxnMaxOpen
+	}
+	if tt.maxPerClnt <= 0 {
+		tt.maxPerClnt = defaultTxnMaxPerClient
+	}
+	if tt.idle <= 0 {
+		tt.idle = defaultTxnIdle
+	}
+	tt.mu.byID = make(map[[16]byte]*mtxn)
+	tt.mu.byClient = make(map[uint64]int)
+	tt.events = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "txnfs", Subsystem: "nfs4", Name: "multi_txn_total",
+		Help: "Multi-compound transactions (TXN_BEGIN/JOIN/END) by event (begin, commit, abort, conflict, fail, expired).",
+	}, []string{"event"})
+	tt.open = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "txnfs", Subsystem: "nfs4", Name: "multi_txn_open",
+		Help: "Open multi-compound transactions.",
+	})
+	if reg != nil {
+		for _, c := range []prometheus.Collector{tt.events, tt.open} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return tt, nil
+}
+
+// owner returns the client on whose behalf c acts on a transaction: the
+// session's client (4.1+) or the client id argument (4.0, which must be a
+// live confirmed client; its lease is renewed).
+func (c *compound) txnOwner(a *txnArgs) (uint64, nfsv4.Nfsstat4) {
+	if c.minor > 0 {
+		if c.client == nil {
+			return 0, nfsv4.NFS4ERR_OP_NOT_IN_SESSION
+		}
+		return c.client.ID, nfsv4.NFS4_OK
+	}
+	if st := c.s.st.Renew(a.clientID); st != nfsv4.NFS4_OK {
+		return 0, st
+	}
+	return a.clientID, nfsv4.NFS4_OK
+}
+
+// acquire finds the transaction a names for c's client and waits until no
+// other compound uses it. The caller must release it.
+func (tt *txnTable) acquire(c *compound, a *txnArgs) (*mtxn, nfsv4.Nfsstat4) {
+	if !bytes.Equal(a.id[:8], tt.s.verf[:]) {
+		// Issued by an earlier server instance: its transactions
+		// died with it.
+		return nil, nfsv4.NFS4ERR_STALE_CLIENTID
+	}
+	owner, st := c.txnOwner(a)
+	if st != nfsv4.NFS4_OK {
+		return nil, st
+	}
+	tt.mu.Lock()
+	x := tt.mu.byID[a.id]
+	if x == nil {
+		tt.mu.Unlock()
+		return nil, nfsv4.NFS4ERR_EXPIRED
+	}
+	if x.owner != owner {
+		tt.mu.Unlock()
+		return nil, nfsv4.NFS4ERR_WRONG_CRED
+	}
+	tt.mu.Unlock()
+	select {
+	case x.sem <- struct{}{}:
+	case <-c.ctx.Done():
+		return nil, nfsv4.NFS4ERR_DELAY
+	}
+	if x.dead {
+		<-x.sem
+		return nil, nfsv4.NFS4ERR_EXPIRED
+	}
+	tt.mu.Lock()
+	x.busy = true
+	tt.mu.Unlock()
+	return x, nfsv4.NFS4_OK
+}
+
+// release ends a compound's use of x.
+func (tt *txnTable) release(x *mtxn) {
+	tt.mu.Lock()
+	x.busy, x.lastUse = false, tt.s.cfg.Clock()
+	tt.mu.Unlock()
+	<-x.sem
+}
+
+// remove takes x out of the table (its holder then ends it).
+func (tt *txnTable) remove(x *mtxn) {
+	tt.mu.Lock()
+	if tt.mu.byID[x.id] == x {
+		delete(tt.mu.byID, x.id)
+		if tt.mu.byClient[x.owner]--; tt.mu.byClient[x.owner] <= 0 {
+			delete(tt.mu.byClient, x.owner)
+		}
+		tt.open.Dec()
+	}
+	tt.mu.Unlock()
+	x.dead = true
+}
+
+// discard aborts x, held by the caller, and reverses the protocol state
+// its compounds created.
+func (x *mtxn) discard() {
+	x.t.Abort()
+	for i := len(x.undo) - 1; i >= 0; i-- {
+		x.undo[i]()
+	}
+	x.undo, x.onCommit = nil, nil
+}
+
+// sweep aborts transactions idle for longer than the idle timeout and
+// those whose client is gone (lease expired, DESTROY_CLIENTID). The server
+// calls it every second.
+func (tt *txnTable) sweep() {
+	now := tt.s.cfg.Clock()
+	tt.mu.Lock()
+	var victims []*mtxn
+	for _, x := range tt.mu.byID {
+		if x.busy {
+			continue
+		}
+		if now.Sub(x.lastUse) > tt.idle {
+			victims = append(victims, x)
+			continue
+		}
+		if _, st := tt.s.st.Client(x.owner); st != nfsv4.NFS4_OK {
+			victims = append(victims, x)
+		}
+	}
+	tt.mu.Unlock()
+	for _, x := range victims {
+		select {
+		case x.sem <- struct{}{}:
+		default:
+			continue // in use again: not idle, or retried next time
+		}
+		if !x.dead {
+			tt.remove(x)
+			x.discard()
+			tt.events.WithLabelValues("expired").Inc()
+			tt.s.log.Info("nfs4: multi-compound transaction expired", "txn", hex.EncodeToString(x.id[:]), "client", x.owner)
+		}
+		<-x.sem
+	}
+}
+
+// closeAll aborts every open transaction (server shutdown).
+func (tt *txnTable) closeAll() {
+	tt.mu.Lock()
+	all := make([]*mtxn, 0, len(tt.mu.byID))
+	for _, x := range tt.mu.byID {
+		all = append(all, x)
+	}
+	tt.mu.Unlock()
+	for _, x := range all {
+		x.sem <- struct{}{}
+		if !x.dead {
+			tt.remove(x)
+			x.discard()
+		}
+		<-x.sem
+	}
+}
+
+// txnOp runs TXN_BEGIN or TXN_END (in a plain compound; TXN_JOIN is
+// handled by runCompound).
+func (c *compound) txnOp(op decodedOp) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+	if op.code == OpTxnBegin {
+		st, id := c.txnBegin(op.txn)
+		return &txnBeginRes{status: st, id: id}, st
+	}
+	st, report := c.txnEnd(op.txn)
+	return &txnEndRes{status: st, report: report}, st
+}
+
+func (c *compound) txnBegin(a *txnArgs) (nfsv4.Nfsstat4, [16]byte) {
+	var id [16]byte
+	if c.txn != nil || c.joined != nil {
+		return nfsv4.NFS4ERR_NOTSUPP, id
+	}
+	if a.flags != 0 {
+		return nfsv4.NFS4ERR_INVAL, id
+	}
+	owner, st := c.txnOwner(a)
+	if st != nfsv4.NFS4_OK {
+		return st, id
+	}
+	tt := c.s.txns
+	copy(id[:8], c.s.verf[:])
+	if _, err := io.ReadFull(c.s.cfg.Rand, id[12:]); err != nil {
+		return nfsv4.NFS4ERR_SERVERFAULT, id
+	}
+	tt.mu.Lock()
+	if len(tt.mu.byID) >= tt.maxOpen || tt.mu.byClient[owner] >= tt.maxPerClnt {
+		tt.mu.Unlock()
+		c.s.log.Info("nfs4: too many open multi-compound transactions", "client", owner, "max_open", tt.maxOpen, "max_per_client", tt.maxPerClnt)
+		return nfsv4.NFS4ERR_RESOURCE, id
+	}
+	tt.mu.seq++
+	binary.BigEndian.PutUint32(id[8:], tt.mu.seq)
+	// The transaction outlives this request: it must not use its
+	// context.
+	t, err := c.s.fs.Begin(c.s.bgCtx, c.cred, fs.TxnOptions{})
+	if err != nil {
+		tt.mu.Unlock()
+		return c.s.toStatus(c.ctx, "TXN_BEGIN", err, aboutName), [16]byte{}
+	}
+	x := &mtxn{id: id, owner: owner, sem: make(chan struct{}, 1), t: t,
+		paths: map[fs.Ino]string{}, lastUse: c.s.cfg.Clock()}
+	tt.mu.byID[id] = x
+	tt.mu.byClient[owner]++
+	tt.mu.Unlock()
+	tt.open.Inc()
+	tt.events.WithLabelValues("begin").Inc()
+	return nfsv4.NFS4_OK, id
+}
+
+func (c *compound) txnEnd(a *txnArgs) (nfsv4.Nfsstat4, string) {
+	if c.txn != nil || c.joined != nil {
+		return nfsv4.NFS4ERR_NOTSUPP, ""
+	}
+	tt := c.s.txns
+	x, st := tt.acquire(c, a)
+	if st != nfsv4.NFS4_OK {
+		return st, ""
+	}
+	defer tt.release(x)
+	tt.remove(x)
+	if !a.commit {
+		x.discard()
+		tt.events.WithLabelValues("abort").Inc()
+		return nfsv4.NFS4_OK, ""
+	}
+	// The reply says whether the commit happened: it must not be
+	// interrupted half-way by the connection going away.
+	ctx := context.WithoutCancel(c.ctx)
+	x.t.SetCred(c.cred)
+	err := x.t.Commit(ctx)
+	if err == nil {
+		for _, f := range x.onCommit {
+			f()
+		}
+		x.undo, x.onCommit = nil, nil
+		tt.events.WithLabelValues("commit").Inc()
+		return nfsv4.NFS4_OK, ""
+	}
+	x.discard()
+	if errors.Is(err, fs.ErrConflict) {
+		tt.events.WithLabelValues("conflict").Inc()
+		return nfsv4.NFS4ERR_NOT_SAME, x.report(err)
+	}
+	tt.events.WithLabelValues("fail").Inc()
+	return c.s.toStatus(c.ctx, "TXN_END commit", err, aboutName), ""
+}
+
+// runJoined runs the operations of a COMPOUND that began with TXN_JOIN
+// (after SEQUENCE) in the transaction, with plain-compound semantics:
+// they run in order and stop at the first failure; the effects of the
+// operations before it stay in the transaction. If the transaction
+// cannot be used, txr carries the error and no operation runs.
+func (c *compound) runJoined(a *txnArgs, ops []decodedOp, txr *txnResult) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
+	tt := c.s.txns
+	x, st := tt.acquire(c, a)
+	if st != nfsv4.NFS4_OK {
+		txr.status = st
+		return nil, st
+	}
+	defer tt.release(x)
+	// Each request carries its caller's credential (a FUSE mount acts
+	// for several users).
+	x.t.SetCred(c.cred)
+	c.txn, c.userTxn, c.joined = x.t, true, x
+	c.wrote = false
+	results := make([]nfsv4.NfsResop4, 0, len(ops))
+	st = nfsv4.NFS4_OK
+	for k := range ops {
+		cur, saved := c.cur, c.saved
+		var res []nfsv4.NfsResop4
+		res, st = c.runOps(ops[k : k+1])
+		results = append(results, res...)
+		x.note(c, ops[k], cur, saved, st)
+		if st != nfsv4.NFS4_OK {
+			break
+		}
+	}
+	c.txn = nil
+	// Protocol state created by the compound lives and dies with the
+	// transaction.
+	x.undo = append(x.undo, c.undo...)
+	x.onCommit = append(x.onCommit, c.onCommit...)
+	c.undo, c.onCommit = nil, nil
+	x.compounds++
+	return results, st
+}
+
+// note records what an operation of the transaction read or changed, for
+// the conflict report. cur and saved are the file handles before it.
+func (x *mtxn) note(c *compound, op decodedOp, cur, saved fhState, st nfsv4.Nfsstat4) {
+	x.ops++
+	path := func(h fhState) string {
+		if p, ok := x.paths[h.ino]; ok {
+			return p
+		}
+		return fmt.Sprintf("<fileid %d>", h.ino)
+	}
+	child := func(dir fhState, name string) string {
+		p := path(dir)
+		if p == "/" {
+			return "/" + name
+		}
+		return p + "/" + name
+	}
+	learn := func(p string) {
+		if st == nfsv4.NFS4_OK && c.cur.set && len(x.paths) < 4096 {
+			x.paths[c.cur.ino] = p
+		}
+	}
+	failed := ""
+	if st != nfsv4.NFS4_OK {
+		failed = " (" + statusName(st) + ")"
+	}
+	read := func(s string) {
+		if len(x.reads) < maxTxnNotes {
+			if !slices.Contains(x.reads, s) {
+				x.reads = append(x.reads, s)
+			}
+		} else {
+			x.moreReads++
+		}
+	}
+	change := func(s string) {
+		if st != nfsv4.NFS4_OK {
+			read(s) // a failed change had no effect but depended on what it saw
+			return
+		}
+		if len(x.changes) < maxTxnNotes {
+			x.changes = append(x.changes, s)
+		} else {
+			x.moreChanges++
+		}
+	}
+	name := opName(op.code)
+	switch a := op.arg.(type) {
+	case *nfsv4.NfsArgop4_OP_PUTROOTFH, *nfsv4.NfsArgop4_OP_PUTPUBFH:
+		learn("/")
+	case *nfsv4.NfsArgop4_OP_LOOKUP:
+		p := child(cur, a.Oplookup.Objname)
+		learn(p)
+		read(name + " " + p + failed)
+	case *nfsv4.NfsArgop4_OP_OPEN:
+		p := path(cur)
+		if cl, ok := a.Opopen.Claim.(*nfsv4.OpenClaim4_CLAIM_NULL); ok {
+			p = child(cur, cl.File)
+			learn(p)
+		}
+		if _, ok := a.Opopen.Openhow.(*nfsv4.Openflag4_OPEN4_CREATE); ok {
+			change(name + " (create) " + p + failed)
+		} else {
+			read(name + " " + p + failed)
+		}
+	case *nfsv4.NfsArgop4_OP_CREATE:
+		p := child(cur, a.Opcreate.Objname)
+		learn(p)
+		change(name + " " + p + failed)
+	case *nfsv4.NfsArgop4_OP_REMOVE:
+		change(name + " " + child(cur, a.Opremove.Target) + failed)
+	case *nfsv4.NfsArgop4_OP_RENAME:
+		change(name + " " + child(saved, a.Oprename.Oldname) + " -> " + child(cur, a.Oprename.Newname) + failed)
+	case *nfsv4.NfsArgop4_OP_LINK:
+		change(name + " " + path(saved) + " -> " + child(cur, a.Oplink.Newname) + failed)
+	case *nfsv4.NfsArgop4_OP_WRITE, *nfsv4.NfsArgop4_OP_SETATTR, *nfsv4.NfsArgop4_OP_ALLOCATE,
+		*nfsv4.NfsArgop4_OP_DEALLOCATE, *nfsv4.NfsArgop4_OP_COPY, *nfsv4.NfsArgop4_OP_CLONE:
+		change(name + " " + path(cur) + failed)
+	case *nfsv4.NfsArgop4_OP_READ, *nfsv4.NfsArgop4_OP_READ_PLUS, *nfsv4.NfsArgop4_OP_GETATTR,
+		*nfsv4.NfsArgop4_OP_READDIR, *nfsv4.NfsArgop4_OP_READLINK, *nfsv4.NfsArgop4_OP_ACCESS,
+		*nfsv4.NfsArgop4_OP_VERIFY, *nfsv4.NfsArgop4_OP_NVERIFY, *nfsv4.NfsArgop4_OP_SEEK:
+		read(name + " " + path(cur) + failed)
+	}
+}
+
+// report describes a transaction whose commit conflicted.
+func (x *mtxn) report(err error) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "transaction %x: commit conflict: another client changed something this transaction depends on, so an operation below saw a different result when the server re-checked it at commit (%v); nothing was committed.\n",
+		x.id[8:], err)
+	fmt.Fprintf(&b, "The transaction ran %d compounds, %d operations.\n", x.compounds, x.ops)
+	list := func(title string, items []string, more int) {
+		if len(items) == 0 {
+			return
+		}
+		b.WriteString(title)
+		for _, s := range items {
+			b.WriteString("\n  " + s)
+		}
+		if more > 0 {
+			fmt.Fprintf(&b, "\n  ... and %d more", more)
+		}
+		b.WriteString("\n")
+	}
+	list("What it read:", x.reads, x.moreReads)
+	list("What it changed (discarded):", x.changes, x.moreChanges)
+	s := b.String()
+	if len(s) > maxTxnReport {
+		s = strings.ToValidUTF8(s[:maxTxnReport-4], "") + "...\n"
+	}
+	return s
+}
