@@ -155,6 +155,9 @@ type Client struct {
 		lastUse  time.Time
 		// stale is a session to replace before the next COMPOUND.
 		stale *session
+		// txns are the transactions TxnBegin opened and TxnEnd did
+		// not end (aborted by Close).
+		txns map[TxnID]bool
 	}
 	// sessMu serializes session (re)establishment.
 	sessMu sync.Mutex
@@ -527,7 +530,7 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 	for {
 		seq := nfsv4.Sequence4args{SaSessionid: s.id, SaSequenceid: s.seq[slot] + 1,
 			SaSlotid: slot, SaHighestSlotid: uint32(len(s.seq) - 1)}
-		args, err := encodeArgs(cp.Tag, s.limit.MinorVersion, cp.Txn, &seq, cp.ops, cp.size)
+		args, err := encodeArgsJoin(cp.Tag, s.limit.MinorVersion, cp.Txn, cp.TxnID, c.ClientID(), &seq, cp.ops, cp.size)
 		if err != nil {
 			return nil, err
 		}
@@ -536,7 +539,7 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 		}
 		raw, err := c.rawCall(ctx, args, len(cp.ops), cred)
 		if err != nil {
-			if cp.Txn && errors.Is(err, errGarbageArgs) {
+			if (cp.Txn || !cp.TxnID.IsZero()) && errors.Is(err, errGarbageArgs) {
 				return nil, ErrTxnUnsupported
 			}
 			var re *rpcError
@@ -545,13 +548,16 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 			}
 			return nil, err
 		}
-		if cp.Txn && raw.txn == nil {
+		if (cp.Txn || !cp.TxnID.IsZero()) && raw.txn == nil {
 			// A standard server: the unknown first op was answered
 			// OP_ILLEGAL and nothing (not even SEQUENCE) ran.
 			return nil, ErrTxnUnsupported
 		}
 		if len(raw.results) == 0 || raw.results[0].GetResop() != nfsv4.OP_SEQUENCE {
 			if raw.txn != nil && *raw.txn != nfsv4.NFS4_OK {
+				if !cp.TxnID.IsZero() {
+					return nil, txnJoinErr(*raw.txn)
+				}
 				return nil, &StatusError{Op: OpTxn, Status: *raw.txn}
 			}
 			return nil, &StatusError{Op: nfsv4.OP_SEQUENCE, Status: raw.status}
@@ -591,11 +597,19 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 			}
 		}
 		if raw.txn != nil && *raw.txn != nfsv4.NFS4_OK {
+			if !cp.TxnID.IsZero() {
+				return nil, txnJoinErr(*raw.txn)
+			}
 			return nil, &StatusError{Op: OpTxn, Status: *raw.txn}
 		}
 		rep := &Reply{Status: raw.status, Results: raw.results[1:], Statuses: raw.statuses[1:]}
-		switch raw.status {
-		case nfsv4.NFS4ERR_EXPIRED, nfsv4.NFS4ERR_STALE_CLIENTID, nfsv4.NFS4ERR_BADSESSION, nfsv4.NFS4ERR_DEADSESSION:
+		// A transaction operation's EXPIRED or STALE_CLIENTID is about
+		// the transaction, not the client's state.
+		txnFail := len(rep.Results) > 0 && isTxnOp(rep.Results[len(rep.Results)-1].GetResop())
+		switch {
+		case txnFail:
+		case raw.status == nfsv4.NFS4ERR_EXPIRED, raw.status == nfsv4.NFS4ERR_STALE_CLIENTID,
+			raw.status == nfsv4.NFS4ERR_BADSESSION, raw.status == nfsv4.NFS4ERR_DEADSESSION:
 			// The server dropped this client's state: the next COMPOUND
 			// starts a new client ID and session.
 			c.cfg.Logger.Warn("nfs4 client: server dropped the client's state", "status", StatusName(raw.status))
@@ -646,6 +660,7 @@ func (c *Client) Close() error {
 	c.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	c.abortTxns(ctx)
 	var err error
 	if s != nil {
 		// Wait for in-flight compounds to release their slots.

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 
@@ -45,6 +46,14 @@ type Compound struct {
 	Tag string
 	// Txn makes the compound transactional (see OpTxn).
 	Txn bool
+	// TxnID, if not zero, runs the compound inside the multi-compound
+	// transaction TxnID (from Client.TxnBegin; see OpTxnJoin) with
+	// plain-compound semantics: operations run in order and stop at the
+	// first failure; the effects of those before it stay in the
+	// transaction. Do returns an error wrapping ErrTxnExpired,
+	// ErrTxnNotOwner or ErrTxnUnsupported, and runs nothing, if the
+	// transaction cannot be joined. Txn and TxnID are exclusive.
+	TxnID TxnID
 	// Cred, if set, is the AUTH_SYS credential of this COMPOUND instead
 	// of the Client's (e.g. a FUSE mount sends each caller's identity).
 	Cred *Cred
@@ -275,12 +284,21 @@ func (r *Reply) FailedAt() int {
 // encodeArgs encodes COMPOUND4args with the extra leading ops (TXN,
 // SEQUENCE) before c's operations.
 func encodeArgs(tag string, minor uint32, txn bool, seq *nfsv4.Sequence4args, ops []nfsv4.NfsArgop4, size int) ([]byte, error) {
+	return encodeArgsJoin(tag, minor, txn, TxnID{}, 0, seq, ops, size)
+}
+
+// encodeArgsJoin is encodeArgs with TXN_JOIN(join, clientID) first if
+// join is not zero.
+func encodeArgsJoin(tag string, minor uint32, txn bool, join TxnID, clientID uint64, seq *nfsv4.Sequence4args, ops []nfsv4.NfsArgop4, size int) ([]byte, error) {
+	if txn && !join.IsZero() {
+		return nil, errors.New("nfs4 client: Compound.Txn and Compound.TxnID are exclusive")
+	}
 	var b bytes.Buffer
 	b.Grow(size + 128 + len(tag))
 	runtime.WriteUTF8String(&b, 1024, tag)
 	runtime.WriteUnsignedInt(&b, minor)
 	n := len(ops)
-	if txn {
+	if txn || !join.IsZero() {
 		n++
 	}
 	if seq != nil {
@@ -290,6 +308,9 @@ func encodeArgs(tag string, minor uint32, txn bool, seq *nfsv4.Sequence4args, op
 	if txn {
 		runtime.WriteUnsignedInt(&b, uint32(OpTxn))
 		runtime.WriteUnsignedInt(&b, 0)
+	}
+	if !join.IsZero() {
+		writeTxnJoin(&b, join, clientID)
 	}
 	if seq != nil {
 		op := nfsv4.NfsArgop4_OP_SEQUENCE{Opsequence: *seq}
@@ -308,7 +329,7 @@ func encodeArgs(tag string, minor uint32, txn bool, seq *nfsv4.Sequence4args, op
 // rawReply is COMPOUND4res with the extension result split out.
 type rawReply struct {
 	status   nfsv4.Nfsstat4
-	txn      *nfsv4.Nfsstat4 // TXN result, if present
+	txn      *nfsv4.Nfsstat4 // TXN (or TXN_JOIN) result, if present
 	results  []nfsv4.NfsResop4
 	statuses []nfsv4.Nfsstat4
 }
@@ -336,9 +357,18 @@ func decodeReply(b []byte) (*rawReply, error) {
 		}
 		op := nfsv4.NfsOpnum4(binary.BigEndian.Uint32(b[pos:]))
 		ost := nfsv4.Nfsstat4(binary.BigEndian.Uint32(b[pos+4:]))
-		if op == OpTxn && i == 0 {
+		if (op == OpTxn || op == OpTxnJoin) && i == 0 {
 			r.Seek(8, io.SeekCurrent)
 			rep.txn = &ost
+			continue
+		}
+		if op == OpTxnBegin || op == OpTxnEnd {
+			res, err := decodeTxnResult(r, op, ost)
+			if err != nil {
+				return nil, fmt.Errorf("result %d: %w", i, err)
+			}
+			rep.results = append(rep.results, res)
+			rep.statuses = append(rep.statuses, ost)
 			continue
 		}
 		res, _, err := nfsv4.ReadNfsResop4(r)

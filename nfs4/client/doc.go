@@ -21,6 +21,19 @@
 // A WRITE at AppendOffset appends atomically on servers with the vNFS append
 // extension.
 //
+// Multi-compound transactions (txnfs servers only, docs/protocol.md §3):
+// TxnBegin opens a server-side transaction; every COMPOUND sent with
+// Compound.TxnID set to its id runs inside it (plain-compound semantics,
+// isolated from other clients); TxnEnd commits it atomically (or fails
+// with a *TxnConflictError carrying the server's report, committing
+// nothing) or aborts it. A server without the extension makes TxnBegin
+// and joined COMPOUNDs fail with ErrTxnUnsupported before doing anything.
+//
+//	id, err := c.TxnBegin(ctx)
+//	cp := client.Compound{TxnID: id}
+//	... add operations; c.Do(ctx, &cp) as often as needed ...
+//	err = c.TxnEnd(ctx, id, true) // commit
+//
 // # Wire format of a transactional COMPOUND
 //
 //	COMPOUND4args: tag | minorversion | n | TXN(flags=0) | SEQUENCE | op...
