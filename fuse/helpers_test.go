@@ -93,7 +93,10 @@ func (e *env) mount() (string, *Server) {
 	return dir, m
 }
 
-func unmountRetry(t testing.TB, m *Server) {
+func unmountRetry(t testing.TB, m interface {
+	Unmount() error
+	Dir() string
+}) {
 	var err error
 	for range 50 {
 		if err = m.Unmount(); err == nil {

@@ -18,6 +18,7 @@ import (
 	raw "github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/nfs4/client"
 )
 
 // DefaultTimeout is the default kernel cache lifetime of attributes,
@@ -37,8 +38,11 @@ const blockSize = 128 << 10
 
 // Config configures Mount.
 type Config struct {
-	// FS is the engine to serve. Required. Several mounts may share one.
+	// FS is the engine to serve (Mount). Several mounts may share one.
 	FS *fs.FS
+	// Client is the NFSv4.1 client of the server to serve (MountRemote);
+	// the caller closes it after the mount ends.
+	Client *client.Client
 	// Logger receives errors and, with Debug, the FUSE request trace.
 	Logger *slog.Logger
 	// EntryTimeout, AttrTimeout and NegativeTimeout are how long the
@@ -81,8 +85,8 @@ type Config struct {
 
 // Validate checks c and fills in defaults.
 func (c *Config) Validate() error {
-	if c.FS == nil {
-		return errors.New("fuse: Config.FS is required")
+	if c.FS == nil && c.Client == nil {
+		return errors.New("fuse: Config.FS (or Client, for MountRemote) is required")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -145,6 +149,9 @@ var _ raw.RawFileSystem = (*Server)(nil)
 func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.FS == nil {
+		return nil, errors.New("fuse: Mount needs Config.FS (MountRemote serves a Client)")
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

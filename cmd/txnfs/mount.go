@@ -18,6 +18,7 @@ import (
 
 	"github.com/txnfs/txnfs/datadir"
 	"github.com/txnfs/txnfs/fuse"
+	"github.com/txnfs/txnfs/nfs4/client"
 )
 
 // notifyEnv names the file descriptor through which a --background child
@@ -55,12 +56,12 @@ func cacheTimeout(d time.Duration) time.Duration {
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("mount", stderr)
 	fl.Usage = func() {
-		fmt.Fprintln(stderr, "usage: txnfs mount --data DIR [flags] MOUNTPOINT")
+		fmt.Fprintln(stderr, "usage: txnfs mount --data DIR [flags] MOUNTPOINT\n       txnfs mount --server HOST:PORT [flags] MOUNTPOINT")
 		fl.PrintDefaults()
 	}
 	root := os.Geteuid() == 0
 	dir := fl.String("data", "", "data directory to mount (created if missing)")
-	server := fl.String("server", "", "mount a remote NFSv4.1 server HOST:PORT instead of a data directory (not implemented yet)")
+	server := fl.String("server", "", "mount a remote NFSv4.1 server HOST:PORT instead of a data directory (cache timeouts then default to 1s)")
 	background := fl.Bool("background", false, "return once mounted and serve from a background process")
 	logFile := fl.String("log", "", "log file (with --background; default: discard)")
 	allowOther := fl.Bool("allow-other", root, "let all users use the mount (permissions are checked per user)")
@@ -81,10 +82,23 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	mnt := pos[0]
 	switch {
-	case *server != "":
-		return fmt.Errorf("--server: remote mounts are not implemented yet (they need the NFS client library)")
-	case *dir == "":
-		return fmt.Errorf("%w: --data is required", errUsage)
+	case *server != "" && *dir != "":
+		return fmt.Errorf("%w: --data and --server exclude each other", errUsage)
+	case *server != "" && *writeback:
+		return fmt.Errorf("%w: --writeback is for local mounts only", errUsage)
+	case *server == "" && *dir == "":
+		return fmt.Errorf("%w: --data or --server is required", errUsage)
+	}
+	if *server != "" {
+		// Other clients change a remote server's files: short caches
+		// unless asked otherwise.
+		set := map[string]bool{}
+		fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, d := range map[string]*time.Duration{"entry-timeout": entryTimeout, "attr-timeout": attrTimeout, "negative-timeout": negTimeout} {
+			if !set[name] {
+				*d = fuse.DefaultRemoteTimeout
+			}
+		}
 	}
 	if *background && os.Getenv(notifyEnv) == "" {
 		return startBackground(args, *logFile, stderr)
@@ -125,13 +139,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer pprof.StopCPUProfile()
 	}
-	e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log})
-	if err != nil {
-		return fail(err)
-	}
-	defer e.Close()
-	m, err := fuse.Mount(ctx, mnt, fuse.Config{
-		FS:              e.FS,
+	cfg := fuse.Config{
 		Logger:          log,
 		EntryTimeout:    cacheTimeout(*entryTimeout),
 		AttrTimeout:     cacheTimeout(*attrTimeout),
@@ -140,11 +148,32 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DirectMount:     *direct,
 		Debug:           *debug,
 		Writeback:       *writeback,
-	})
-	if err != nil {
-		return fail(err)
 	}
-	log.Info("txnfs mounted", "mountpoint", mnt, "data", *dir)
+	var m fuse.Mounted
+	if *server != "" {
+		c, err := client.Dial(ctx, client.Config{Addr: *server, Logger: log})
+		if err != nil {
+			return fail(fmt.Errorf("connecting to %s: %w", *server, err))
+		}
+		defer c.Close()
+		cfg.Client = c
+		cfg.FsName = "txnfs:" + *server
+		if m, err = fuse.MountRemote(ctx, mnt, cfg); err != nil {
+			return fail(err)
+		}
+		log.Info("txnfs mounted", "mountpoint", mnt, "server", *server)
+	} else {
+		e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log})
+		if err != nil {
+			return fail(err)
+		}
+		defer e.Close()
+		cfg.FS = e.FS
+		if m, err = fuse.Mount(ctx, mnt, cfg); err != nil {
+			return fail(err)
+		}
+		log.Info("txnfs mounted", "mountpoint", mnt, "data", *dir)
+	}
 	if notify != nil {
 		fmt.Fprintln(notify, "ok")
 		notify.Close()
@@ -154,7 +183,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // serveMount serves until the mount goes away or ctx ends (SIGINT,
 // SIGTERM), then unmounts.
-func serveMount(ctx context.Context, m *fuse.Server, log *slog.Logger) error {
+func serveMount(ctx context.Context, m fuse.Mounted, log *slog.Logger) error {
 	done := make(chan struct{})
 	go func() {
 		m.Wait()

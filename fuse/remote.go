@@ -1,0 +1,1395 @@
+package fuse
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+	raw "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/nfs4/client"
+)
+
+// DefaultRemoteTimeout is the default kernel cache lifetime of entries,
+// attributes and negative lookups on a remote mount: other clients change
+// the files, and nothing tells this mount (no delegations or callbacks),
+// so caches are short. Opens revalidate regardless (close-to-open).
+const DefaultRemoteTimeout = time.Second
+
+// RemoteServer is a FUSE mount of a remote NFSv4.1 server through
+// nfs4/client. It implements go-fuse's RawFileSystem with one COMPOUND per
+// FUSE request (two where a check must precede a change), sent with the
+// AUTH_SYS identity of the request's caller.
+//
+// Node ids: the root is 1; every other object gets a fresh node id the
+// first time the kernel learns of it, keyed by its fileid (stable on the
+// server), and the table keeps its file handle and the kernel's lookup
+// count; FORGET frees the entry.
+//
+// Open files: each FUSE open is an NFS OPEN with its own open-owner (so
+// opens of one file are independent states and CLOSE of one does not
+// affect another); writes are UNSTABLE and COMMITted at fsync and at
+// close (FLUSH), and opens revalidate the change attribute to decide
+// whether the kernel keeps its cached pages (close-to-open). A file
+// removed while open stays usable because the server keeps open files
+// (the txnfs server pins an inode while an open state refers to it; see
+// docs/fuse.md for why no silly rename is done).
+type RemoteServer struct {
+	raw.RawFileSystem
+
+	cfg Config
+	c   *client.Client
+	log interface {
+		Error(msg string, args ...any)
+		Warn(msg string, args ...any)
+		Info(msg string, args ...any)
+		Debug(msg string, args ...any)
+	}
+	dir    string
+	uid    uint32
+	ctx    context.Context
+	cancel context.CancelFunc
+	srv    *raw.Server
+
+	maxRead, maxWrite int
+	appendExt         bool // WRITE at client.AppendOffset appends atomically
+
+	nodes   rnodeTable
+	handles struct {
+		sync.Mutex
+		next uint64
+		m    map[uint64]*rhandle
+	}
+	notify notifier
+	sb     remoteSandbox
+
+	shutdownOnce sync.Once
+}
+
+var _ raw.RawFileSystem = (*RemoteServer)(nil)
+
+// rnode is an object the kernel knows. fh and fileid never change.
+type rnode struct {
+	fh      []byte
+	fileid  uint64
+	lookups uint64
+	change  uint64      // change attribute last given to the kernel (guarded by the table lock)
+	dirty   atomic.Bool // UNSTABLE writes not yet committed
+}
+
+// rnodeTable maps node ids to objects.
+type rnodeTable struct {
+	mu       sync.Mutex
+	next     uint64
+	byID     map[uint64]*rnode
+	byFileID map[uint64]uint64
+}
+
+func (t *rnodeTable) init(rootFH []byte, rootFileID uint64) {
+	t.byID = map[uint64]*rnode{1: {fh: rootFH, fileid: rootFileID, lookups: 1}}
+	t.byFileID = map[uint64]uint64{rootFileID: 1}
+	t.next = 1
+}
+
+// get returns the node with id, or nil.
+func (t *rnodeTable) get(id uint64) *rnode {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.byID[id]
+}
+
+// ref records one kernel lookup of the object (fh, fileid) and returns
+// its node id.
+func (t *rnodeTable) ref(fh []byte, fileid uint64) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if id, ok := t.byFileID[fileid]; ok {
+		n := t.byID[id]
+		if string(n.fh) == string(fh) {
+			if id != 1 {
+				n.lookups++
+			}
+			return id
+		}
+		// The fileid now names another object (a server that reuses
+		// fileids): the old node keeps its handle until forgotten.
+	}
+	t.next++
+	id := t.next
+	t.byID[id] = &rnode{fh: append([]byte(nil), fh...), fileid: fileid, lookups: 1}
+	t.byFileID[fileid] = id
+	return id
+}
+
+// forget drops k lookups of id.
+func (t *rnodeTable) forget(id, k uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.byID[id]
+	if n == nil || id == 1 {
+		return
+	}
+	if n.lookups > k {
+		n.lookups -= k
+		return
+	}
+	delete(t.byID, id)
+	if t.byFileID[n.fileid] == id {
+		delete(t.byFileID, n.fileid)
+	}
+}
+
+// saw records the change attribute given to the kernel for id; opened
+// does the same and reports whether it equals the previous one.
+func (t *rnodeTable) saw(id, change uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := t.byID[id]; n != nil {
+		n.change = change
+	}
+}
+
+func (t *rnodeTable) opened(id, change uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.byID[id]
+	if n == nil {
+		return false
+	}
+	same := n.change == change && change != 0
+	n.change = change
+	return same
+}
+
+func (t *rnodeTable) known() []fs.Ino {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]fs.Ino, 0, len(t.byID))
+	for id, n := range t.byID {
+		n.change = 0
+		out = append(out, fs.Ino(id))
+	}
+	return out
+}
+
+// rhandle is an open file: an NFS open state.
+type rhandle struct {
+	node   uint64
+	n      *rnode
+	sid    nfsv4.Stateid4
+	write  bool
+	append bool
+}
+
+// MountRemote mounts the NFSv4.1 server reached by cfg.Client on dir.
+// cfg.FS, Group and Writeback must be unset. The caller keeps ownership
+// of the client and closes it after the mount ends.
+func MountRemote(ctx context.Context, dir string, cfg Config) (*RemoteServer, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("fuse: MountRemote needs Config.Client")
+	}
+	if cfg.FS != nil || cfg.Group != nil || cfg.Writeback {
+		return nil, errors.New("fuse: a remote mount takes no FS, Group or Writeback")
+	}
+	for _, d := range []*time.Duration{&cfg.EntryTimeout, &cfg.AttrTimeout, &cfg.NegativeTimeout} {
+		if *d == 0 {
+			*d = DefaultRemoteTimeout
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	mctx, cancel := context.WithCancel(context.Background())
+	m := &RemoteServer{
+		RawFileSystem: raw.NewDefaultRawFileSystem(),
+		cfg:           cfg,
+		c:             cfg.Client,
+		log:           cfg.Logger.With("mount", dir),
+		dir:           dir,
+		uid:           uint32(os.Getuid()),
+		ctx:           mctx,
+		cancel:        cancel,
+	}
+	m.handles.m = map[uint64]*rhandle{}
+	if err := m.probe(ctx); err != nil {
+		cancel()
+		return nil, err
+	}
+	if cfg.MaxWrite > m.maxWrite {
+		cfg.MaxWrite = m.maxWrite
+		m.cfg.MaxWrite = m.maxWrite
+	}
+	opts := &raw.MountOptions{
+		AllowOther:    cfg.AllowOther,
+		FsName:        cfg.FsName,
+		Name:          "txnfs",
+		MaxWrite:      cfg.MaxWrite,
+		MaxBackground: 64,
+		DirectMount:   cfg.DirectMount,
+		Debug:         cfg.Debug,
+		Logger:        log.New(&logWriter{cfg.Logger}, "", 0),
+		// As for a local mount: the kernel checks permissions from the
+		// attributes it caches, the server checks them again for the
+		// caller's AUTH_SYS identity.
+		Options: []string{"default_permissions"},
+		// ATOMIC_O_TRUNC: O_TRUNC is applied by the OPEN COMPOUND.
+		// HANDLE_KILLPRIV: the server clears setuid/setgid on write.
+		// IOCTL_DIR: the sandbox control ioctl on the root.
+		ExtraCapabilities: raw.CAP_ATOMIC_O_TRUNC | raw.CAP_HANDLE_KILLPRIV | raw.CAP_IOCTL_DIR |
+			raw.CAP_DIRECT_IO_ALLOW_MMAP,
+	}
+	srv, err := raw.NewServer(m, dir, opts)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("fuse: mounting %s: %w", dir, err)
+	}
+	m.srv = srv
+	m.notify.start(srv, cfg.Logger)
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		srv.Unmount()
+		cancel()
+		return nil, fmt.Errorf("fuse: mounting %s: %w", dir, err)
+	}
+	if cfg.ReadAheadKB > 0 {
+		(&Server{dir: dir, log: cfg.Logger}).setReadAhead(cfg.ReadAheadKB)
+	}
+	return m, nil
+}
+
+// probe reads the root's handle and fileid and the server's I/O limits.
+func (m *RemoteServer) probe(ctx context.Context) error {
+	var cp client.Compound
+	cp.PutRootFH()
+	cp.GetFH()
+	cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_TYPE, nfsv4.FATTR4_FILEID, nfsv4.FATTR4_MAXREAD, nfsv4.FATTR4_MAXWRITE))
+	rep, err := m.c.Do(ctx, &cp)
+	if err == nil {
+		err = rep.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("fuse: reading the server's root: %w", err)
+	}
+	fh := resFH(rep.Results[1])
+	a, err := resAttrs(rep.Results[2])
+	if err != nil {
+		return err
+	}
+	if a.Type != nfsv4.NF4DIR {
+		return fmt.Errorf("fuse: the server's root is not a directory")
+	}
+	m.nodes.init(fh, a.FileID)
+	// Leave room for the COMPOUND and RPC headers.
+	lim := m.c.Limits()
+	m.maxRead = int(lim.MaxResponseSize) - 4096
+	m.maxWrite = int(lim.MaxRequestSize) - 4096
+	if a.MaxRead > 0 && a.MaxRead < uint64(m.maxRead) {
+		m.maxRead = int(a.MaxRead)
+	}
+	if a.MaxWrite > 0 && a.MaxWrite < uint64(m.maxWrite) {
+		m.maxWrite = int(a.MaxWrite)
+	}
+	m.maxRead = max(m.maxRead, 4096)
+	m.maxWrite = max(m.maxWrite&^4095, 4096)
+	m.appendExt = lim.ServerImpl == "txnfs"
+	return nil
+}
+
+// Dir returns the mount point.
+func (m *RemoteServer) Dir() string { return m.dir }
+
+// Wait blocks until the file system is unmounted.
+func (m *RemoteServer) Wait() {
+	m.srv.Wait()
+	m.shutdown()
+}
+
+// Unmount unmounts the file system; it fails (EBUSY) while in use. An
+// active sandbox is aborted.
+func (m *RemoteServer) Unmount() error {
+	if err := m.srv.Unmount(); err != nil {
+		return fmt.Errorf("fuse: unmounting %s: %w", m.dir, err)
+	}
+	m.srv.Wait()
+	m.shutdown()
+	return nil
+}
+
+func (m *RemoteServer) shutdown() {
+	m.shutdownOnce.Do(func() {
+		m.abortSandboxAtExit()
+		m.notify.stop()
+		// Close the open states the kernel did not release.
+		m.handles.Lock()
+		hs := m.handles.m
+		m.handles.m = map[uint64]*rhandle{}
+		m.handles.Unlock()
+		for _, h := range hs {
+			var cp client.Compound
+			cp.PutFH(h.n.fh)
+			cp.Close(h.sid)
+			m.c.Do(m.ctx, &cp)
+		}
+		m.cancel()
+	})
+}
+
+// String implements RawFileSystem.
+func (m *RemoteServer) String() string { return "txnfs-remote" }
+
+// Init implements RawFileSystem.
+func (m *RemoteServer) Init(*raw.Server) {}
+
+// OnUnmount implements RawFileSystem.
+func (m *RemoteServer) OnUnmount() {}
+
+// cred is the AUTH_SYS identity of a request's caller.
+func (m *RemoteServer) cred(h *raw.InHeader) *client.Cred {
+	c := &client.Cred{UID: h.Uid, GID: h.Gid}
+	if h.Uid != 0 && h.Pid != 0 && !m.cfg.NoGroups {
+		c.GIDs = procGroups(h.Pid)
+	}
+	return c
+}
+
+// do sends cp as the caller of h (inside the sandbox's transaction when
+// one is active) and returns the reply; the error is the failing
+// operation's (a *client.StatusError) or the transport's.
+func (m *RemoteServer) do(h *raw.InHeader, cp *client.Compound) (*client.Reply, error) {
+	cp.Cred = m.cred(h)
+	release := m.sb.join(cp)
+	rep, err := m.c.Do(m.ctx, cp)
+	release(err == nil)
+	if err != nil {
+		return nil, err
+	}
+	return rep, rep.Err()
+}
+
+// status converts an error of do to a FUSE status.
+func (m *RemoteServer) status(op string, err error) raw.Status {
+	if err == nil {
+		return raw.OK
+	}
+	var se *client.StatusError
+	if errors.As(err, &se) {
+		e := client.Errno(se.Status)
+		if e == syscall.EIO || se.Status == nfsv4.NFS4ERR_SERVERFAULT {
+			m.log.Error("server error", "op", op, "err", err)
+		}
+		return raw.Status(e)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return raw.EINTR
+	}
+	var ee syscall.Errno
+	if errors.As(err, &ee) {
+		return raw.Status(ee)
+	}
+	m.log.Error("request failed", "op", op, "err", err)
+	return raw.EIO
+}
+
+// node returns the node of a request, or nil (ESTALE: the kernel looks
+// the name up again).
+func (m *RemoteServer) node(id uint64) *rnode { return m.nodes.get(id) }
+
+func resFH(r nfsv4.NfsResop4) []byte {
+	if g, ok := r.(*nfsv4.NfsResop4_OP_GETFH); ok {
+		if ok, _ := g.Opgetfh.(*nfsv4.Getfh4res_NFS4_OK); ok != nil {
+			return ok.Resok4.Object
+		}
+	}
+	return nil
+}
+
+func resAttrs(r nfsv4.NfsResop4) (client.Attrs, error) {
+	if g, ok := r.(*nfsv4.NfsResop4_OP_GETATTR); ok {
+		if ok, _ := g.Opgetattr.(*nfsv4.Getattr4res_NFS4_OK); ok != nil {
+			return client.DecodeAttrs(ok.Resok4.ObjAttributes)
+		}
+	}
+	return client.Attrs{}, fmt.Errorf("fuse: expected a GETATTR result, got %T", r)
+}
+
+func remoteTypeBits(t nfsv4.NfsFtype4) uint32 {
+	switch t {
+	case nfsv4.NF4REG:
+		return syscall.S_IFREG
+	case nfsv4.NF4DIR:
+		return syscall.S_IFDIR
+	case nfsv4.NF4LNK:
+		return syscall.S_IFLNK
+	case nfsv4.NF4FIFO:
+		return syscall.S_IFIFO
+	case nfsv4.NF4SOCK:
+		return syscall.S_IFSOCK
+	case nfsv4.NF4CHR:
+		return syscall.S_IFCHR
+	case nfsv4.NF4BLK:
+		return syscall.S_IFBLK
+	}
+	return syscall.S_IFREG
+}
+
+func fillRemoteAttr(out *raw.Attr, a *client.Attrs) {
+	out.Ino = a.FileID
+	out.Size = a.Size
+	out.Blocks = (a.SpaceUsed + 511) / 512
+	out.Atime, out.Atimensec = uint64(a.Atime.Unix()), uint32(a.Atime.Nanosecond())
+	out.Mtime, out.Mtimensec = uint64(a.Mtime.Unix()), uint32(a.Mtime.Nanosecond())
+	out.Ctime, out.Ctimensec = uint64(a.Ctime.Unix()), uint32(a.Ctime.Nanosecond())
+	out.Mode = remoteTypeBits(a.Type) | a.Mode&07777
+	out.Nlink = a.Nlink
+	out.Uid, _ = a.Uid()
+	out.Gid, _ = a.Gid()
+	out.Rdev = encodeDev(uint64(a.Rdev.Specdata1)<<32 | uint64(a.Rdev.Specdata2))
+	out.Blksize = blockSize
+}
+
+// entry fills out for an object the kernel now references.
+func (m *RemoteServer) entry(out *raw.EntryOut, fh []byte, a *client.Attrs) {
+	id := m.nodes.ref(fh, a.FileID)
+	out.NodeId = id
+	out.SetEntryTimeout(m.cfg.EntryTimeout)
+	out.SetAttrTimeout(m.cfg.AttrTimeout)
+	fillRemoteAttr(&out.Attr, a)
+	m.nodes.saw(id, a.Change)
+}
+
+func (m *RemoteServer) attrOut(id uint64, out *raw.AttrOut, a *client.Attrs) {
+	out.SetTimeout(m.cfg.AttrTimeout)
+	fillRemoteAttr(&out.Attr, a)
+	m.nodes.saw(id, a.Change)
+}
+
+// Lookup implements RawFileSystem: PUTFH LOOKUP GETFH GETATTR.
+func (m *RemoteServer) Lookup(_ <-chan struct{}, h *raw.InHeader, name string, out *raw.EntryOut) raw.Status {
+	dir := m.node(h.NodeId)
+	if dir == nil {
+		return raw.Status(syscall.ESTALE)
+	}
+	var cp client.Compound
+	cp.PutFH(dir.fh)
+	switch name {
+	case ".":
+	case "..":
+		cp.LookupP()
+	default:
+		cp.Lookup(name)
+	}
+	fhAt := cp.GetFH()
+	attrAt := cp.GetAttr(client.StatMask)
+	rep, err := m.do(h, &cp)
+	if err != nil {
+		var se *client.StatusError
+		if errors.As(err, &se) && se.Status == nfsv4.NFS4ERR_NOENT && m.cfg.NegativeTimeout > 0 {
+			*out = raw.EntryOut{}
+			out.SetEntryTimeout(m.cfg.NegativeTimeout)
+			return raw.OK
+		}
+		return m.status("lookup", err)
+	}
+	a, err := resAttrs(rep.Results[attrAt])
+	if err != nil {
+		return m.status("lookup", err)
+	}
+	m.entry(out, resFH(rep.Results[fhAt]), &a)
+	return raw.OK
+}
+
+// Forget implements RawFileSystem.
+func (m *RemoteServer) Forget(nodeid, nlookup uint64) { m.nodes.forget(nodeid, nlookup) }
+
+// GetAttr implements RawFileSystem: PUTFH GETATTR.
+func (m *RemoteServer) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.AttrOut) raw.Status {
+	n := m.node(in.NodeId)
+	if n == nil {
+		return raw.Status(syscall.ESTALE)
+	}
+	var cp client.Compound
+	cp.PutFH(n.fh)
+	cp.GetAttr(client.StatMask)
+	rep, err := m.do(&in.InHeader, &cp)
+	if err != nil {
+		return m.status("getattr", err)
+	}
+	a, err := resAttrs(rep.Results[1])
+	if err != nil {
+		return m.status("getattr", err)
+	}
+	m.attrOut(in.NodeId, out, &a)
+	return raw.OK
+}
+
+// SetAttr implements RawFileSystem: PUTFH SETATTR GETATTR (truncation
+// through an open file uses its open stateid).
+func (m *RemoteServer) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.AttrOut) raw.Status {
+	n := m.node(in.NodeId)
+	if n == nil {
+		return raw.Status(syscall.ESTALE)
+	}
+	var sa client.SetAttrs
+	if mode, ok := in.GetMode(); ok {
+		sa.SetMode, sa.Mode = true, mode&07777
+	}
+	if uid, ok := in.GetUID(); ok {
+		sa.SetUid, sa.Uid = true, uid
+	}
+	if gid, ok := in.GetGID(); ok {
+		sa.SetGid, sa.Gid = true, gid
+	}
+	sid := client.AnonymousStateid
+	if size, ok := in.GetSize(); ok {
+		sa.SetSize, sa.Size = true, size
+		if fh, ok := in.GetFh(); ok {
+			if h := m.handle(fh); h != nil && h.write {
+				sid = h.sid
+			}
+		}
+	}
+	if in.Valid&raw.FATTR_ATIME != 0 {
+		sa.SetAtime = true
+		if in.Valid&raw.FATTR_ATIME_NOW == 0 {
+			sa.Atime = time.Unix(int64(in.Atime), int64(in.Atimensec))
+		}
+	}
+	if in.Valid&raw.FATTR_MTIME != 0 {
+		sa.SetMtime = true
+		if in.Valid&raw.FATTR_MTIME_NOW == 0 {
+			sa.Mtime = time.Unix(int64(in.Mtime), int64(in.Mtimensec))
+		}
+	}
+	var cp client.Compound
+	cp.PutFH(n.fh)
+	if !sa.Empty() {
+		cp.SetAttr(sid, sa.Encode())
+	}
+	at := cp.GetAttr(client.StatMask)
+	rep, err := m.do(&in.InHeader, &cp)
+	if err != nil {
+		return m.status("setattr", err)
+	}
+	a, err := resAttrs(rep.Results[at])
+	if err != nil {
+		return m.status("setattr", err)
+	}
+	m.attrOut(in.NodeId, out, &a)
+	return raw.OK
+}
+
+// create sends PUTFH(dir) op GETFH GETATTR, where add adds op (CREATE or
+// OPEN), and answers with the new entry.
+func (m *RemoteServer) create(op string, h *raw.InHeader, add func(*client.Compound), out *raw.EntryOut) raw.Status {
+	dir := m.node(h.NodeId)
+	if dir == nil {
+		return raw.Status(syscall.ESTALE)
+	}
+	var cp client.Compound
+	cp.PutFH(dir.fh)
+	add(&cp)
+	fhAt := cp.GetFH()
+	attrAt := cp.GetAttr(client.StatMask)
+	rep, err := m.do(h, &cp)
+	if err != nil {
+		return m.status(op, err)
+	}
+	a, err := resAttrs(rep.Results[attrAt])
+	if err != nil {
+		return m.status(op, err)
+	}
+	m.entry(out, resFH(rep.Results[fhAt]), &a)
+	return raw.OK
+}
+
+func modeAttrs(mode uint32) nfsv4.Fattr4 {
+	s := client.SetAttrs{SetMode: true, Mode: mode & 07777}
+	return s.Encode()
+}
+
+// Mkdir implements RawFileSystem: CREATE NF4DIR.
+func (m *RemoteServer) Mkdir(_ <-chan struct{}, in *raw.MkdirIn, name string, out *raw.EntryOut) raw.Status {
+	return m.create("mkdir", &in.InHeader, func(cp *client.Compound) { cp.Mkdir(name, modeAttrs(in.Mode)) }, out)
+}
+
+// Symlink implements RawFileSystem: CREATE NF4LNK.
+func (m *RemoteServer) Symlink(_ <-chan struct{}, h *raw.InHeader, target, name string, out *raw.EntryOut) raw.Status {
+	return m.create("symlink", h, func(cp *client.Compound) { cp.Symlink(name, target, modeAttrs(0o777)) }, out)
+}
+
+// Mknod implements RawFileSystem: CREATE of a FIFO, socket or device; a
+// regular file is an exclusive OPEN and CLOSE.
+func (m *RemoteServer) Mknod(_ <-chan struct{}, in *raw.MknodIn, name string, out *raw.EntryOut) raw.Status {
+	var typ nfsv4.Createtype4
+	dev := decodeDev(in.Rdev)
+	spec := nfsv4.Specdata4{Specdata1: uint32(dev >> 32), Specdata2: uint32(dev)}
+	switch in.Mode & syscall.S_IFMT {
+	case syscall.S_IFREG, 0:
+		return m.create("mknod", &in.InHeader, func(cp *client.Compound) {
+			cp.Open(m.c.ClientID(), m.newOwner(), client.OpenArgs{Name: name, Access: nfsv4.OPEN4_SHARE_ACCESS_READ,
+				Create: true, Exclusive: true, CreateAttrs: modeAttrs(in.Mode)})
+			// CLOSE after GETFH/GETATTR would also do; the current
+			// stateid is the OPEN's until then.
+			cp.Close(client.CurrentStateid)
+		}, out)
+	case syscall.S_IFIFO:
+		typ = &nfsv4.Createtype4_NF4FIFO{}
+	case syscall.S_IFSOCK:
+		typ = &nfsv4.Createtype4_NF4SOCK{}
+	case syscall.S_IFCHR:
+		typ = &nfsv4.Createtype4_NF4CHR{Devdata: spec}
+	case syscall.S_IFBLK:
+		typ = &nfsv4.Createtype4_NF4BLK{Devdata: spec}
+	default:
+		return raw.EINVAL
+	}
+	return m.create("mknod", &in.InHeader, func(cp *client.Compound) {
+		cp.Add(&nfsv4.NfsArgop4_OP_CREATE{Opcreate: nfsv4.Create4args{Objtype: typ, Objname: name, Createattrs: modeAttrs(in.Mode)}})
+	}, out)
+}
+
+// Link implements RawFileSystem: PUTFH(file) SAVEFH PUTFH(dir) LINK
+// PUTFH(file) GETATTR.
+func (m *RemoteServer) Link(_ <-chan struct{}, in *raw.LinkIn, name string, out *raw.EntryOut) raw.Status {
+	dir, file := m.node(in.NodeId), m.node(in.Oldnodeid)
+	if dir == nil || file == nil {
+		return raw.Status(syscall.ESTALE)
+	}
+	var cp client.Compound
+	cp.PutFH(file.fh)
+	cp.SaveFH()
+	cp.PutFH(dir.fh)
+	cp.Link(name)
+	cp.PutFH(file.fh)
+	at := cp.GetAttr(client.StatMask)
+	rep, err := m.do(&in.InHeader, &cp)
+	if err != nil {
+		return m.status("link", err)
+	}
+	a, err := resAttrs(rep.Results[at])
+	if err != nil {
+		return m.status("link", err)
+	}
+	m.entry(out, file.fh, &a)
+	return raw.OK
+}
+
+// remove is REMOVE. The kernel has already checked the victim's type
+// against unlink/rmdir from its cached attributes.
+func (m *RemoteServer) remove(op string, h *raw.InHeader, name string) raw.Status {
+	dir := m.node(h.NodeId)
+	if dir == nil {
+		return raw.Status(syscall.ESTALE)
+	}
+	var cp client.Compound
+	cp.PutFH(dir.fh)
+	cp.Remove(name)
+	_, err := m.do(h, &cp)
+	return m.status(op, err)
+}
+
+// Unlink implements RawFileSystem.
+func (m *RemoteServer) Unlink(_ <-chan struct{}, h *raw.InHeader, name string) raw.Status {
+	return m.remove("unlink", h, name)
+}
+
+// Rmdir implements RawFileSystem.
+func (m *RemoteServer) Rmdir(_ <-chan struct{}, h *raw.InHeader, name string) raw.Status {
+	return m.remove("rmdir", h, name)
+}
+
+// Rename implements RawFileSystem: PUTFH(src) SAVEFH PUTFH(dst) RENAME.
+// RENAME_NOREPLACE checks the target first (not atomic with the rename);
+// RENAME_EXCHANGE has no NFS equivalent.
+func (m *RemoteServer) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newName string) raw.Status {
+	if in.Flags&^renameNoReplace != 0 {
+		return raw.EINVAL
+	}
+	src, dst := m.node(in.NodeId), m.node(in.Newdir)
+	if src == nil || dst == nil {
+		return raw.Status(syscall.ESTALE)
+	}
+	if in.Flags&renameNoReplace != 0 {
+		var cp client.Compound
+		cp.PutFH(dst.fh)
+		cp.Lookup(newName)
+		_, err := m.do(&in.InHeader, &cp)
+		var se *client.StatusError
+		switch {
+		case err == nil:
+			return raw.Status(syscall.EEXIST)
+		case !errors.As(err, &se) || se.Status != nfsv4.NFS4ERR_NOENT:
+			return m.status("rename", err)
+		}
+	}
+	var cp client.Compound
+	cp.PutFH(src.fh)
+	cp.SaveFH()
+	cp.PutFH(dst.fh)
+	cp.Rename(oldName, newName)
+	_, err := m.do(&in.InHeader, &cp)
+	return m.status("rename", err)
+}
+
+// Readlink implements RawFileSystem.
+func (m *RemoteServer) Readlink(_ <-chan struct{}, h *raw.InHeader) ([]byte, raw.Status) {
+	n := m.node(h.NodeId)
+	if n == nil {
+		return nil, raw.Status(syscall.ESTALE)
+	}
+	var cp client.Compound
+	cp.PutFH(n.fh)
+	cp.Readlink()
+	rep, err := m.do(h, &cp)
+	if err != nil {
+		return nil, m.status("readlink", err)
+	}
+	if r, ok := rep.Results[1].(*nfsv4.NfsResop4_OP_READLINK); ok {
+		if ok, _ := r.Opreadlink.(*nfsv4.Readlink4res_NFS4_OK); ok != nil {
+			return ok.Resok4.Link, raw.OK
+		}
+	}
+	return nil, raw.EIO
+}
+
+// Access implements RawFileSystem with ACCESS.
+func (m *RemoteServer) Access(_ <-chan struct{}, in *raw.AccessIn) raw.Status {
+	n := m.node(in.NodeId)
+	if n == nil {
+		return raw.Status(syscall.ESTALE)
+	}
+	var bits uint32
+	if in.Mask&4 != 0 {
+		bits |= nfsv4.ACCESS4_READ
+	}
+	if in.Mask&2 != 0 {
+		bits |= nfsv4.ACCESS4_MODIFY
+	}
+	if in.Mask&1 != 0 {
+		bits |= nfsv4.ACCESS4_EXECUTE | nfsv4.ACCESS4_LOOKUP
+	}
+	var cp client.Compound
+	cp.PutFH(n.fh)
+	cp.Access(bits)
+	rep, err := m.do(&in.InHeader, &cp)
+	if err != nil {
+		return m.status("access", err)
+	}
+	r, _ := rep.Results[1].(*nfsv4.NfsResop4_OP_ACCESS)
+	if r == nil {
+		return raw.EIO
+	}
+	ok, _ := r.Opaccess.(*nfsv4.Access4res_NFS4_OK)
+	if ok == nil {
+		return raw.EIO
+	}
+	got := ok.Resok4.Access
+	if bits&nfsv4.ACCESS4_READ != 0 && got&nfsv4.ACCESS4_READ == 0 ||
+		bits&nfsv4.ACCESS4_MODIFY != 0 && got&nfsv4.ACCESS4_MODIFY == 0 ||
+		in.Mask&1 != 0 && got&(nfsv4.ACCESS4_EXECUTE|nfsv4.ACCESS4_LOOKUP) == 0 {
+		return raw.EACCES
+	}
+	return raw.OK
+}
+
+// statfsMask are the space attributes StatFs asks for, in increasing
+// number order (the order of their values).
+var statfsMask = client.MakeBitmap(nfsv4.FATTR4_FILES_AVAIL, nfsv4.FATTR4_FILES_FREE, nfsv4.FATTR4_FILES_TOTAL,
+	nfsv4.FATTR4_MAXNAME, nfsv4.FATTR4_SPACE_AVAIL, nfsv4.FATTR4_SPACE_FREE, nfsv4.FATTR4_SPACE_TOTAL)
+
+// StatFs implements RawFileSystem from the space attributes of the root.
+func (m *RemoteServer) StatFs(_ <-chan struct{}, h *raw.InHeader, out *raw.StatfsOut) raw.Status {
+	var cp client.Compound
+	cp.PutFH(m.nodes.get(1).fh)
+	cp.GetAttr(statfsMask)
+	rep, err := m.do(h, &cp)
+	if err != nil {
+		return m.status("statfs", err)
+	}
+	g, _ := rep.Results[1].(*nfsv4.NfsResop4_OP_GETATTR)
+	ok, _ := g.Opgetattr.(*nfsv4.Getattr4res_NFS4_OK)
+	if ok == nil {
+		return raw.EIO
+	}
+	f := ok.Resok4.ObjAttributes
+	b := f.AttrVals
+	var vals [7]uint64
+	for i, attr := range []uint32{nfsv4.FATTR4_FILES_AVAIL, nfsv4.FATTR4_FILES_FREE, nfsv4.FATTR4_FILES_TOTAL,
+		nfsv4.FATTR4_MAXNAME, nfsv4.FATTR4_SPACE_AVAIL, nfsv4.FATTR4_SPACE_FREE, nfsv4.FATTR4_SPACE_TOTAL} {
+		if !client.Bitmap(f.Attrmask).Has(attr) {
+			continue
+		}
+		w := 8
+		if attr == nfsv4.FATTR4_MAXNAME {
+			w = 4
+		}
+		if len(b) < w {
+			return raw.EIO
+		}
+		if w == 4 {
+			vals[i] = uint64(binary.BigEndian.Uint32(b))
+		} else {
+			vals[i] = binary.BigEndian.Uint64(b)
+		}
+		b = b[w:]
+	}
+	const bs = 4096
+	*out = raw.StatfsOut{Files: vals[2], Ffree: vals[1], NameLen: uint32(vals[3]),
+		Blocks: vals[6] / bs, Bfree: vals[5] / bs, Bavail: vals[4] / bs, Bsize: bs, Frsize: bs}
+	if out.NameLen == 0 {
+		out.NameLen = 255
+	}
+	return raw.OK
+}
+
+// newOwner returns a fresh open-owner: every FUSE open is its own NFS
+// open state.
+func (m *RemoteServer) newOwner() []byte {
+	m.handles.Lock()
+	m.handles.next++
+	k := m.handles.next
+	m.handles.Unlock()
+	return append(append([]byte(nil), m.c.OpenOwner()...), "/"+strconv.FormatUint(k, 10)...)
+}
+
+func (m *RemoteServer) handle(fh uint64) *rhandle {
+	m.handles.Lock()
+	defer m.handles.Unlock()
+	return m.handles.m[fh]
+}
+
+func (m *RemoteServer) addHandle(h *rhandle) uint64 {
+	m.handles.Lock()
+	defer m.handles.Unlock()
+	m.handles.next++
+	m.handles.m[m.handles.next] = h
+	return m.handles.next
+}
+
+func shareAccess(flags uint32) uint32 {
+	switch flags & syscall.O_ACCMODE {
+	case syscall.O_RDONLY:
+		if flags&syscall.O_TRUNC != 0 {
+			return nfsv4.OPEN4_SHARE_ACCESS_BOTH
+		}
+		return nfsv4.OPEN4_SHARE_ACCESS_READ
+	case syscall.O_WRONLY:
+		return nfsv4.OPEN4_SHARE_ACCESS_WRITE
+	}
+	return nfsv4.OPEN4_SHARE_ACCESS_BOTH
+}
+
+func resStateid(r nfsv4.NfsResop4) (nfsv4.Stateid4, bool) {
+	if o, ok := r.(*nfsv4.NfsResop4_OP_OPEN); ok {
+		if ok, _ := o.Opopen.(*nfsv4.Open4res_NFS4_OK); ok != nil {
+			return ok.Resok4.Stateid, true
+		}
+	}
+	return nfsv4.Stateid4{}, false
+}
+
+// openFlags returns the FUSE open flags after an open of node id whose
+// change attribute is change: the kernel keeps its pages only if the file
+// did not change since it last saw its attributes (close-to-open);
+// O_APPEND handles use direct I/O so that each write(2) is one atomic
+// append.
+func (m *RemoteServer) openFlags(id uint64, flags uint32, change uint64) uint32 {
+	var f uint32
+	if m.nodes.opened(id, change) {
+		f |= raw.FOPEN_KEEP_CACHE
+	} else {
+		m.srv.InodeNotify(id, -1, 0)
+	}
+	if flags&syscall.O_APPEND != 0 {
+		f |= raw.FOPEN_DIRECT_IO
+	}
+	return f
+}
+
+// closeState closes an open state that will not be used (best effort).
+func (m *RemoteServer) closeState(h *raw.InHeader, fh []byte, sid nfsv4.Stateid4) {
+	var cp client.Compound
+	cp.PutFH(fh)
+	cp.Close(sid)
+	if _, err := m.do(h, &cp); err != nil {
+		m.log.Debug("closing an unused open state", "err", err)
+	}
+}
+
+// Open implements RawFileSystem: PUTFH OPEN(CLAIM_FH) [SETATTR size 0]
+// GETATTR.
+func (m *RemoteServer) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.Status {
+	n := m.node(in.NodeId)
+	if n == nil {
+		return raw.Status(syscall.ESTALE)
+	}
+	var cp client.Compound
+	cp.PutFH(n.fh)
+	openAt := cp.Open(m.c.ClientID(), m.newOwner(), client.OpenArgs{Access: shareAccess(in.Flags)})
+	if in.Flags&syscall.O_TRUNC != 0 {
+		// POSIX updates mtime and ctime on O_TRUNC even if the file
+		// was empty.
+		sa := client.SetAttrs{SetSize: true, SetMtime: true}
+		cp.SetAttr(client.CurrentStateid, sa.Encode())
+	}
+	at := cp.GetAttr(client.StatMask)
+	rep, err := m.do(&in.InHeader, &cp)
+	if err != nil {
+		if rep != nil && len(rep.Results) > openAt+1 {
+			if sid, ok := resStateid(rep.Results[openAt]); ok {
+				m.closeState(&in.InHeader, n.fh, sid)
+			}
+		}
+		return m.status("open", err)
+	}
+	sid, _ := resStateid(rep.Results[openAt])
+	a, err := resAttrs(rep.Results[at])
+	if err != nil {
+		m.closeState(&in.InHeader, n.fh, sid)
+		return m.status("open", err)
+	}
+	out.Fh = m.addHandle(&rhandle{node: in.NodeId, n: n, sid: sid,
+		write: in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY, append: in.Flags&syscall.O_APPEND != 0})
+	out.OpenFlags = m.openFlags(in.NodeId, in.Flags, a.Change)
+	return raw.OK
+}
+
+// Create implements RawFileSystem: PUTFH(dir) OPEN(create) GETFH GETATTR.
+// O_EXCL is GUARDED4 (exactly once through the session's reply cache);
+// O_TRUNC of an existing file is size 0 in the creation attributes.
+func (m *RemoteServer) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *raw.CreateOut) raw.Status {
+	dir := m.node(in.NodeId)
+	if dir == nil {
+		return raw.Status(syscall.ESTALE)
+	}
+	sa := client.SetAttrs{SetMode: true, Mode: in.Mode & 07777}
+	if in.Flags&syscall.O_TRUNC != 0 && in.Flags&syscall.O_EXCL == 0 {
+		sa.SetSize = true
+	}
+	var cp client.Compound
+	cp.PutFH(dir.fh)
+	openAt := cp.Open(m.c.ClientID(), m.newOwner(), client.OpenArgs{Name: name, Access: shareAccess(in.Flags),
+		Create: true, Exclusive: in.Flags&syscall.O_EXCL != 0, CreateAttrs: sa.Encode()})
+	fhAt := cp.GetFH()
+	at := cp.GetAttr(client.StatMask)
+	rep, err := m.do(&in.InHeader, &cp)
+	if err != nil {
+		return m.status("create", err)
+	}
+	sid, _ := resStateid(rep.Results[openAt])
+	fh := resFH(rep.Results[fhAt])
+	a, err := resAttrs(rep.Results[at])
+	if err != nil {
+		m.closeState(&in.InHeader, fh, sid)
+		return m.status("create", err)
+	}
+	m.entry(&out.EntryOut, fh, &a)
+	n := m.node(out.NodeId)
+	out.Fh = m.addHandle(&rhandle{node: out.NodeId, n: n, sid: sid,
+		write: in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY, append: in.Flags&syscall.O_APPEND != 0})
+	m.nodes.opened(out.NodeId, a.Change)
+	if in.Flags&syscall.O_APPEND != 0 {
+		out.OpenFlags |= raw.FOPEN_DIRECT_IO
+	}
+	return raw.OK
+}
+
+// commit makes a node's UNSTABLE writes durable (COMMIT).
+func (m *RemoteServer) commit(h *raw.InHeader, n *rnode) error {
+	if !n.dirty.Swap(false) {
+		return nil
+	}
+	var cp client.Compound
+	cp.PutFH(n.fh)
+	cp.Commit()
+	_, err := m.do(h, &cp)
+	if err != nil {
+		n.dirty.Store(true)
+	}
+	return err
+}
+
+// Release implements RawFileSystem: COMMIT (if written) and CLOSE.
+func (m *RemoteServer) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
+	m.handles.Lock()
+	h := m.handles.m[in.Fh]
+	delete(m.handles.m, in.Fh)
+	m.handles.Unlock()
+	if h == nil {
+		return
+	}
+	var cp client.Compound
+	cp.PutFH(h.n.fh)
+	if h.write && h.n.dirty.Swap(false) {
+		cp.Commit()
+	}
+	cp.Close(h.sid)
+	if _, err := m.do(&in.InHeader, &cp); err != nil {
+		m.log.Debug("close failed", "err", err)
+	}
+}
+
+// Flush implements RawFileSystem (every close(2)): COMMIT of written data,
+// so that close-to-open holds with the data durable.
+func (m *RemoteServer) Flush(_ <-chan struct{}, in *raw.FlushIn) raw.Status {
+	h := m.handle(in.Fh)
+	if h == nil || !h.write {
+		return raw.OK
+	}
+	return m.status("flush", m.commit(&in.InHeader, h.n))
+}
+
+// Fsync implements RawFileSystem: COMMIT.
+func (m *RemoteServer) Fsync(_ <-chan struct{}, in *raw.FsyncIn) raw.Status {
+	n := m.node(in.NodeId)
+	if n == nil {
+		return raw.Status(syscall.ESTALE)
+	}
+	return m.status("fsync", m.commit(&in.InHeader, n))
+}
+
+// FsyncDir implements RawFileSystem: directory changes are synchronous.
+func (m *RemoteServer) FsyncDir(_ <-chan struct{}, _ *raw.FsyncIn) raw.Status { return raw.OK }
+
+// stateid returns the open stateid for a request's file handle.
+func (m *RemoteServer) stateid(fh uint64) (*rhandle, raw.Status) {
+	h := m.handle(fh)
+	if h == nil {
+		return nil, raw.EBADF
+	}
+	return h, raw.OK
+}
+
+// Read implements RawFileSystem: PUTFH READ, split at the server's limit.
+func (m *RemoteServer) Read(_ <-chan struct{}, in *raw.ReadIn, buf []byte) (raw.ReadResult, raw.Status) {
+	h, st := m.stateid(in.Fh)
+	if st != raw.OK {
+		return nil, st
+	}
+	buf = buf[:min(len(buf), int(in.Size))]
+	n := 0
+	for n < len(buf) {
+		var cp client.Compound
+		cp.PutFH(h.n.fh)
+		cp.Read(h.sid, in.Offset+uint64(n), uint32(min(len(buf)-n, m.maxRead)))
+		rep, err := m.do(&in.InHeader, &cp)
+		if err != nil {
+			return nil, m.status("read", err)
+		}
+		r, _ := rep.Results[1].(*nfsv4.NfsResop4_OP_READ)
+		ok, _ := r.Opread.(*nfsv4.Read4res_NFS4_OK)
+		if ok == nil {
+			return nil, raw.EIO
+		}
+		n += copy(buf[n:], ok.Resok4.Data)
+		if ok.Resok4.Eof || len(ok.Resok4.Data) == 0 {
+			break
+		}
+	}
+	return raw.ReadResultData(buf[:n]), raw.OK
+}
+
+// Write implements RawFileSystem: PUTFH WRITE(UNSTABLE), split at the
+// server's limit. On an O_APPEND handle each request is appended at the
+// server's end of file: atomically with the append extension (WRITE at
+// client.AppendOffset, txnfs servers), else at the size read just before
+// (not atomic against other clients).
+func (m *RemoteServer) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32, raw.Status) {
+	h, st := m.stateid(in.Fh)
+	if st != raw.OK {
+		return 0, st
+	}
+	if h.append {
+		return m.appendWrite(in, h, data)
+	}
+	done := 0
+	for done < len(data) {
+		chunk := data[done:min(len(data), done+m.maxWrite)]
+		var cp client.Compound
+		cp.PutFH(h.n.fh)
+		cp.Write(h.sid, in.Offset+uint64(done), chunk, false)
+		rep, err := m.do(&in.InHeader, &cp)
+		if err != nil {
+			return uint32(done), m.status("write", err)
+		}
+		cnt, ok := writeCount(rep.Results[1])
+		if !ok || cnt == 0 {
+			return uint32(done), raw.EIO
+		}
+		done += int(cnt)
+		h.n.dirty.Store(true)
+	}
+	return uint32(done), raw.OK
+}
+
+func writeCount(r nfsv4.NfsResop4) (uint32, bool) {
+	w, _ := r.(*nfsv4.NfsResop4_OP_WRITE)
+	if w == nil {
+		return 0, false
+	}
+	ok, _ := w.Opwrite.(*nfsv4.Write4res_NFS4_OK)
+	if ok == nil {
+		return 0, false
+	}
+	return ok.Resok4.Count, true
+}
+
+func (m *RemoteServer) appendWrite(in *raw.WriteIn, h *rhandle, data []byte) (uint32, raw.Status) {
+	if len(data) > m.maxWrite {
+		// One request, one atomic append: max_write is the server's.
+		return 0, raw.Status(syscall.EFBIG)
+	}
+	var cp client.Compound
+	cp.PutFH(h.n.fh)
+	if m.appendExt {
+		cp.Write(h.sid, client.AppendOffset, data, false)
+	} else {
+		cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_SIZE))
+		rep, err := m.do(&in.InHeader, &cp)
+		if err != nil {
+			return 0, m.status("write", err)
+		}
+		a, err := resAttrs(rep.Results[1])
+		if err != nil {
+			return 0, m.status("write", err)
+		}
+		cp = client.Compound{}
+		cp.PutFH(h.n.fh)
+		cp.Write(h.sid, a.Size, data, false)
+	}
+	at := cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_SIZE))
+	rep, err := m.do(&in.InHeader, &cp)
+	if err != nil {
+		return 0, m.status("write", err)
+	}
+	cnt, ok := writeCount(rep.Results[1])
+	if !ok {
+		return 0, raw.EIO
+	}
+	h.n.dirty.Store(true)
+	if a, err := resAttrs(rep.Results[at]); err == nil && a.Size != in.Offset+uint64(cnt) {
+		// The kernel computed the offset from a stale size: drop its
+		// idea of the size (attributes only: safe from a request).
+		m.srv.InodeNotify(in.NodeId, -1, 0)
+	}
+	return cnt, raw.OK
+}
+
+// Fallocate implements RawFileSystem with ALLOCATE (mode 0) and
+// DEALLOCATE (PUNCH_HOLE, ZERO_RANGE).
+func (m *RemoteServer) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Status {
+	mode := in.Mode
+	if mode&^(fallocKeepSize|fallocPunchHole|fallocZeroRange) != 0 ||
+		(mode&fallocPunchHole != 0 && (mode&fallocKeepSize == 0 || mode&fallocZeroRange != 0)) {
+		return raw.Status(syscall.EOPNOTSUPP)
+	}
+	if in.Length == 0 {
+		return raw.EINVAL
+	}
+	h, st := m.stateid(in.Fh)
+	if st != raw.OK {
+		return st
+	}
+	var cp client.Compound
+	cp.PutFH(h.n.fh)
+	if mode&(fallocPunchHole|fallocZeroRange) != 0 {
+		cp.Add(&nfsv4.NfsArgop4_OP_DEALLOCATE{Opdeallocate: nfsv4.Deallocate4args{DaStateid: h.sid, DaOffset: in.Offset, DaLength: in.Length}})
+	}
+	if mode&fallocKeepSize == 0 {
+		cp.Add(&nfsv4.NfsArgop4_OP_ALLOCATE{Opallocate: nfsv4.Allocate4args{AaStateid: h.sid, AaOffset: in.Offset, AaLength: in.Length}})
+	}
+	if cp.Len() == 1 {
+		return raw.OK // KEEP_SIZE alone: nothing is reserved
+	}
+	_, err := m.do(&in.InHeader, &cp)
+	return m.status("fallocate", err)
+}
+
+// CopyFileRange implements RawFileSystem with an intra-server COPY
+// (metadata-only on txnfs).
+func (m *RemoteServer) CopyFileRange(_ <-chan struct{}, in *raw.CopyFileRangeIn) (uint32, raw.Status) {
+	if in.Flags != 0 {
+		return 0, raw.EINVAL
+	}
+	n := min(in.Len, maxCopy)
+	if n == 0 {
+		return 0, raw.OK
+	}
+	src, st := m.stateid(in.FhIn)
+	if st != raw.OK {
+		return 0, st
+	}
+	dst, st := m.stateid(in.FhOut)
+	if st != raw.OK {
+		return 0, st
+	}
+	var cp client.Compound
+	cp.PutFH(src.n.fh)
+	cp.SaveFH()
+	cp.PutFH(dst.n.fh)
+	cp.Copy(src.sid, dst.sid, in.OffIn, in.OffOut, n)
+	rep, err := m.do(&in.InHeader, &cp)
+	if err != nil {
+		return 0, m.status("copy_file_range", err)
+	}
+	r, _ := rep.Results[3].(*nfsv4.NfsResop4_OP_COPY)
+	ok, _ := r.Opcopy.(*nfsv4.Copy4res_NFS4_OK)
+	if ok == nil {
+		return 0, raw.EIO
+	}
+	dst.n.dirty.Store(true)
+	return uint32(ok.CrResok4.CrResponse.WrCount), raw.OK
+}
+
+// OpenDir implements RawFileSystem; the kernel checked type and access.
+func (m *RemoteServer) OpenDir(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.Status {
+	if m.node(in.NodeId) == nil {
+		return raw.Status(syscall.ESTALE)
+	}
+	return raw.OK
+}
+
+// ReleaseDir implements RawFileSystem.
+func (m *RemoteServer) ReleaseDir(*raw.ReleaseIn) {}
+
+// ReadDir implements RawFileSystem.
+func (m *RemoteServer) ReadDir(_ <-chan struct{}, in *raw.ReadIn, out *raw.DirEntryList) raw.Status {
+	return m.readDir(in, out, false)
+}
+
+// ReadDirPlus implements RawFileSystem: READDIR with the file handle and
+// stat attributes of each entry.
+func (m *RemoteServer) ReadDirPlus(_ <-chan struct{}, in *raw.ReadIn, out *raw.DirEntryList) raw.Status {
+	return m.readDir(in, out, true)
+}
+
+var (
+	readdirMask     = client.MakeBitmap(nfsv4.FATTR4_TYPE, nfsv4.FATTR4_FILEID)
+	readdirPlusMask = append(client.Bitmap(nil), client.StatMask...).With(nfsv4.FATTR4_FILEHANDLE)
+)
+
+// readDir lists a directory. FUSE offsets: "." is 1, ".." is 2, every
+// other entry is at its NFS cookie (servers start cookies at 3, since 1
+// and 2 are reserved in NFSv4).
+func (m *RemoteServer) readDir(in *raw.ReadIn, out *raw.DirEntryList, plus bool) raw.Status {
+	dir := m.node(in.NodeId)
+	if dir == nil {
+		return raw.Status(syscall.ESTALE)
+	}
+	off := in.Offset
+	// "." and "..": with plus, entries without attributes (the kernel
+	// takes no reference on them). ".." shows the directory's own number:
+	// finding the parent would cost a LOOKUPP per listing.
+	dot := func(name string, off uint64) bool {
+		e := raw.DirEntry{Name: name, Ino: dir.fileid, Mode: syscall.S_IFDIR, Off: off}
+		if plus {
+			return out.AddDirLookupEntry(e) != nil
+		}
+		return out.AddDirEntry(e)
+	}
+	if off < offDot && !dot(".", offDot) {
+		return raw.OK
+	}
+	if off < offDotDot && !dot("..", offDotDot) {
+		return raw.OK
+	}
+	cookie := uint64(0)
+	if off > offDotDot {
+		cookie = off
+	}
+	mask := readdirMask
+	if plus {
+		mask = readdirPlusMask
+	}
+	size := max(int(in.Size), 4096)
+	var cp client.Compound
+	cp.PutFH(dir.fh)
+	cp.Readdir(cookie, [8]byte{}, uint32(size), uint32(min(4*size, m.maxRead)), mask)
+	rep, err := m.do(&in.InHeader, &cp)
+	if err != nil {
+		return m.status("readdir", err)
+	}
+	r, _ := rep.Results[1].(*nfsv4.NfsResop4_OP_READDIR)
+	ok, _ := r.Opreaddir.(*nfsv4.Readdir4res_NFS4_OK)
+	if ok == nil {
+		return raw.EIO
+	}
+	for e := ok.Resok4.Reply.Entries; e != nil; e = e.Nextentry {
+		var fh []byte
+		attrs := e.Attrs
+		if plus {
+			fh, attrs = splitFH(attrs)
+		}
+		a, err := client.DecodeAttrs(attrs)
+		if err != nil {
+			return m.status("readdir", err)
+		}
+		de := raw.DirEntry{Name: e.Name, Ino: a.FileID, Mode: remoteTypeBits(a.Type), Off: e.Cookie}
+		if !plus {
+			if !out.AddDirEntry(de) {
+				break
+			}
+			continue
+		}
+		eo := out.AddDirLookupEntry(de)
+		if eo == nil {
+			break
+		}
+		if fh != nil && a.Mask.Has(nfsv4.FATTR4_CHANGE) && a.Error == nfsv4.NFS4_OK {
+			m.entry(eo, fh, &a)
+		}
+	}
+	return raw.OK
+}
+
+// splitFH takes the FATTR4_FILEHANDLE value out of a READDIR entry's
+// attributes, whose values are in attribute number order: before the
+// handle (19) come only TYPE (1), CHANGE (3) and SIZE (4), 20 bytes in
+// all, when the server returns what readdirPlusMask asks. Otherwise the
+// handle is nil and the entry gets no attributes.
+func splitFH(f nfsv4.Fattr4) ([]byte, nfsv4.Fattr4) {
+	mask := client.Bitmap(f.Attrmask)
+	if !mask.Has(nfsv4.FATTR4_FILEHANDLE) {
+		return nil, f
+	}
+	want := client.MakeBitmap(nfsv4.FATTR4_TYPE, nfsv4.FATTR4_CHANGE, nfsv4.FATTR4_SIZE)
+	if len(mask) == 0 || mask[0]&(1<<nfsv4.FATTR4_FILEHANDLE-1) != want[0] {
+		return nil, nfsv4.Fattr4{Attrmask: []uint32{}, AttrVals: nil}
+	}
+	v := f.AttrVals
+	if len(v) < 24 {
+		return nil, nfsv4.Fattr4{Attrmask: []uint32{}}
+	}
+	l := int(binary.BigEndian.Uint32(v[20:]))
+	end := 24 + (l+3)&^3
+	if l > 128 || len(v) < end {
+		return nil, nfsv4.Fattr4{Attrmask: []uint32{}}
+	}
+	fh := append([]byte(nil), v[24:24+l]...)
+	rest := append(append([]byte(nil), v[:20]...), v[end:]...)
+	nm := append(client.Bitmap(nil), mask...)
+	nm[0] &^= 1 << nfsv4.FATTR4_FILEHANDLE
+	return fh, nfsv4.Fattr4{Attrmask: nm, AttrVals: rest}
+}
+
+// Mounted is a served mount, local (Server) or remote (RemoteServer).
+type Mounted interface {
+	Dir() string
+	Wait()
+	Unmount() error
+}
+
+var (
+	_ Mounted = (*Server)(nil)
+	_ Mounted = (*RemoteServer)(nil)
+)

@@ -1,0 +1,140 @@
+package fuse
+
+import (
+	"errors"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	raw "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/nfs4/client"
+)
+
+// The sandbox of a remote mount is a server-side multi-compound
+// transaction (docs/protocol.md): Begin opens one, every COMPOUND of the
+// mount then joins it, Commit or Abort ends it. It is controlled by the
+// same ioctl as a local mount's sandbox (see Control).
+
+// errRemoteNoTxn: the client library or the server lacks multi-compound
+// transactions.
+var errRemoteNoTxn = errors.New("a sandbox on a remote mount needs server-side multi-compound transactions " +
+	"(txnfs protocol extension), which this NFS client or server does not provide")
+
+// remoteSandbox is a remote mount's sandbox state. Requests hold gate
+// shared while they run; Begin, Commit and Abort hold it exclusively.
+// mu serializes requests inside a transaction.
+type remoteSandbox struct {
+	gate   sync.RWMutex
+	mu     sync.Mutex
+	active bool
+	since  time.Time
+	ops    int
+}
+
+// join makes cp part of the active transaction, if any, and returns the
+// function to call once cp's reply is in (ran: the COMPOUND executed).
+func (s *remoteSandbox) join(cp *client.Compound) func(ran bool) {
+	s.gate.RLock()
+	if !s.active {
+		return func(bool) { s.gate.RUnlock() }
+	}
+	s.mu.Lock()
+	s.ops++
+	return func(bool) {
+		s.mu.Unlock()
+		s.gate.RUnlock()
+	}
+}
+
+func (m *RemoteServer) sandboxBegin() error {
+	m.sb.gate.Lock()
+	defer m.sb.gate.Unlock()
+	if m.sb.active {
+		return errSandboxActive
+	}
+	return errRemoteNoTxn
+}
+
+func (m *RemoteServer) sandboxEnd(commit bool) error {
+	m.sb.gate.Lock()
+	defer m.sb.gate.Unlock()
+	if !m.sb.active {
+		return errNoSandbox
+	}
+	return errRemoteNoTxn
+}
+
+func (m *RemoteServer) abortSandboxAtExit() {
+	m.sb.gate.Lock()
+	defer m.sb.gate.Unlock()
+	if m.sb.active {
+		m.log.Warn("unmounted with an active sandbox: it is abandoned (the server aborts it)")
+		m.sb.active = false
+	}
+}
+
+// invalidateAll drops everything this mount's kernel caches.
+func (m *RemoteServer) invalidateAll() {
+	<-m.notify.pushDone(&invalidation{inos: m.nodes.known()})
+}
+
+// Status reports the sandbox state.
+func (m *RemoteServer) Status() SandboxStatus {
+	m.sb.gate.RLock()
+	defer m.sb.gate.RUnlock()
+	if !m.sb.active {
+		return SandboxStatus{}
+	}
+	m.sb.mu.Lock()
+	defer m.sb.mu.Unlock()
+	return SandboxStatus{Active: true, Since: m.sb.since, Ops: m.sb.ops}
+}
+
+// Ioctl implements RawFileSystem: the sandbox control ioctl (ctlMsg, as
+// for a local mount); anything else is ENOTTY.
+func (m *RemoteServer) Ioctl(_ <-chan struct{}, in *raw.IoctlIn, inbuf []byte, out *raw.IoctlOut, outbuf []byte) raw.Status {
+	if in.Cmd != ctlCmd || len(inbuf) < ctlSize || len(outbuf) < ctlSize {
+		return raw.Status(syscall.ENOTTY)
+	}
+	if in.Uid != 0 && in.Uid != m.uid {
+		return raw.EPERM
+	}
+	req := *(*ctlMsg)(unsafe.Pointer(&inbuf[0]))
+	var err error
+	switch req.Op {
+	case ctlBegin:
+		if err = m.sandboxBegin(); err == nil {
+			m.invalidateAll()
+		}
+	case ctlCommit:
+		err = m.sandboxEnd(true)
+	case ctlAbort:
+		err = m.sandboxEnd(false)
+	case ctlStatus:
+	default:
+		return raw.EINVAL
+	}
+	rep := ctlMsg{Op: req.Op}
+	if err != nil {
+		var e syscall.Errno
+		switch {
+		case errors.Is(err, errRemoteNoTxn):
+			e = syscall.EOPNOTSUPP
+		case errors.Is(err, fs.ErrConflict):
+			e = syscall.EBUSY
+		default:
+			e = errnoOf(m.cfg.Logger, "sandbox", err)
+		}
+		rep.Errno = uint32(e)
+		copy(rep.Msg[:len(rep.Msg)-1], err.Error())
+	}
+	if st := m.Status(); st.Active {
+		rep.Active, rep.Ops, rep.Since = 1, uint64(st.Ops), st.Since.UnixNano()
+	}
+	copy(outbuf, unsafe.Slice((*byte)(unsafe.Pointer(&rep)), ctlSize))
+	out.Result = 0
+	return raw.OK
+}

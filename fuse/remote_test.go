@@ -1,0 +1,89 @@
+package fuse
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/txnfs/txnfs/internal/nfspeers"
+	"github.com/txnfs/txnfs/nfs4/client"
+)
+
+// remoteEnv is a txnfs NFS server (in this process, on loopback) with
+// remote FUSE mounts of it, each through its own NFS client.
+type remoteEnv struct {
+	t      testing.TB
+	peer   *nfspeers.Peer
+	mounts []*RemoteServer
+}
+
+func newRemoteEnv(t testing.TB) *remoteEnv {
+	t.Helper()
+	requireFUSE(t)
+	p, err := nfspeers.StartTxnfs(context.Background(), t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &remoteEnv{t: t, peer: p}
+	t.Cleanup(func() {
+		for _, m := range e.mounts {
+			unmountRetry(t, m)
+			m.cfg.Client.Close()
+		}
+		if err := p.Stop(); err != nil {
+			t.Errorf("stopping the server: %v", err)
+		}
+	})
+	return e
+}
+
+// mount mounts the server on a new temporary directory.
+func (e *remoteEnv) mount() (string, *RemoteServer) {
+	e.t.Helper()
+	dir := filepath.Join(e.t.TempDir(), "mnt")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	for p := filepath.Dir(dir); p != "/" && p != os.TempDir(); p = filepath.Dir(p) {
+		os.Chmod(p, 0o755)
+	}
+	c, err := client.Dial(context.Background(), client.Config{Addr: e.peer.Addr})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m, err := MountRemote(context.Background(), dir, Config{
+		Client:      c,
+		AllowOther:  true,
+		DirectMount: true,
+		Logger:      testLogger(e.t),
+	})
+	if err != nil {
+		c.Close()
+		e.t.Fatal(err)
+	}
+	e.mounts = append(e.mounts, m)
+	return dir, m
+}
+
+// mountRemoteOne is newRemoteEnv + mount.
+func mountRemoteOne(t testing.TB) string {
+	dir, _ := newRemoteEnv(t).mount()
+	return dir
+}
+
+func TestRemoteSmoke(t *testing.T) {
+	mnt := mountRemoteOne(t)
+	writeFile(t, filepath.Join(mnt, "a"), "hello")
+	if got := readFile(t, filepath.Join(mnt, "a")); got != "hello" {
+		t.Fatalf("read %q", got)
+	}
+	if err := os.MkdirAll(filepath.Join(mnt, "d/e/f"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(mnt, "a"), filepath.Join(mnt, "d/e/b")); err != nil {
+		t.Fatal(err)
+	}
+	t.Log(names(t, filepath.Join(mnt, "d/e")))
+	t.Log(run(t, mnt, "ls", "-laR"))
+}
