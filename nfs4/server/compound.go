@@ -232,6 +232,9 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	}
 
 	c.minor, c.nops = minor, len(ops)
+	if !quickOps(ops) {
+		call.Release() // let the connection's next request run meanwhile
+	}
 	s.st.MaybeTick()
 	var txr *txnResult
 	var join *txnArgs
@@ -319,6 +322,41 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	}
 	return body, true
 }
+
+// quickOps reports whether ops only read metadata or protocol state, or
+// read at most quickRead bytes: such a compound runs while the
+// connection's next request waits (rpc.Call.Release), which saves a
+// goroutine wake-up per request; anything that may write, wait for
+// durability or move much data releases the connection first.
+func quickOps(ops []decodedOp) bool {
+	for _, op := range ops {
+		switch op.code {
+		case OpTxn, nfsv4.OP_SEQUENCE, nfsv4.OP_PUTROOTFH, nfsv4.OP_PUTPUBFH, nfsv4.OP_PUTFH,
+			nfsv4.OP_GETFH, nfsv4.OP_SAVEFH, nfsv4.OP_RESTOREFH, nfsv4.OP_LOOKUP, nfsv4.OP_LOOKUPP,
+			nfsv4.OP_GETATTR, nfsv4.OP_VERIFY, nfsv4.OP_NVERIFY, nfsv4.OP_ACCESS, nfsv4.OP_READLINK,
+			nfsv4.OP_SECINFO, nfsv4.OP_SECINFO_NO_NAME, nfsv4.OP_CLOSE, nfsv4.OP_RENEW,
+			nfsv4.OP_TEST_STATEID:
+		case nfsv4.OP_OPEN:
+			a, ok := op.arg.(*nfsv4.NfsArgop4_OP_OPEN)
+			if !ok {
+				return false
+			}
+			if _, create := a.Opopen.Openhow.(*nfsv4.Openflag4_OPEN4_CREATE); create {
+				return false
+			}
+		case nfsv4.OP_READ:
+			a, ok := op.arg.(*nfsv4.NfsArgop4_OP_READ)
+			if !ok || a.Opread.Count > quickRead {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+const quickRead = 64 << 10
 
 // decodePutFH decodes PUTFH4args (the most common operation) without the
 // generated decoder's buffer growth; the handle aliases args.

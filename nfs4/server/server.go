@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -279,5 +280,5 @@ func principal(c *rpc.Cred) string {
 	if c.Flavor != rpcv2.AUTH_SYS {
 		return "none"
 	}
-	return fmt.Sprintf("sys:%d", c.Uid)
+	return "sys:" + strconv.FormatUint(uint64(c.Uid), 10)
 }

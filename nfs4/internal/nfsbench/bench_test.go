@@ -3,6 +3,7 @@ package nfsbench
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -238,14 +239,21 @@ func interleave(b *testing.B, sides []*side, perClient int, w *workload) {
 // in the same compound.
 //
 //	go test ./nfs4/internal/nfsbench -run XXX -bench VsGanesha -benchtime 20x
+//
+// TXNFS_BENCH_BASE=path adds a side "base" (plain compounds) served by
+// another txnfs binary, e.g. one built from an earlier commit, for an A/B
+// comparison under the same load.
 func BenchmarkVsGanesha(b *testing.B) {
 	gaddr := startGanesha(b)
-	taddr := startTxnfs(b)
+	taddr := startTxnfs(b, txnfsBinary(b))
 	targets := []*target{
 		{name: "txnfs", addr: taddr},
 		{name: "txnfs-txn", addr: taddr, txn: true},
-		{name: "ganesha", addr: gaddr, path: []string{"export"}},
 	}
+	if base := os.Getenv("TXNFS_BENCH_BASE"); base != "" {
+		targets = append(targets, &target{name: "base", addr: startTxnfs(b, base)})
+	}
+	targets = append(targets, &target{name: "ganesha", addr: gaddr, path: []string{"export"}})
 	for _, w := range workloads() {
 		for _, n := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/clients=%d", w.name, n), func(b *testing.B) {
@@ -281,7 +289,7 @@ func sizeName(n int) string {
 //
 //	go test ./nfs4/internal/nfsbench -run XXX -bench TxnMatrix -benchtime 10x
 func BenchmarkTxnMatrix(b *testing.B) {
-	addr := startTxnfs(b)
+	addr := startTxnfs(b, txnfsBinary(b))
 	src := bytes.Repeat([]byte("t"), 16<<20)
 	for _, size := range []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20} {
 		w := workload{files: 1, ops: func(r *run, id int, i int64) []nfsv4.NfsArgop4 {

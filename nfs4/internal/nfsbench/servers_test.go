@@ -53,9 +53,14 @@ var (
 	buildErr  error
 )
 
-// txnfsBinary builds cmd/txnfs once per process.
+// txnfsBinary builds cmd/txnfs once per process (TXNFS_BENCH_BIN: use
+// that binary instead, e.g. one built from another tree).
 func txnfsBinary(b *testing.B) string {
 	buildOnce.Do(func() {
+		if p := os.Getenv("TXNFS_BENCH_BIN"); p != "" {
+			binPath = p
+			return
+		}
 		dir, err := os.MkdirTemp("", "nfsbench-bin-")
 		if err != nil {
 			buildErr = err
@@ -76,8 +81,7 @@ func txnfsBinary(b *testing.B) string {
 // startTxnfs starts `txnfs serve` on a fresh data directory (with fsync:
 // no NoSync option exists on the command line). TXNFS_BENCH_PPROF=addr
 // serves pprof from it.
-func startTxnfs(b *testing.B) string {
-	bin := txnfsBinary(b)
+func startTxnfs(b *testing.B, bin string) string {
 	addr := freeAddr(b)
 	args := []string{"serve", "--data", b.TempDir(), "--listen", addr, "--gc-interval", "0", "--log-level", "warn"}
 	if p := os.Getenv("TXNFS_BENCH_PPROF"); p != "" {

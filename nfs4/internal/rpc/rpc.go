@@ -23,8 +23,12 @@
 // Each connection is served by up to Config.MaxInflight worker
 // goroutines, leader/follower style: one worker at a time reads a record,
 // lets the next worker read, and runs the call itself (no hand-off
-// between reading and running). When all workers are busy nobody reads,
-// so a flooding client is throttled by TCP flow control. Replies are written whole,
+// between reading and running). The next worker is let read only when
+// the handler calls Call.Release (before any work that may take long) or
+// when the call returns, or at once if another request is already
+// buffered: a quick call from a client with one request in flight then
+// costs no goroutine wake-up at all. When all workers are busy nobody
+// reads, so a flooding client is throttled by TCP flow control. Replies are written whole,
 // under a per-connection mutex, with a write deadline: a client that does
 // not read its replies loses its connection and never blocks other
 // connections.
@@ -71,6 +75,20 @@ type Call struct {
 	// Conn identifies the connection the call arrived on (stable for the
 	// life of the connection, unique within the server process).
 	Conn uint64
+
+	release func()
+}
+
+// Release lets the connection read (and run) its next request while this
+// call runs. A handler calls it before anything that may take long (disk
+// I/O, waiting for durability); until then, or until the handler returns,
+// later requests of the same connection wait. Calling it more than once,
+// or on a Call not from a Server, is harmless.
+func (c *Call) Release() {
+	if c.release != nil {
+		c.release()
+		c.release = nil
+	}
 }
 
 // Reply is a handler's answer: Stat is the accept status; Body holds the
@@ -315,11 +333,14 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 	return d.c.Read(p)
 }
 
-// worker reads and runs requests until the connection fails.
+// worker reads and runs requests until the connection fails. It holds
+// rmu while reading and until the call releases the connection (or, if
+// it never does, across the call and on to reading the next request: a
+// worker that keeps the connection wakes nobody).
 func (cn *conn) worker(ctx context.Context) {
 	defer cn.wg.Done()
+	cn.rmu.Lock()
 	for {
-		cn.rmu.Lock()
 		if cn.rerr != nil {
 			cn.rmu.Unlock()
 			return
@@ -334,14 +355,26 @@ func (cn *conn) worker(ctx context.Context) {
 		}
 		cn.mu.Lock()
 		cn.mu.busy++
-		if cn.mu.busy == cn.mu.workers && cn.mu.workers < cn.srv.cfg.MaxInflight {
-			// Nobody else is waiting to read: start a follower.
-			cn.mu.workers++
-			cn.wg.Add(1)
-			go cn.worker(ctx)
-		}
 		cn.mu.Unlock()
-		cn.rmu.Unlock()
+		released := false
+		release := func() {
+			if released {
+				return
+			}
+			released = true
+			cn.mu.Lock()
+			if cn.mu.busy == cn.mu.workers && cn.mu.workers < cn.srv.cfg.MaxInflight {
+				// Nobody else is waiting to read: start a follower.
+				cn.mu.workers++
+				cn.wg.Add(1)
+				go cn.worker(ctx)
+			}
+			cn.mu.Unlock()
+			cn.rmu.Unlock()
+		}
+		if cn.buffered() {
+			release() // a pipelined request is already waiting
+		}
 
 		call, rep, ok := cn.srv.decodeCall(rec)
 		switch {
@@ -350,13 +383,24 @@ func (cn *conn) worker(ctx context.Context) {
 			cn.writeReply(call.Xid, rep)
 		default:
 			call.Conn = cn.id
+			call.release = release
 			rep := cn.srv.handle(ctx, call)
 			cn.writeReply(call.Xid, &rep)
 		}
 		cn.mu.Lock()
 		cn.mu.busy--
 		cn.mu.Unlock()
+		if released {
+			cn.rmu.Lock()
+		}
 	}
+}
+
+// buffered reports whether bytes of a further request are already
+// buffered (called with rmu held).
+func (cn *conn) buffered() bool {
+	b, ok := cn.rd.(interface{ Buffered() int })
+	return !ok || b.Buffered() > 0
 }
 
 // handle runs the handler. A panic is a server bug: it is logged with its

@@ -56,7 +56,11 @@ func (echo) Handle(ctx context.Context, c *Call) Reply {
 	if c.Proc == 99 {
 		panic("boom")
 	}
-	if c.Proc == 98 {
+	switch c.Proc {
+	case 98: // slow, lets the connection's next request run
+		c.Release()
+		time.Sleep(50 * time.Millisecond)
+	case 97: // slow without releasing: the next request waits
 		time.Sleep(50 * time.Millisecond)
 	}
 	return Reply{Stat: rpcv2.SUCCESS, Body: c.Args}
@@ -137,6 +141,55 @@ func TestServerCallsAuthAndPanics(t *testing.T) {
 	m, _ = readReply(t, b)
 	if _, ok := m.Body.(*rpcv2.RpcMsgBody_REPLY).Rbody.(*rpcv2.ReplyBody_MSG_DENIED).Rreply.(*rpcv2.RejectedReply_RPC_MISMATCH); !ok {
 		t.Fatal("want RPC_MISMATCH")
+	}
+}
+
+// TestRelease checks that a call that does not release its connection
+// holds back the connection's next request (read by the same worker
+// afterwards), and that one that releases it does not — also when both
+// requests arrive in one segment (the second is buffered).
+func TestRelease(t *testing.T) {
+	s, err := NewServer(Config{Handler: echo{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, l) }()
+	defer func() { cancel(); <-done }()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, tc := range []struct {
+		slowProc  uint32
+		together  bool
+		wantFirst uint32
+	}{
+		{97, false, 1}, // held: replies in order
+		{98, false, 2}, // released: the fast call overtakes
+		{98, true, 2},
+		{97, true, 2}, // the second request was already buffered: released at once
+	} {
+		slow := call(1, tc.slowProc, rpcv2.OpaqueAuth{}, nil)
+		fast := call(2, 1, rpcv2.OpaqueAuth{}, nil)
+		if tc.together {
+			c.Write(append(slow, fast...))
+		} else {
+			c.Write(slow)
+			time.Sleep(10 * time.Millisecond) // the slow call is running
+			c.Write(fast)
+		}
+		m1, _ := readReply(t, c)
+		m2, _ := readReply(t, c)
+		if m1.Xid != tc.wantFirst || m1.Xid == m2.Xid {
+			t.Fatalf("proc %d together=%v: replies %d, %d; want %d first", tc.slowProc, tc.together, m1.Xid, m2.Xid, tc.wantFirst)
+		}
 	}
 }
 
