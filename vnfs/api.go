@@ -80,10 +80,14 @@ type FS interface {
 
 	// Txn returns a view of the FS whose vector calls are each one
 	// atomic transaction: all items take effect or none does (on failure
-	// n is 0 and outputs are undefined). A call fails with
-	// ErrTxnUnsupported on a server without the txnfs extension (or on
-	// the local file system), and with ErrTxnTooLarge when the vector
-	// does not fit one COMPOUND; in both cases nothing was executed.
+	// n is 0 and outputs are undefined). A vector that fits one COMPOUND
+	// is one transactional COMPOUND (the server retries it on conflicts);
+	// a larger one runs as a multi-compound transaction, which fails
+	// with an error wrapping *TxnConflictError if concurrent changes
+	// prevent its commit (nothing applied; the caller may retry). A call
+	// fails with ErrTxnUnsupported on a server without the txnfs
+	// extensions (or on the local file system), having executed nothing.
+	// For a transaction over several calls, see Begin.
 	Txn() FS
 	// Close releases the FS (closing open descriptors).
 	Close() error
@@ -338,8 +342,9 @@ var (
 	// ErrTxnUnsupported means the server cannot run transactional
 	// compounds; nothing was executed.
 	ErrTxnUnsupported = client.ErrTxnUnsupported
-	// ErrTxnTooLarge means a transactional vector does not fit one
-	// COMPOUND; nothing was executed.
+	// ErrTxnTooLarge meant a transactional vector did not fit one
+	// COMPOUND. Such vectors now run as multi-compound transactions;
+	// it is no longer returned (kept for compatibility).
 	ErrTxnTooLarge = errors.New("vnfs: vector too large for one transactional compound")
 	// ErrNotSupported means the server lacks an operation (COPY, CLONE);
 	// it unwraps to EOPNOTSUPP.

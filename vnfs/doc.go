@@ -31,10 +31,13 @@
 // of items after n are zero.
 //
 // Txn returns a view whose calls are atomic on servers with the txnfs
-// transactional-compound extension (docs/protocol.md): the whole vector
-// must fit one COMPOUND (else ErrTxnTooLarge) and either every item takes
-// effect or none does. Servers without the extension, and the local file
-// system, refuse with ErrTxnUnsupported before doing anything.
+// transactional extensions (docs/protocol.md): either every item takes
+// effect or none does. A vector that fits one COMPOUND is sent as one
+// transactional COMPOUND; a larger one runs as a multi-compound
+// transaction (TXN_BEGIN, COMPOUNDs joining it, TXN_END). Begin opens a
+// transaction spanning several calls (a *Tx, whose Commit applies all of
+// them at once or none). Servers without the extensions, and the local
+// file system, refuse with ErrTxnUnsupported before doing anything.
 //
 // # Appends
 //

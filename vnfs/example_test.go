@@ -93,6 +93,47 @@ func ExampleFS_Txn() {
 	}
 }
 
+// A transaction over several vector calls (a txnfs server): the program
+// reads, decides and writes; other clients see nothing until Commit, which
+// applies everything or nothing.
+func ExampleBegin() {
+	ctx := context.Background()
+	f, err := vnfs.Dial(ctx, vnfs.Config{Addr: "127.0.0.1:2049"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	tx, err := vnfs.Begin(ctx, f)
+	if errors.Is(err, vnfs.ErrTxnUnsupported) {
+		log.Fatal("the server has no multi-compound transactions")
+	} else if err != nil {
+		log.Fatal(err)
+	}
+	defer tx.Close() // aborts unless committed
+	// Move a release into place: build it, then switch the link.
+	if _, err := tx.VMkdir(ctx, []vnfs.MkdirItem{{Path: "/srv/app/v2", Mode: 0o755}}); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := tx.VWrite(ctx, []vnfs.IO{
+		{File: vnfs.P("/srv/app/v2/app.conf"), Data: []byte("port = 8080\n"), Flags: vnfs.Create | vnfs.Truncate},
+	}); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := tx.VRemove(ctx, []string{"/srv/app/current"}); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := tx.VSymlink(ctx, []vnfs.SymlinkItem{{Path: "/srv/app/current", Target: "v2"}}); err != nil {
+		log.Fatal(err)
+	}
+	var conflict *vnfs.TxnConflictError
+	switch err := tx.Commit(ctx); {
+	case errors.As(err, &conflict):
+		fmt.Println("someone else changed the tree; nothing applied:\n" + conflict.Report)
+	case err != nil:
+		log.Fatal(err)
+	}
+}
+
 // Copying many files on one server without moving their data: NFSv4.2
 // COPY where the server has it, reads and writes otherwise.
 func ExampleFS_VSCopy() {

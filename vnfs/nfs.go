@@ -107,6 +107,9 @@ type nfsFS struct {
 	cfg    Config
 	rootFH []byte
 	txn    bool // the Txn view
+	// join, if not zero, is the multi-compound transaction every
+	// COMPOUND of this view joins (the view of a Tx, txn.go).
+	join client.TxnID
 	// unordered: the Unordered view
 	unordered bool
 
@@ -221,6 +224,9 @@ func (n *nfsFS) Txn() FS {
 	if n.txn {
 		return n
 	}
+	if !n.join.IsZero() {
+		return noTxn{n} // no nested transactions in a Tx
+	}
 	t := *n
 	t.txn = true
 	t.maxOps--
@@ -239,7 +245,7 @@ func (n *nfsFS) Unordered() FS {
 
 // Close closes open descriptors and the connection.
 func (n *nfsFS) Close() error {
-	if n.txn || n.unordered {
+	if n.txn || n.unordered || !n.join.IsZero() {
 		return nil
 	}
 	n.sh.mu.Lock()

@@ -192,7 +192,19 @@ const copyBudget = 64 << 20
 // items at a time.
 func (n *nfsFS) VCopy(ctx context.Context, items []CopyItem) (int, error) {
 	if n.txn {
-		return 0, fmt.Errorf("vnfs: copy: %w (read+write copies need several compounds)", ErrTxnTooLarge)
+		// Reads and writes in one multi-compound transaction.
+		tx, err := n.begin(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("vnfs: copy: %w", err)
+		}
+		defer tx.Close()
+		if _, err := Transfer(ctx, tx, tx, items); err != nil {
+			return 0, err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return 0, fmt.Errorf("vnfs: copy: %w", err)
+		}
+		return len(items), nil
 	}
 	return Transfer(ctx, n, n, items)
 }

@@ -283,7 +283,7 @@ type task interface {
 type runOpts struct {
 	op    string             // for errors: "read", "mkdir", ...
 	names func(i int) string // path of item i, for errors
-	txn   bool               // one transactional COMPOUND
+	txn   bool               // atomic: one transactional COMPOUND, or a multi-compound transaction if larger
 	// readOnly allows pipelining all COMPOUNDs: the vector has no side
 	// effects, so running items after a failure is harmless.
 	readOnly bool
@@ -312,6 +312,17 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 	}
 	var q []*flight
 	failIdx, failErr := -1, error(nil)
+	// multi is the multi-compound transaction of a transactional vector
+	// too large for one COMPOUND (begun when the first COMPOUND turns
+	// out not to hold it all); it is aborted unless committed below.
+	var multi client.TxnID
+	defer func() {
+		if !multi.IsZero() {
+			if err := n.c.TxnEnd(context.WithoutCancel(ctx), multi, false); err != nil {
+				n.cfg.Logger.Debug("vnfs: aborting transaction", "err", err)
+			}
+		}
+	}()
 	finish := func() {
 		f := q[0]
 		q = q[1:]
@@ -353,7 +364,11 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 		if failIdx >= 0 {
 			return
 		}
-		b.cp.Txn = o.txn
+		b.cp.Txn = o.txn && multi.IsZero()
+		b.cp.TxnID = n.join
+		if !multi.IsZero() {
+			b.cp.TxnID = multi
+		}
 		b.cp.Tag = "vnfs " + o.op
 		f := &flight{b: b, first: first, done: make(chan struct{})}
 		go func() {
@@ -397,8 +412,16 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 			}
 			return i, n.itemErr(o, i, fmt.Errorf("item does not fit one COMPOUND (limits %d ops, %d/%d bytes)", b.maxOps, b.maxReq, b.maxResp))
 		}
-		if o.txn && (r != emitDone || i < len(tasks)) {
-			return 0, fmt.Errorf("vnfs: %s: %w (%d items)", o.op, ErrTxnTooLarge, len(tasks))
+		if o.txn && multi.IsZero() && (r != emitDone || i < len(tasks)) {
+			// Too large for one transactional COMPOUND: this one and
+			// the next run in a multi-compound transaction
+			// (docs/protocol.md §3). A server without it refuses
+			// before anything ran.
+			id, err := n.c.TxnBegin(ctx)
+			if err != nil {
+				return 0, fmt.Errorf("vnfs: %s: %w (%d items, more than one COMPOUND)", o.op, err, len(tasks))
+			}
+			multi = id
 		}
 		launch(b, first, startsNew)
 		b = n.newBatch()
@@ -414,9 +437,16 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 			}
 		}
 		if o.txn {
-			return 0, failErr
+			return 0, failErr // the deferred abort discards a multi-compound transaction
 		}
 		return failIdx, failErr
+	}
+	if !multi.IsZero() {
+		id := multi
+		multi = client.TxnID{}
+		if err := n.c.TxnEnd(ctx, id, true); err != nil {
+			return 0, fmt.Errorf("vnfs: %s: %w", o.op, err)
+		}
 	}
 	return len(tasks), nil
 }
@@ -478,7 +508,7 @@ func (n *nfsFS) closeDangling(ctx context.Context, b *batch) {
 	if len(b.opens) == 0 {
 		return
 	}
-	var cp client.Compound
+	cp := client.Compound{TxnID: b.cp.TxnID} // opens of a transaction are closed in it
 	for _, o := range b.opens {
 		if n.rootFH != nil {
 			cp.PutFH(n.rootFH)
