@@ -156,10 +156,10 @@ func needsStatFS(mask []uint32) bool {
 // attributes are silently omitted (the returned mask says which were
 // encoded), as GETATTR and READDIR require.
 func (s *Server) encodeAttrs(mask []uint32, a *fs.Attr, ac *attrContext) nfsv4.Fattr4 {
-	var buf bytes.Buffer
-	var out []uint32
+	buf := bytes.NewBuffer(make([]byte, 0, 256))
+	out := make([]uint32, 0, len(mask))
 	sup := supportedAttrs(ac.minor)
-	w := io.Writer(&buf)
+	w := io.Writer(buf)
 	forEachBit(mask, func(bit uint32) bool {
 		if !bmHas(sup, bit) || bmHas(writeOnlyAttrs, bit) {
 			return true

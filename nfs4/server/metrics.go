@@ -18,6 +18,8 @@ type metrics struct {
 	// byOp caches the per-operation children of ops and opLatency
 	// (label lookups hash strings: a few percent of a small compound).
 	byOp sync.Map // opKey -> prometheus.Counter or prometheus.Observer
+	// plain, txn and join are the children of compounds.
+	plain, txn, join prometheus.Observer
 }
 
 type opKey struct {
@@ -63,6 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Transactional compounds by outcome (commit, abort, retry, fail).",
 		}, []string{"outcome"}),
 	}
+	m.plain, m.txn, m.join = m.compounds.WithLabelValues("plain"), m.compounds.WithLabelValues("txn"), m.compounds.WithLabelValues("join")
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.ops, m.opLatency, m.compounds, m.txns} {
 			if err := reg.Register(c); err != nil {

@@ -54,7 +54,19 @@ func (c *compound) needDir() nfsv4.Nfsstat4 {
 }
 
 func (c *compound) handle(f fhState) []byte {
+	if f.fh != nil {
+		return f.fh
+	}
 	return c.s.fh.Encode(fh.Handle{Ino: uint64(f.ino), Gen: f.gen})
+}
+
+// handleFor returns the current handle if mask asks for the filehandle
+// attribute, nil otherwise.
+func (c *compound) handleFor(mask []uint32) []byte {
+	if !bmHas(mask, nfsv4.FATTR4_FILEHANDLE) {
+		return nil
+	}
+	return c.handle(c.cur)
 }
 
 func (c *compound) putRoot() nfsv4.Nfsstat4 {
@@ -87,6 +99,7 @@ func (c *compound) putFH(b []byte) nfsv4.Nfsstat4 {
 		return nfsv4.NFS4ERR_STALE
 	}
 	c.setCurHandle(a)
+	c.cur.fh = b
 	return nfsv4.NFS4_OK
 }
 
@@ -231,7 +244,7 @@ func (c *compound) getattr(mask []uint32) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	if st != nfsv4.NFS4_OK {
 		return errRes(nfsv4.OP_GETATTR, st), st
 	}
-	f := c.s.encodeAttrs(mask, &a, &attrContext{minor: c.minor, handle: c.handle(c.cur), statfs: sfs})
+	f := c.s.encodeAttrs(mask, &a, &attrContext{minor: c.minor, handle: c.handleFor(mask), statfs: sfs})
 	return &nfsv4.NfsResop4_OP_GETATTR{Opgetattr: &nfsv4.Getattr4res_NFS4_OK{
 		Resok4: nfsv4.Getattr4resok{ObjAttributes: f}}}, nfsv4.NFS4_OK
 }
@@ -295,7 +308,7 @@ func (c *compound) verify(f *nfsv4.Fattr4, same bool) nfsv4.Nfsstat4 {
 	if st != nfsv4.NFS4_OK {
 		return st
 	}
-	mine := c.s.encodeAttrs(f.Attrmask, &a, &attrContext{minor: c.minor, handle: c.handle(c.cur), statfs: sfs})
+	mine := c.s.encodeAttrs(f.Attrmask, &a, &attrContext{minor: c.minor, handle: c.handleFor(f.Attrmask), statfs: sfs})
 	equal := string(mine.AttrVals) == string(f.AttrVals)
 	switch {
 	case same && !equal:

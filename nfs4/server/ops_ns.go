@@ -296,8 +296,11 @@ func (c *compound) readdir(a *nfsv4.Readdir4args) (nfsv4.NfsResop4, nfsv4.Nfssta
 			if e.Attr != nil {
 				attr = *e.Attr
 			}
-			f := c.s.encodeAttrs(a.AttrRequest, &attr, &attrContext{minor: c.minor,
-				handle: c.handle(fhState{ino: attr.Ino, gen: attr.Gen}), statfs: sfs})
+			var h []byte
+			if bmHas(a.AttrRequest, nfsv4.FATTR4_FILEHANDLE) {
+				h = c.handle(fhState{ino: attr.Ino, gen: attr.Gen})
+			}
+			f := c.s.encodeAttrs(a.AttrRequest, &attr, &attrContext{minor: c.minor, handle: h, statfs: sfs})
 			ent := &nfsv4.Entry4{Cookie: e.Cookie, Name: e.Name, Attrs: f}
 			size := 4 + ent.GetEncodedSizeBytes() - 4 // value_follows + entry without its nextentry pointer
 			nameSize := 8 + 4 + (len(e.Name)+3)&^3

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"reflect"
 	"testing"
 	"time"
 
@@ -193,6 +194,17 @@ func TestRelease(t *testing.T) {
 	}
 }
 
+// TestEncodeReply checks the hand-made success header against the
+// generated encoder.
+func TestEncodeReply(t *testing.T) {
+	body := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	want := EncodeReply(0xdeadbeef, &Reply{Stat: rpcv2.SUCCESS, Body: body})
+	got := append(successHeader(nil, 0xdeadbeef, len(body)), body...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("successHeader: %x, want %x", got, want)
+	}
+}
+
 // FuzzDecode checks that no record crashes the reader or the call decoder.
 func FuzzDecode(f *testing.F) {
 	var sys bytes.Buffer
@@ -211,6 +223,16 @@ func FuzzDecode(f *testing.F) {
 				return
 			}
 			s.decodeCall(rec)
+			if fast := fastCall(rec); fast != nil {
+				// The fast path must agree with the generated decoder.
+				ref, rep, ok := s.slowCall(rec)
+				if ref != nil && len(ref.Cred.Gids) == 0 {
+					ref.Cred.Gids = nil
+				}
+				if !ok || rep != nil || !reflect.DeepEqual(fast, ref) {
+					t.Fatalf("fast path %+v, reference %+v %+v %v", fast, ref, rep, ok)
+				}
+			}
 		}
 	})
 }
