@@ -84,6 +84,8 @@ type rnode struct {
 	fileid  uint64
 	lookups uint64
 	change  uint64      // change attribute last given to the kernel (guarded by the table lock)
+	parent  uint64      // node id of the directory and name of the last lookup (guarded by the table lock)
+	name    string
 	dirty   atomic.Bool // UNSTABLE writes not yet committed
 }
 
@@ -93,11 +95,18 @@ type rnodeTable struct {
 	next     uint64
 	byID     map[uint64]*rnode
 	byFileID map[uint64]uint64
+	byName   map[nameKey]uint64 // inverse of rnode.parent/name
+}
+
+type nameKey struct {
+	parent uint64
+	name   string
 }
 
 func (t *rnodeTable) init(rootFH []byte, rootFileID uint64) {
 	t.byID = map[uint64]*rnode{1: {fh: rootFH, fileid: rootFileID, lookups: 1}}
 	t.byFileID = map[uint64]uint64{rootFileID: 1}
+	t.byName = map[nameKey]uint64{}
 	t.next = 1
 }
 
@@ -131,6 +140,39 @@ func (t *rnodeTable) ref(fh []byte, fileid uint64) uint64 {
 	return id
 }
 
+// named records that id was found as name in directory parent.
+func (t *rnodeTable) named(id, parent uint64, name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := t.byID[id]; n != nil && id != 1 {
+		if t.byName[nameKey{n.parent, n.name}] == id {
+			delete(t.byName, nameKey{n.parent, n.name})
+		}
+		n.parent, n.name = parent, name
+		t.byName[nameKey{parent, name}] = id
+	}
+}
+
+// renamed records a rename of (parent, name) to (newParent, newName).
+func (t *rnodeTable) renamed(parent uint64, name string, newParent uint64, newName string) {
+	t.mu.Lock()
+	id, ok := t.byName[nameKey{parent, name}]
+	t.mu.Unlock()
+	if ok {
+		t.named(id, newParent, newName)
+	}
+}
+
+// nameOf returns the directory and name of id's last lookup.
+func (t *rnodeTable) nameOf(id uint64) (uint64, string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := t.byID[id]; n != nil {
+		return n.parent, n.name
+	}
+	return 0, ""
+}
+
 // forget drops k lookups of id.
 func (t *rnodeTable) forget(id, k uint64) {
 	t.mu.Lock()
@@ -146,6 +188,9 @@ func (t *rnodeTable) forget(id, k uint64) {
 	delete(t.byID, id)
 	if t.byFileID[n.fileid] == id {
 		delete(t.byFileID, n.fileid)
+	}
+	if t.byName[nameKey{n.parent, n.name}] == id {
+		delete(t.byName, nameKey{n.parent, n.name})
 	}
 }
 
@@ -505,6 +550,9 @@ func (m *RemoteServer) Lookup(_ <-chan struct{}, h *raw.InHeader, name string, o
 		return m.status("lookup", err)
 	}
 	m.entry(out, resFH(rep.Results[fhAt]), &a)
+	if name != "." && name != ".." {
+		m.nodes.named(out.NodeId, h.NodeId, name)
+	}
 	return raw.OK
 }
 
@@ -514,6 +562,11 @@ func (m *RemoteServer) Forget(nodeid, nlookup uint64) { m.nodes.forget(nodeid, n
 // GetAttr implements RawFileSystem: PUTFH GETATTR.
 func (m *RemoteServer) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.AttrOut) raw.Status {
 	n := m.node(in.NodeId)
+	if in.Flags()&raw.FUSE_GETATTR_FH != 0 {
+		if h := m.handle(in.Fh()); h != nil {
+			n = h.n // fstat: the open file (see reopenByName)
+		}
+	}
 	if n == nil {
 		return raw.Status(syscall.ESTALE)
 	}
@@ -521,6 +574,35 @@ func (m *RemoteServer) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.At
 	cp.PutFH(n.fh)
 	cp.GetAttr(client.StatMask)
 	rep, err := m.do(&in.InHeader, &cp)
+	var se *client.StatusError
+	if errors.As(err, &se) && se.Status == nfsv4.NFS4ERR_STALE {
+		if r := m.redirected(in.NodeId); r != nil {
+			// fstat of a file opened by reopenByName (the kernel
+			// sends no file handle with it).
+			cp.Reset()
+			cp.PutFH(r.fh)
+			cp.GetAttr(client.StatMask)
+			rep, err = m.do(&in.InHeader, &cp)
+		} else if dir := m.node(parentOf(m, in.NodeId)); dir != nil {
+			// The kernel checks permissions before an open from
+			// attributes it refreshes by node id: report those of the
+			// file that now has the node's name, which an open by name
+			// will reach (reopenByName).
+			_, name := m.nodes.nameOf(in.NodeId)
+			cp.Reset()
+			cp.PutFH(dir.fh)
+			cp.Lookup(name)
+			cp.GetAttr(client.StatMask)
+			if rep2, err2 := m.do(&in.InHeader, &cp); err2 == nil {
+				if a, err3 := resAttrs(rep2.Results[2]); err3 == nil && a.Type == nfsv4.NF4REG {
+					out.SetTimeout(0)
+					fillRemoteAttr(&out.Attr, &a)
+					m.nodes.saw(in.NodeId, 0)
+					return raw.OK
+				}
+			}
+		}
+	}
 	if err != nil {
 		return m.status("getattr", err)
 	}
@@ -550,13 +632,18 @@ func (m *RemoteServer) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.At
 		sa.SetGid, sa.Gid = true, gid
 	}
 	sid := client.AnonymousStateid
-	if size, ok := in.GetSize(); ok {
-		sa.SetSize, sa.Size = true, size
-		if fh, ok := in.GetFh(); ok {
-			if h := m.handle(fh); h != nil && h.write {
+	if fh, ok := in.GetFh(); ok {
+		if h := m.handle(fh); h != nil {
+			n = h.n // through an open file (see reopenByName)
+			if h.write {
 				sid = h.sid
 			}
 		}
+	}
+	if size, ok := in.GetSize(); ok {
+		sa.SetSize, sa.Size = true, size
+	} else {
+		sid = client.AnonymousStateid
 	}
 	if in.Valid&raw.FATTR_ATIME != 0 {
 		sa.SetAtime = true
@@ -710,14 +797,34 @@ func (m *RemoteServer) Rmdir(_ <-chan struct{}, h *raw.InHeader, name string) ra
 
 // Rename implements RawFileSystem: PUTFH(src) SAVEFH PUTFH(dst) RENAME.
 // RENAME_NOREPLACE checks the target first (not atomic with the rename);
-// RENAME_EXCHANGE has no NFS equivalent.
+// RENAME_EXCHANGE, which NFS lacks, is three RENAMEs through a temporary
+// name in one transactional COMPOUND (txnfs servers only: EINVAL
+// elsewhere).
 func (m *RemoteServer) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newName string) raw.Status {
-	if in.Flags&^renameNoReplace != 0 {
+	if in.Flags&^(renameNoReplace|renameExchange) != 0 || in.Flags == renameNoReplace|renameExchange {
 		return raw.EINVAL
 	}
 	src, dst := m.node(in.NodeId), m.node(in.Newdir)
 	if src == nil || dst == nil {
 		return raw.Status(syscall.ESTALE)
+	}
+	if in.Flags&renameExchange != 0 {
+		tmp := fmt.Sprintf(".txnfs-exchange-%d-%d", os.Getpid(), time.Now().UnixNano())
+		cp := client.Compound{Txn: true}
+		step := func(from, to []byte, a, b string) {
+			cp.PutFH(from)
+			cp.SaveFH()
+			cp.PutFH(to)
+			cp.Rename(a, b)
+		}
+		step(dst.fh, dst.fh, newName, tmp)
+		step(src.fh, dst.fh, oldName, newName)
+		step(dst.fh, src.fh, tmp, oldName)
+		_, err := m.do(&in.InHeader, &cp)
+		if errors.Is(err, client.ErrTxnUnsupported) {
+			return raw.EINVAL
+		}
+		return m.status("rename", err)
 	}
 	if in.Flags&renameNoReplace != 0 {
 		var cp client.Compound
@@ -738,6 +845,9 @@ func (m *RemoteServer) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newN
 	cp.PutFH(dst.fh)
 	cp.Rename(oldName, newName)
 	_, err := m.do(&in.InHeader, &cp)
+	if err == nil {
+		m.nodes.renamed(in.NodeId, oldName, in.Newdir, newName)
+	}
 	return m.status("rename", err)
 }
 
@@ -862,6 +972,28 @@ func (m *RemoteServer) newOwner() []byte {
 	return append(append([]byte(nil), m.c.OpenOwner()...), "/"+strconv.FormatUint(k, 10)...)
 }
 
+func parentOf(m *RemoteServer, id uint64) uint64 {
+	p, name := m.nodes.nameOf(id)
+	if name == "" {
+		return 0
+	}
+	return p
+}
+
+// redirected returns the file an open handle of node id serves instead of
+// the node's own (reopenByName), or nil.
+func (m *RemoteServer) redirected(id uint64) *rnode {
+	n := m.node(id)
+	m.handles.Lock()
+	defer m.handles.Unlock()
+	for _, h := range m.handles.m {
+		if h.node == id && h.n != n {
+			return h.n
+		}
+	}
+	return nil
+}
+
 func (m *RemoteServer) handle(fh uint64) *rhandle {
 	m.handles.Lock()
 	defer m.handles.Unlock()
@@ -950,6 +1082,10 @@ func (m *RemoteServer) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut)
 				m.closeState(&in.InHeader, n.fh, sid)
 			}
 		}
+		var se *client.StatusError
+		if errors.As(err, &se) && se.Status == nfsv4.NFS4ERR_STALE {
+			return m.reopenByName(in, out)
+		}
 		return m.status("open", err)
 	}
 	sid, _ := resStateid(rep.Results[openAt])
@@ -961,6 +1097,59 @@ func (m *RemoteServer) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut)
 	out.Fh = m.addHandle(&rhandle{node: in.NodeId, n: n, sid: sid,
 		write: in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY, append: in.Flags&syscall.O_APPEND != 0})
 	out.OpenFlags = m.openFlags(in.NodeId, in.Flags, a.Change)
+	return raw.OK
+}
+
+// reopenByName opens, by the name it was last looked up by, a file whose
+// handle went stale between the kernel's lookup and its open: another
+// client replaced it (rename over it, or unlink and create). The Linux
+// NFS client opens by name (CLAIM_NULL) and never sees this; FUSE opens
+// a node id. The kernel retries a stale open once with a fresh lookup,
+// which a busy writer can defeat again, so the open is redirected here
+// to the file that now has the name, as an open by name would find it:
+// the handle serves the new file with direct I/O (the kernel's pages and
+// size belong to the old node) and fstat through it reports the new file.
+func (m *RemoteServer) reopenByName(in *raw.OpenIn, out *raw.OpenOut) raw.Status {
+	parent, name := m.nodes.nameOf(in.NodeId)
+	dir := m.node(parent)
+	if dir == nil || name == "" {
+		return raw.Status(syscall.ESTALE)
+	}
+	var cp client.Compound
+	cp.PutFH(dir.fh)
+	openAt := cp.Open(m.c.ClientID(), m.newOwner(), client.OpenArgs{Name: name, Access: shareAccess(in.Flags)})
+	if in.Flags&syscall.O_TRUNC != 0 {
+		sa := client.SetAttrs{SetSize: true, SetMtime: true}
+		cp.SetAttr(client.CurrentStateid, sa.Encode())
+	}
+	fhAt := cp.GetFH()
+	at := cp.GetAttr(client.StatMask)
+	rep, err := m.do(&in.InHeader, &cp)
+	if err != nil {
+		if rep != nil && len(rep.Results) > fhAt {
+			if sid, ok := resStateid(rep.Results[openAt]); ok {
+				m.closeState(&in.InHeader, resFH(rep.Results[fhAt]), sid)
+			}
+		}
+		var se *client.StatusError
+		if errors.As(err, &se) && se.Status == nfsv4.NFS4ERR_NOENT {
+			return raw.Status(syscall.ESTALE) // the kernel looks again
+		}
+		return m.status("open", err)
+	}
+	sid, _ := resStateid(rep.Results[openAt])
+	fh := resFH(rep.Results[fhAt])
+	a, err := resAttrs(rep.Results[at])
+	if err != nil || a.Type != nfsv4.NF4REG {
+		m.closeState(&in.InHeader, fh, sid)
+		return raw.Status(syscall.ESTALE)
+	}
+	n := &rnode{fh: fh, fileid: a.FileID}
+	out.Fh = m.addHandle(&rhandle{node: in.NodeId, n: n, sid: sid,
+		write: in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY, append: in.Flags&syscall.O_APPEND != 0})
+	m.nodes.saw(in.NodeId, 0)
+	m.srv.InodeNotify(in.NodeId, -1, 0)
+	out.OpenFlags = raw.FOPEN_DIRECT_IO
 	return raw.OK
 }
 
@@ -994,6 +1183,7 @@ func (m *RemoteServer) Create(_ <-chan struct{}, in *raw.CreateIn, name string, 
 		return m.status("create", err)
 	}
 	m.entry(&out.EntryOut, fh, &a)
+	m.nodes.named(out.NodeId, in.NodeId, name)
 	n := m.node(out.NodeId)
 	out.Fh = m.addHandle(&rhandle{node: out.NodeId, n: n, sid: sid,
 		write: in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY, append: in.Flags&syscall.O_APPEND != 0})
@@ -1393,3 +1583,37 @@ var (
 	_ Mounted = (*Server)(nil)
 	_ Mounted = (*RemoteServer)(nil)
 )
+
+// Lseek implements RawFileSystem for SEEK_DATA and SEEK_HOLE (SEEK).
+func (m *RemoteServer) Lseek(_ <-chan struct{}, in *raw.LseekIn, out *raw.LseekOut) raw.Status {
+	var what nfsv4.DataContent4
+	switch in.Whence {
+	case seekData:
+		what = nfsv4.NFS4_CONTENT_DATA
+	case seekHole:
+		what = nfsv4.NFS4_CONTENT_HOLE
+	default:
+		return raw.EINVAL
+	}
+	h, st := m.stateid(in.Fh)
+	if st != raw.OK {
+		return st
+	}
+	var cp client.Compound
+	cp.PutFH(h.n.fh)
+	cp.Add(&nfsv4.NfsArgop4_OP_SEEK{Opseek: nfsv4.Seek4args{SaStateid: h.sid, SaOffset: in.Offset, SaWhat: what}})
+	rep, err := m.do(&in.InHeader, &cp)
+	if err != nil {
+		return m.status("lseek", err)
+	}
+	r, _ := rep.Results[1].(*nfsv4.NfsResop4_OP_SEEK)
+	ok, _ := r.Opseek.(*nfsv4.Seek4res_NFS4_OK)
+	if ok == nil {
+		return raw.EIO
+	}
+	if what == nfsv4.NFS4_CONTENT_DATA && ok.Resok4.SrEof {
+		return raw.Status(syscall.ENXIO)
+	}
+	out.Offset = ok.Resok4.SrOffset
+	return raw.OK
+}

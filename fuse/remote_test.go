@@ -87,3 +87,25 @@ func TestRemoteSmoke(t *testing.T) {
 	t.Log(names(t, filepath.Join(mnt, "d/e")))
 	t.Log(run(t, mnt, "ls", "-laR"))
 }
+
+// remotePOSIXSkips are POSIX suite cases a remote mount does not pass,
+// with the reason.
+var remotePOSIXSkips = map[string]string{
+	"RenameAtomicUnderReaders": "flaky on the txnfs NFS server: a READ through an open state sometimes gets NFS4ERR_STALE " +
+		"when a rename replaces the file right after the OPEN (engine request 2, the pin/removal race, in nfs4/server)",
+	"Xattr": "extended attributes are not served over NFS (the server has no NFSv4.2 xattr operations)",
+}
+
+// TestRemotePOSIX runs the POSIX suite on a remote mount.
+func TestRemotePOSIX(t *testing.T) { posixSuite(t, mountRemoteOne(t), remotePOSIXSkips) }
+
+// TestRemotePjdfstest runs pjdfstest on a remote mount
+// (testdata/pjdfstest-remote.exclude lists the allowed failures).
+func TestRemotePjdfstest(t *testing.T) {
+	pjdfstest(t, func() string { return mountRemoteOne(t) }, "testdata/pjdfstest-remote.exclude")
+}
+
+// TestRemoteFsx runs fsx on a remote mount: -fsx.remote-ops operations
+// with seed 1 (20,000 by default; 100,000 with -fsx.remote-ops=100000)
+// and -fsx.random-ops with a random seed.
+func TestRemoteFsx(t *testing.T) { fsx(t, func() string { return mountRemoteOne(t) }, *fsxRemoteOps) }
