@@ -83,8 +83,8 @@ type rnode struct {
 	fh      []byte
 	fileid  uint64
 	lookups uint64
-	change  uint64      // change attribute last given to the kernel (guarded by the table lock)
-	parent  uint64      // node id of the directory and name of the last lookup (guarded by the table lock)
+	change  uint64 // change attribute last given to the kernel (guarded by the table lock)
+	parent  uint64 // node id of the directory and name of the last lookup (guarded by the table lock)
 	name    string
 	dirty   atomic.Bool // UNSTABLE writes not yet committed
 }
