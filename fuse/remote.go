@@ -70,8 +70,9 @@ type RemoteServer struct {
 		next uint64
 		m    map[uint64]*rhandle
 	}
-	notify notifier
-	sb     remoteSandbox
+	notify   notifier
+	sb       remoteSandbox
+	sbActive atomic.Bool // mirrors sb.active, for cache timeouts
 
 	shutdownOnce sync.Once
 }
@@ -506,14 +507,24 @@ func fillRemoteAttr(out *raw.Attr, a *client.Attrs) {
 func (m *RemoteServer) entry(out *raw.EntryOut, fh []byte, a *client.Attrs) {
 	id := m.nodes.ref(fh, a.FileID)
 	out.NodeId = id
-	out.SetEntryTimeout(m.cfg.EntryTimeout)
-	out.SetAttrTimeout(m.cfg.AttrTimeout)
+	if m.sbActive.Load() {
+		// Names seen inside a sandbox are revalidated at every use:
+		// after abort or commit, nothing of the sandbox is cached.
+		out.SetEntryTimeout(0)
+		out.SetAttrTimeout(0)
+	} else {
+		out.SetEntryTimeout(m.cfg.EntryTimeout)
+		out.SetAttrTimeout(m.cfg.AttrTimeout)
+	}
 	fillRemoteAttr(&out.Attr, a)
 	m.nodes.saw(id, a.Change)
 }
 
 func (m *RemoteServer) attrOut(id uint64, out *raw.AttrOut, a *client.Attrs) {
 	out.SetTimeout(m.cfg.AttrTimeout)
+	if m.sbActive.Load() {
+		out.SetTimeout(0)
+	}
 	fillRemoteAttr(&out.Attr, a)
 	m.nodes.saw(id, a.Change)
 }
@@ -538,7 +549,7 @@ func (m *RemoteServer) Lookup(_ <-chan struct{}, h *raw.InHeader, name string, o
 	rep, err := m.do(h, &cp)
 	if err != nil {
 		var se *client.StatusError
-		if errors.As(err, &se) && se.Status == nfsv4.NFS4ERR_NOENT && m.cfg.NegativeTimeout > 0 {
+		if errors.As(err, &se) && se.Status == nfsv4.NFS4ERR_NOENT && m.cfg.NegativeTimeout > 0 && !m.sbActive.Load() {
 			*out = raw.EntryOut{}
 			out.SetEntryTimeout(m.cfg.NegativeTimeout)
 			return raw.OK

@@ -9,7 +9,6 @@ import (
 
 	raw "github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/txnfs/txnfs/fs"
 	"github.com/txnfs/txnfs/nfs4/client"
 )
 
@@ -30,6 +29,7 @@ type remoteSandbox struct {
 	gate   sync.RWMutex
 	mu     sync.Mutex
 	active bool
+	id     client.TxnID
 	since  time.Time
 	ops    int
 }
@@ -43,6 +43,7 @@ func (s *remoteSandbox) join(cp *client.Compound) func(ran bool) {
 	}
 	s.mu.Lock()
 	s.ops++
+	cp.TxnID = s.id
 	return func(bool) {
 		s.mu.Unlock()
 		s.gate.RUnlock()
@@ -55,23 +56,44 @@ func (m *RemoteServer) sandboxBegin() error {
 	if m.sb.active {
 		return errSandboxActive
 	}
-	return errRemoteNoTxn
+	id, err := m.c.TxnBegin(m.ctx)
+	if errors.Is(err, client.ErrTxnUnsupported) {
+		return errRemoteNoTxn
+	}
+	if err != nil {
+		return err
+	}
+	m.sb.active, m.sb.id, m.sb.since, m.sb.ops = true, id, time.Now(), 0
+	m.sbActive.Store(true)
+	m.log.Info("sandbox begun", "txn", id)
+	return nil
 }
 
+// sandboxEnd commits or aborts the sandbox's transaction. Either way the
+// sandbox is over afterwards (except on a transport error, when the
+// outcome is unknown and the transaction is abandoned: the server aborts
+// it when it expires).
 func (m *RemoteServer) sandboxEnd(commit bool) error {
 	m.sb.gate.Lock()
 	defer m.sb.gate.Unlock()
 	if !m.sb.active {
 		return errNoSandbox
 	}
-	return errRemoteNoTxn
+	err := m.c.TxnEnd(m.ctx, m.sb.id, commit)
+	m.log.Info("sandbox ended", "txn", m.sb.id, "commit", commit, "operations", m.sb.ops, "err", err)
+	m.sb.active, m.sb.id = false, client.TxnID{}
+	m.sbActive.Store(false)
+	return err
 }
 
 func (m *RemoteServer) abortSandboxAtExit() {
 	m.sb.gate.Lock()
 	defer m.sb.gate.Unlock()
 	if m.sb.active {
-		m.log.Warn("unmounted with an active sandbox: it is abandoned (the server aborts it)")
+		m.log.Warn("unmounted with an active sandbox: aborting it", "operations", m.sb.ops)
+		if err := m.c.TxnEnd(m.ctx, m.sb.id, false); err != nil {
+			m.log.Warn("aborting the sandbox", "err", err)
+		}
 		m.sb.active = false
 	}
 }
@@ -109,10 +131,11 @@ func (m *RemoteServer) Ioctl(_ <-chan struct{}, in *raw.IoctlIn, inbuf []byte, o
 		if err = m.sandboxBegin(); err == nil {
 			m.invalidateAll()
 		}
-	case ctlCommit:
-		err = m.sandboxEnd(true)
-	case ctlAbort:
-		err = m.sandboxEnd(false)
+	case ctlCommit, ctlAbort:
+		err = m.sandboxEnd(req.Op == ctlCommit)
+		// Drop what the kernel cached from inside the sandbox (after
+		// abort it is gone; after a failed commit too).
+		m.invalidateAll()
 	case ctlStatus:
 	default:
 		return raw.EINVAL
@@ -120,16 +143,23 @@ func (m *RemoteServer) Ioctl(_ <-chan struct{}, in *raw.IoctlIn, inbuf []byte, o
 	rep := ctlMsg{Op: req.Op}
 	if err != nil {
 		var e syscall.Errno
+		var ce *client.TxnConflictError
+		msg := err.Error()
 		switch {
 		case errors.Is(err, errRemoteNoTxn):
 			e = syscall.EOPNOTSUPP
-		case errors.Is(err, fs.ErrConflict):
+		case errors.As(err, &ce):
 			e = syscall.EBUSY
-		default:
+			msg = "conflict: a concurrent change altered what the sandbox had read; nothing was committed (" + ce.Report + ")"
+		case errors.Is(err, errNoSandbox), errors.Is(err, errSandboxActive):
 			e = errnoOf(m.cfg.Logger, "sandbox", err)
+		case errors.Is(err, client.ErrTxnExpired):
+			e = syscall.ESTALE
+		default:
+			e = syscall.Errno(m.status("sandbox", err))
 		}
 		rep.Errno = uint32(e)
-		copy(rep.Msg[:len(rep.Msg)-1], err.Error())
+		copy(rep.Msg[:len(rep.Msg)-1], msg)
 	}
 	if st := m.Status(); st.Active {
 		rep.Active, rep.Ops, rep.Since = 1, uint64(st.Ops), st.Since.UnixNano()

@@ -39,7 +39,15 @@ func newRemoteEnv(t testing.TB) *remoteEnv {
 }
 
 // mount mounts the server on a new temporary directory.
-func (e *remoteEnv) mount() (string, *RemoteServer) {
+func (e *remoteEnv) mount() (string, *RemoteServer) { return e.mountWith(Config{}) }
+
+// mountUncached mounts the server with the kernel's caches off: an
+// observer that sees the server's state at once.
+func (e *remoteEnv) mountUncached() (string, *RemoteServer) {
+	return e.mountWith(Config{EntryTimeout: -1, AttrTimeout: -1, NegativeTimeout: -1})
+}
+
+func (e *remoteEnv) mountWith(cfg Config) (string, *RemoteServer) {
 	e.t.Helper()
 	dir := filepath.Join(e.t.TempDir(), "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -52,12 +60,8 @@ func (e *remoteEnv) mount() (string, *RemoteServer) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	m, err := MountRemote(context.Background(), dir, Config{
-		Client:      c,
-		AllowOther:  true,
-		DirectMount: true,
-		Logger:      testLogger(e.t),
-	})
+	cfg.Client, cfg.AllowOther, cfg.DirectMount, cfg.Logger = c, true, true, testLogger(e.t)
+	m, err := MountRemote(context.Background(), dir, cfg)
 	if err != nil {
 		c.Close()
 		e.t.Fatal(err)
@@ -109,3 +113,14 @@ func TestRemotePjdfstest(t *testing.T) {
 // with seed 1 (20,000 by default; 100,000 with -fsx.remote-ops=100000)
 // and -fsx.random-ops with a random seed.
 func TestRemoteFsx(t *testing.T) { fsx(t, func() string { return mountRemoteOne(t) }, *fsxRemoteOps) }
+
+// TestRemoteSandboxFig8 is WTF's Fig. 8 on a remote mount (a server-side
+// multi-compound transaction), observed through a second remote mount
+// without kernel caches (a cached one would see the commit only when its
+// caches expire).
+func TestRemoteSandboxFig8(t *testing.T) {
+	e := newRemoteEnv(t)
+	a, ma := e.mount()
+	b, _ := e.mountUncached()
+	sandboxFig8(t, a, b, ma.Status)
+}
