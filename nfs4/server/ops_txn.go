@@ -175,10 +175,30 @@ type mtxn struct {
 	reads, changes []string          // first maxTxnNotes of each, for reports
 	moreReads      int
 	moreChanges    int
+	// lookups are name resolutions the transaction made in its snapshot
+	// (not of names it had changed itself), re-checked on a conflict to
+	// point at the names another client changed.
+	lookups []txnLookup
+	created map[fs.Ino]bool  // objects the transaction created
+	renamed map[txnName]bool // names the transaction changed
 
 	// Guarded by txnTable.mu.
 	busy    bool
 	lastUse time.Time
+}
+
+// txnName is a name in a directory.
+type txnName struct {
+	dir  fs.Ino
+	name string
+}
+
+// txnLookup is a name the transaction resolved: to found, or to nothing
+// (found = 0).
+type txnLookup struct {
+	txnName
+	path  string
+	found fs.Ino
 }
 
 // txnTable holds the open multi-compound transactions of a Server.
@@ -413,7 +433,8 @@ func (c *compound) txnBegin(a *txnArgs) (nfsv4.Nfsstat4, [16]byte) {
 		return c.s.toStatus(c.ctx, "TXN_BEGIN", err, aboutName), [16]byte{}
 	}
 	x := &mtxn{id: id, owner: owner, sem: make(chan struct{}, 1), t: t,
-		paths: map[fs.Ino]string{}, lastUse: c.s.cfg.Clock()}
+		paths: map[fs.Ino]string{}, created: map[fs.Ino]bool{}, renamed: map[txnName]bool{},
+		lastUse: c.s.cfg.Clock()}
 	tt.mu.byID[id] = x
 	tt.mu.byClient[owner]++
 	tt.mu.Unlock()
@@ -454,7 +475,7 @@ func (c *compound) txnEnd(a *txnArgs) (nfsv4.Nfsstat4, string) {
 	x.discard()
 	if errors.Is(err, fs.ErrConflict) {
 		tt.events.WithLabelValues("conflict").Inc()
-		return nfsv4.NFS4ERR_NOT_SAME, x.report(err)
+		return nfsv4.NFS4ERR_NOT_SAME, x.report(ctx, c.s.fs, err)
 	}
 	tt.events.WithLabelValues("fail").Inc()
 	return c.s.toStatus(c.ctx, "TXN_END commit", err, aboutName), ""
@@ -546,6 +567,32 @@ func (x *mtxn) note(c *compound, op decodedOp, cur, saved fhState, st nfsv4.Nfss
 			x.moreChanges++
 		}
 	}
+	// resolved records a name resolution made in the snapshot; changed
+	// a name the transaction changes (when st is OK).
+	resolved := func(dir fhState, n, p string) {
+		k := txnName{dir.ino, n}
+		if x.renamed[k] || x.created[dir.ino] || len(x.lookups) >= maxTxnNotes {
+			return
+		}
+		var found fs.Ino
+		switch {
+		case st == nfsv4.NFS4_OK:
+			found = c.cur.ino
+		case st != nfsv4.NFS4ERR_NOENT:
+			return
+		}
+		x.lookups = append(x.lookups, txnLookup{txnName: k, path: p, found: found})
+	}
+	changed := func(dir fhState, n string) {
+		if st == nfsv4.NFS4_OK && len(x.renamed) < 4096 {
+			x.renamed[txnName{dir.ino, n}] = true
+		}
+	}
+	createdCur := func() {
+		if st == nfsv4.NFS4_OK && len(x.created) < 4096 {
+			x.created[c.cur.ino] = true
+		}
+	}
 	name := opName(op.code)
 	switch a := op.arg.(type) {
 	case *nfsv4.NfsArgop4_OP_PUTROOTFH, *nfsv4.NfsArgop4_OP_PUTPUBFH:
@@ -554,27 +601,44 @@ func (x *mtxn) note(c *compound, op decodedOp, cur, saved fhState, st nfsv4.Nfss
 		p := child(cur, a.Oplookup.Objname)
 		learn(p)
 		read(name + " " + p + failed)
+		resolved(cur, a.Oplookup.Objname, p)
 	case *nfsv4.NfsArgop4_OP_OPEN:
 		p := path(cur)
-		if cl, ok := a.Opopen.Claim.(*nfsv4.OpenClaim4_CLAIM_NULL); ok {
+		cl, isNull := a.Opopen.Claim.(*nfsv4.OpenClaim4_CLAIM_NULL)
+		if isNull {
 			p = child(cur, cl.File)
 			learn(p)
 		}
 		if _, ok := a.Opopen.Openhow.(*nfsv4.Openflag4_OPEN4_CREATE); ok {
 			change(name + " (create) " + p + failed)
+			if isNull {
+				// Whether it created the file or opened an existing
+				// one, the name's state at the snapshot mattered.
+				resolved(cur, cl.File, p)
+				changed(cur, cl.File)
+			}
 		} else {
 			read(name + " " + p + failed)
+			if isNull {
+				resolved(cur, cl.File, p)
+			}
 		}
 	case *nfsv4.NfsArgop4_OP_CREATE:
 		p := child(cur, a.Opcreate.Objname)
 		learn(p)
 		change(name + " " + p + failed)
+		changed(cur, a.Opcreate.Objname)
+		createdCur()
 	case *nfsv4.NfsArgop4_OP_REMOVE:
 		change(name + " " + child(cur, a.Opremove.Target) + failed)
+		changed(cur, a.Opremove.Target)
 	case *nfsv4.NfsArgop4_OP_RENAME:
 		change(name + " " + child(saved, a.Oprename.Oldname) + " -> " + child(cur, a.Oprename.Newname) + failed)
+		changed(saved, a.Oprename.Oldname)
+		changed(cur, a.Oprename.Newname)
 	case *nfsv4.NfsArgop4_OP_LINK:
 		change(name + " " + path(saved) + " -> " + child(cur, a.Oplink.Newname) + failed)
+		changed(cur, a.Oplink.Newname)
 	case *nfsv4.NfsArgop4_OP_WRITE, *nfsv4.NfsArgop4_OP_SETATTR, *nfsv4.NfsArgop4_OP_ALLOCATE,
 		*nfsv4.NfsArgop4_OP_DEALLOCATE, *nfsv4.NfsArgop4_OP_COPY, *nfsv4.NfsArgop4_OP_CLONE:
 		change(name + " " + path(cur) + failed)
@@ -585,12 +649,47 @@ func (x *mtxn) note(c *compound, op decodedOp, cur, saved fhState, st nfsv4.Nfss
 	}
 }
 
-// report describes a transaction whose commit conflicted.
-func (x *mtxn) report(err error) string {
+// report describes a transaction whose commit conflicted. It re-resolves
+// the names the transaction looked up, in the current state, to point at
+// those another client changed.
+func (x *mtxn) report(ctx context.Context, f *fs.FS, err error) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "transaction %x: commit conflict: another client changed something this transaction depends on, so an operation below saw a different result when the server re-checked it at commit (%v); nothing was committed.\n",
 		x.id[8:], err)
 	fmt.Fprintf(&b, "The transaction ran %d compounds, %d operations.\n", x.compounds, x.ops)
+	var moved []string
+	f.View(ctx, fs.RootCred, func(t *fs.Txn) error {
+		for _, l := range x.lookups {
+			if _, err := t.GetAttr(ctx, l.dir); err != nil {
+				continue
+			}
+			var now fs.Ino
+			a, err := t.Lookup(ctx, l.dir, l.name)
+			switch {
+			case err == nil:
+				now = a.Ino
+			case !errors.Is(err, fs.ErrNotExist):
+				continue
+			}
+			switch {
+			case now == l.found:
+			case l.found == 0:
+				moved = append(moved, l.path+" (created by another client)")
+			case now == 0:
+				moved = append(moved, l.path+" (removed or renamed by another client)")
+			default:
+				moved = append(moved, l.path+" (replaced by another client)")
+			}
+		}
+		return nil
+	})
+	if len(moved) > 0 {
+		b.WriteString("Names changed by other clients since the transaction looked them up:")
+		for _, m := range moved {
+			b.WriteString("\n  " + m)
+		}
+		b.WriteString("\n")
+	}
 	list := func(title string, items []string, more int) {
 		if len(items) == 0 {
 			return

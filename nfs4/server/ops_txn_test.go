@@ -584,6 +584,28 @@ func TestTxnMultiConflictReport(t *testing.T) {
 	if r := end41(t, c, id, false); r.status != nfsv4.NFS4ERR_EXPIRED {
 		t.Fatalf("abort after failed commit: %d, want EXPIRED", r.status)
 	}
+
+	// A namespace conflict is pinpointed: the transaction looked up a
+	// name (absent) that another client then created.
+	id = begin41(t, c)
+	join41(t, c, id, putroot(), lookup("late"))
+	if r := join41(t, c, id, putroot(), mkdir("mine"), mkdir("sub"), putroot(), lookup("mine"), lookup("sub")); r.status != nfsv4.NFS4_OK {
+		t.Fatalf("mkdirs in txn: %d", r.status)
+	}
+	okT(t)(o.Compound(putroot(), mkdir("late")))
+	r = end41(t, c, id, true)
+	if r.status != nfsv4.NFS4ERR_NOT_SAME {
+		t.Fatalf("conflicting commit: %d, want NOT_SAME", r.status)
+	}
+	rep = r.results[1].report
+	if !bytes.Contains([]byte(rep), []byte("/late (created by another client)")) || bytes.Contains([]byte(rep), []byte("/mine (")) ||
+		bytes.Contains([]byte(rep), []byte("/mine/sub (")) {
+		t.Fatalf("report does not single out /late:\n%s", rep)
+	}
+	t.Logf("report:\n%s", rep)
+	if rootHas(t, o, "mine") {
+		t.Fatal("conflicting transaction applied a change")
+	}
 }
 
 // TestTxnMultiBank runs concurrent multi-compound bank transfers between
