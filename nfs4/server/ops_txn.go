@@ -612,9 +612,8 @@ func (x *mtxn) note(c *compound, op decodedOp, cur, saved fhState, st nfsv4.Nfss
 		if _, ok := a.Opopen.Openhow.(*nfsv4.Openflag4_OPEN4_CREATE); ok {
 			change(name + " (create) " + p + failed)
 			if isNull {
-				// Whether it created the file or opened an existing
-				// one, the name's state at the snapshot mattered.
-				resolved(cur, cl.File, p)
+				// The result does not say whether the file existed:
+				// not a lookup the report can re-check.
 				changed(cur, cl.File)
 			}
 		} else {
