@@ -148,8 +148,8 @@ func TestTxnMultiCompound(t *testing.T) {
 		if !errors.As(err, &ce) {
 			t.Fatalf("commit after conflicting change: %v, want *TxnConflictError", err)
 		}
-		if !strings.Contains(ce.Report, "contested") {
-			t.Errorf("report does not name the conflicting path:\n%s", ce.Report)
+		if !strings.Contains(ce.Report, "/contested (created by another client)") || strings.Contains(ce.Report, "/mine (") {
+			t.Errorf("report does not single out the conflicting path:\n%s", ce.Report)
 		}
 		t.Logf("conflict report:\n%s", ce.Report)
 		if visible(t, other, dir, "mine") {
