@@ -86,6 +86,9 @@ type compound struct {
 	// time, which lies within the compound's execution and after its
 	// earlier writes: the compound stays linearizable.
 	ro *fs.Txn
+	// closing holds the stateids CLOSEd in the current transaction or
+	// grouped run, closed for real at its commit (see resolveSid).
+	closing map[[12]byte]bool
 	// bufs are pooled I/O buffers referenced by the reply, returned to
 	// the pool once it is written.
 	bufs []*[]byte

@@ -12,16 +12,26 @@ import (
 	"github.com/txnfs/txnfs/nfs4/internal/state"
 )
 
-// resolveSid substitutes the 4.1 "current stateid".
+// resolveSid substitutes the 4.1 "current stateid". A stateid CLOSEd
+// earlier in the compound whose CLOSE takes effect only at the commit (in
+// a transaction or a grouped run) is already bad.
 func (c *compound) resolveSid(id nfsv4.Stateid4) (nfsv4.Stateid4, nfsv4.Nfsstat4) {
 	if c.minor > 0 && state.IsCurrent(id) {
 		if c.curSid == nil {
 			return id, nfsv4.NFS4ERR_BAD_STATEID
 		}
-		return *c.curSid, nfsv4.NFS4_OK
+		id = *c.curSid
+	}
+	if c.closing[id.Other] && !state.IsAnonymous(id) {
+		return id, nfsv4.NFS4ERR_BAD_STATEID
 	}
 	return id, nfsv4.NFS4_OK
 }
+
+// isClosing reports a state CLOSEd earlier in the compound (see
+// resolveSid); an OPEN by the same owner gets a new state instead of
+// upgrading it.
+func (c *compound) isClosing(other [12]byte) bool { return c.closing[other] }
 
 func (c *compound) setSid(id nfsv4.Stateid4) { c.curSid = &id }
 
@@ -280,7 +290,7 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 		}
 		return fail(nfsv4.NFS4ERR_WRONG_TYPE)
 	}
-	sid, undo, st := c.s.st.Open(cl, a.Owner.Owner, uint64(obj.Ino), access, a.ShareDeny)
+	sid, undo, st := c.s.st.OpenSkipping(cl, a.Owner.Owner, uint64(obj.Ino), access, a.ShareDeny, c.isClosing)
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
@@ -331,16 +341,21 @@ func (c *compound) close(a *nfsv4.Close4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 		return fail(st)
 	}
 	if c.txn != nil {
-		// Validate now, close after the commit.
-		s, st := c.s.st.Lookup(id, c.minor)
+		// Validate now (all of CLOSE's checks), close after the commit;
+		// the stateid is bad for the rest of the compound at once.
+		s, st := c.s.st.CheckClose(id, c.minor, uint64(c.cur.ino))
 		if st != nfsv4.NFS4_OK {
 			return fail(st)
 		}
-		if s.Kind != state.KindOpen || s.Ino != uint64(c.cur.ino) {
-			return fail(nfsv4.NFS4ERR_BAD_STATEID)
-		}
 		ino := uint64(c.cur.ino)
 		c.onCommit = append(c.onCommit, func() { c.s.st.Close(id, c.minor, ino) })
+		if c.closing == nil {
+			c.closing = map[[12]byte]bool{}
+		}
+		other := id.Other
+		c.closing[other] = true
+		c.undo = append(c.undo, func() { delete(c.closing, other) })
+		c.curSid = nil
 		out := nfsv4.Stateid4{Seqid: 0xffffffff}
 		if c.minor == 0 {
 			out = nfsv4.Stateid4{Seqid: s.Seqid + 1, Other: s.Other}

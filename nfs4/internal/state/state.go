@@ -684,6 +684,14 @@ func (m *Manager) Client(id uint64) (*Client, Status) {
 // unioned and its seqid bumped), else a new one is made. Share
 // reservations of other owners are checked first.
 func (m *Manager) Open(c *Client, owner []byte, ino uint64, access, deny uint32) (nfsv4.Stateid4, OpenUndo, Status) {
+	return m.OpenSkipping(c, owner, ino, access, deny, nil)
+}
+
+// OpenSkipping is Open, except that an open state of the same owner and
+// file for which closing(other) is true is neither upgraded nor checked
+// for conflicts: it is being closed (a CLOSE earlier in a transaction,
+// applied at its commit), so the OPEN gets a new state.
+func (m *Manager) OpenSkipping(c *Client, owner []byte, ino uint64, access, deny uint32, closing func(other [12]byte) bool) (nfsv4.Stateid4, OpenUndo, Status) {
 	m.lock()
 	defer m.unlock()
 	if m.mu.clients[c.ID] != c {
@@ -696,7 +704,9 @@ func (m *Manager) Open(c *Client, owner []byte, ino uint64, access, deny uint32)
 			continue
 		}
 		if s.Owner == o {
-			mine = s
+			if closing == nil || !closing(s.Other) {
+				mine = s
+			}
 			continue
 		}
 		if s.Deny&access != 0 || s.Access&deny != 0 {
@@ -743,26 +753,21 @@ func (m *Manager) UndoOpen(u OpenUndo) {
 	u.s.Access, u.s.Deny, u.s.Seqid = u.access, u.deny, u.seqid
 }
 
+// CheckClose runs Close's checks without closing: it returns the state
+// Close would free, or Close's error.
+func (m *Manager) CheckClose(id nfsv4.Stateid4, minor uint32, ino uint64) (*State, Status) {
+	m.lock()
+	defer m.unlock()
+	return m.checkCloseLocked(id, minor, ino)
+}
+
 // Close implements CLOSE: the open state and its lock states are freed.
 func (m *Manager) Close(id nfsv4.Stateid4, minor uint32, ino uint64) (nfsv4.Stateid4, Status) {
 	m.lock()
 	defer m.unlock()
-	s, st := m.lookupLocked(id, minor)
+	s, st := m.checkCloseLocked(id, minor, ino)
 	if st != OK {
 		return nfsv4.Stateid4{}, st
-	}
-	if s.Kind != KindOpen {
-		return nfsv4.Stateid4{}, nfsv4.NFS4ERR_BAD_STATEID
-	}
-	if s.Ino != ino {
-		return nfsv4.Stateid4{}, nfsv4.NFS4ERR_BAD_STATEID
-	}
-	if minor == 0 && len(m.mu.locks[ino]) > 0 {
-		for _, l := range m.mu.locks[ino] {
-			if l.owner.Client == s.Owner.Client && m.lockOfOpenLocked(l.owner, s) {
-				return nfsv4.Stateid4{}, nfsv4.NFS4ERR_LOCKS_HELD
-			}
-		}
 	}
 	m.freeStateLocked(s.Other, s)
 	out := s.Stateid()
@@ -773,6 +778,24 @@ func (m *Manager) Close(id nfsv4.Stateid4, minor uint32, ino uint64) (nfsv4.Stat
 		return nfsv4.Stateid4{Seqid: 0xffffffff}, OK
 	}
 	return out, OK
+}
+
+func (m *Manager) checkCloseLocked(id nfsv4.Stateid4, minor uint32, ino uint64) (*State, Status) {
+	s, st := m.lookupLocked(id, minor)
+	if st != OK {
+		return nil, st
+	}
+	if s.Kind != KindOpen || s.Ino != ino {
+		return nil, nfsv4.NFS4ERR_BAD_STATEID
+	}
+	if minor == 0 && len(m.mu.locks[ino]) > 0 {
+		for _, l := range m.mu.locks[ino] {
+			if l.owner.Client == s.Owner.Client && m.lockOfOpenLocked(l.owner, s) {
+				return nil, nfsv4.NFS4ERR_LOCKS_HELD
+			}
+		}
+	}
+	return s, OK
 }
 
 func (m *Manager) lockOfOpenLocked(o *Owner, open *State) bool {
