@@ -249,7 +249,7 @@ func newTxnTable(s *Server, reg prometheus.Registerer) (*txnTable, error) {
 	return tt, nil
 }
 
-// owner returns the client on whose behalf c acts on a transaction: the
+// txnOwner returns the client on whose behalf c acts on a transaction: the
 // session's client (4.1+) or the client id argument (4.0, which must be a
 // live confirmed client; its lease is renewed).
 func (c *compound) txnOwner(a *txnArgs) (uint64, nfsv4.Nfsstat4) {
