@@ -10,8 +10,11 @@ import (
 
 // TestPrograms runs real programs on a mount and on a local directory and
 // compares their results: git, tar, make (with cc), and Python's sqlite3.
-func TestPrograms(t *testing.T) {
-	mnt := mountOne(t)
+func TestPrograms(t *testing.T) { programs(t, mountOne(t), nil) }
+
+// programs runs the real programs on mnt and on a local directory, except
+// those named in skip (with the reason).
+func programs(t *testing.T, mnt string, skip map[string]string) {
 	for _, tc := range []struct {
 		name  string
 		needs []string
@@ -23,6 +26,9 @@ func TestPrograms(t *testing.T) {
 		{"SQLite", []string{"python3"}, runSQLite},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if why, ok := skip[tc.name]; ok {
+				t.Skip(why)
+			}
 			for _, n := range tc.needs {
 				if _, err := exec.LookPath(n); err != nil {
 					t.Skipf("%s is not installed", n)

@@ -21,7 +21,7 @@ var (
 	fsxSeed   = flag.Int64("fsx.seed", 0, "seed of the random-seed fsx run (0: random)")
 	// A remote mount runs ~600 fsx operations/s here (100,000: 2m49s),
 	// too slow for CI's default run.
-	fsxRemoteOps = flag.Int("fsx.remote-ops", 20000, "operations of the fixed-seed fsx run on a remote mount (100000 for the full run)")
+	fsxRemoteOps = flag.Int("fsx.remote-ops", 20000, "operations of the fixed-seed fsx run on a remote mount (100000 with TXNFS_FUSE_LONG=1)")
 )
 
 // tool finds an external test program in PATH or ~/.cargo/bin.
