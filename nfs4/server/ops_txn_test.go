@@ -613,14 +613,14 @@ func TestTxnMultiConflictReport(t *testing.T) {
 // own) and audits that read all accounts over two compounds. Every audit
 // must see the invariant total, and the final balances must equal the
 // initial ones plus exactly the committed transfers. TXNFS_BANK_TRANSFERS
-// raises the number of transfers per worker (default 15).
+// sets the number of transfers per worker (default 25).
 func TestTxnMultiBank(t *testing.T) {
 	seed := time.Now().UnixNano()
 	if s := os.Getenv("TXNFS_BANK_SEED"); s != "" {
 		seed, _ = strconv.ParseInt(s, 10, 64)
 	}
 	t.Logf("seed %d (TXNFS_BANK_SEED to repeat)", seed)
-	perWorker := 15
+	perWorker := 25
 	if s := os.Getenv("TXNFS_BANK_TRANSFERS"); s != "" {
 		perWorker, _ = strconv.Atoi(s)
 	}
@@ -856,4 +856,60 @@ func FuzzTxnOps(f *testing.F) {
 			t.Fatalf("accept stat %d", rep.Stat)
 		}
 	})
+}
+
+// TestTxnMultiConcurrentJoins sends COMPOUNDs joining one transaction
+// from several goroutines at once (several slots in flight): the server
+// must run them one at a time (go test -race checks the engine
+// transaction is never used concurrently), and all of them commit.
+func TestTxnMultiConcurrentJoins(t *testing.T) {
+	ts := startServer(t)
+	ctx := context.Background()
+	c, err := client.Dial(ctx, client.Config{Addr: ts.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	id, err := c.TxnBegin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			cp := client.Compound{TxnID: id}
+			cp.PutRootFH()
+			cp.Open(c.ClientID(), c.OpenOwner(), client.OpenArgs{Name: fmt.Sprintf("cj%d", i), Access: nfsv4.OPEN4_SHARE_ACCESS_BOTH, Create: true})
+			cp.Write(client.CurrentStateid, 0, []byte(strconv.Itoa(i)), true)
+			cp.Close(client.CurrentStateid)
+			rep, err := c.Do(ctx, &cp)
+			if err == nil {
+				err = rep.Err()
+			}
+			errs <- err
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := ts.session(t, 1, "cj-other")
+	if rootHas(t, o, "cj0") {
+		t.Fatal("uncommitted file visible")
+	}
+	if err := c.TxnEnd(ctx, id, true); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if got := readFile(t, o, fmt.Sprintf("cj%d", i)); string(got) != strconv.Itoa(i) {
+			t.Fatalf("cj%d: %q", i, got)
+		}
+	}
 }
