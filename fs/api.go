@@ -180,4 +180,15 @@ type XattrFlags struct {
 // TxnOptions configures a transaction.
 type TxnOptions struct {
 	ReadOnly bool
+	// NoSync makes Commit return once the changes are visible to every
+	// later transaction, without waiting for the metadata log to be
+	// flushed: they become durable at the next FS.Sync, or when a later
+	// commit without NoSync returns. Commits become durable in commit
+	// order, so a crash keeps every Sync-acknowledged commit and a prefix
+	// of the NoSync commits after it; a lost commit is lost whole. The
+	// slice data such a commit references is still flushed before it
+	// commits (one data flush, no log flush), so durable metadata never
+	// names bytes that are not on disk. Readers may see NoSync changes
+	// that a crash then loses, and never wait for them to become durable.
+	NoSync bool
 }

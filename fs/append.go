@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
@@ -23,10 +24,11 @@ type appendQueue struct {
 }
 
 type appendReq struct {
-	data []byte
-	off  uint64
-	err  error
-	done chan struct{}
+	data   []byte
+	noSync bool
+	off    uint64
+	err    error
+	done   chan struct{}
 }
 
 // maxAppendBatch bounds the bytes one batch commits.
@@ -36,7 +38,18 @@ const maxAppendBatch = 8 << 20
 // offset it was written at. Concurrent appends to the same file are
 // committed together; each is durable when Append returns.
 func (f *FS) Append(ctx context.Context, cred Cred, ino Ino, data []byte) (uint64, error) {
-	req := &appendReq{data: data, done: make(chan struct{})}
+	return f.AppendOpts(ctx, cred, TxnOptions{}, ino, data)
+}
+
+// AppendOpts is Append with transaction options: with opts.NoSync the
+// append is visible when AppendOpts returns and durable at the next
+// FS.Sync (a batch that also holds a synced append commits synced).
+// opts.ReadOnly is invalid.
+func (f *FS) AppendOpts(ctx context.Context, cred Cred, opts TxnOptions, ino Ino, data []byte) (uint64, error) {
+	if opts.ReadOnly {
+		return 0, fmt.Errorf("%w: append in a read-only transaction", ErrReadOnly)
+	}
+	req := &appendReq{data: data, noSync: opts.NoSync, done: make(chan struct{})}
 	a := &f.appender
 	a.mu.Lock()
 	if a.mu.queues == nil {
@@ -77,7 +90,11 @@ func (a *appender) lead(ctx context.Context, cred Cred, ino Ino, q *appendQueue)
 			return
 		}
 		a.mu.Unlock()
-		err := a.fs.Do(ctx, cred, func(t *Txn) error {
+		noSync := true
+		for _, r := range batch {
+			noSync = noSync && r.noSync
+		}
+		err := a.fs.DoOpts(ctx, cred, TxnOptions{NoSync: noSync}, func(t *Txn) error {
 			for _, r := range batch {
 				off, err := t.Append(ctx, ino, r.data)
 				if err != nil {

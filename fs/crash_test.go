@@ -49,7 +49,12 @@ func crashLogRecord(id uint64) []byte { return []byte(fmt.Sprintf("L%015d\n", id
 // copies f1 to c (metadata only), concatenates f0 and f2 into cat, appends
 // to the log, replaces the marker file and renames the marker directory.
 func crashTxn(ctx context.Context, f *fs.FS, w int, id uint64) error {
-	return f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
+	return crashTxnOpts(ctx, f, fs.TxnOptions{}, w, id)
+}
+
+// crashTxnOpts is crashTxn committed with opts (e.g. NoSync).
+func crashTxnOpts(ctx context.Context, f *fs.FS, opts fs.TxnOptions, w int, id uint64) error {
+	return f.DoOpts(ctx, fs.RootCred, opts, func(tx *fs.Txn) error {
 		name := fmt.Sprintf("w%d", w)
 		d, err := tx.Lookup(ctx, fs.RootIno, name)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -190,13 +195,17 @@ func crashVerify(ctx context.Context, f *fs.FS, w int) (uint64, error) {
 
 // TestCrashChild is the workload process of TestCrashKill9; it does
 // nothing unless TXNFS_CRASH_DIR is set. It prints "open" once the data
-// directory is open and "commit W ID" after each commit returns.
+// directory is open and "commit W ID" after each commit returns. With
+// TXNFS_CRASH_NOSYNC=1 it commits with NoSync, calls FS.Sync after every
+// few commits and prints "synced W ID" when a Sync returned that followed
+// the commit of ID.
 func TestCrashChild(t *testing.T) {
 	dir := os.Getenv("TXNFS_CRASH_DIR")
 	if dir == "" {
 		t.Skip("the workload process of TestCrashKill9")
 	}
 	workers, _ := strconv.Atoi(os.Getenv("TXNFS_CRASH_WORKERS"))
+	noSync := os.Getenv("TXNFS_CRASH_NOSYNC") == "1"
 	ctx := context.Background()
 	e, err := datadir.Open(ctx, datadir.Options{Dir: dir, CacheBytes: -1})
 	if err != nil {
@@ -223,11 +232,18 @@ func TestCrashChild(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for id := last + 1; id < last+100000; id++ {
-				if err := crashTxn(ctx, e.FS, w, id); err != nil {
+				if err := crashTxnOpts(ctx, e.FS, fs.TxnOptions{NoSync: noSync}, w, id); err != nil {
 					fmt.Fprintf(os.Stderr, "worker %d txn %d: %v\n", w, id, err)
 					os.Exit(2)
 				}
 				say("commit %d %d", w, id)
+				if noSync && id%3 == 0 {
+					if err := e.FS.Sync(ctx); err != nil {
+						fmt.Fprintf(os.Stderr, "worker %d sync after txn %d: %v\n", w, id, err)
+						os.Exit(2)
+					}
+					say("synced %d %d", w, id)
+				}
 				if w == 0 && id%7 == 0 {
 					if _, err := e.FS.CollectGarbage(ctx); err != nil {
 						fmt.Fprintf(os.Stderr, "gc: %v\n", err)
@@ -259,11 +275,14 @@ func TestCrashKill9(t *testing.T) {
 	const workers = 3
 	ctx := context.Background()
 	reported := make([]uint64, workers) // highest id reported committed
+	synced := make([]uint64, workers)   // highest id reported durable
 	iterations := scale(20, 200)
 	for it := 0; it < iterations; it++ {
 		waitFor := rng.IntN(40) - 5 // < 0: kill right after start
+		noSync := it%2 == 1         // odd iterations: NoSync commits + Sync
 		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1", "-test.timeout=5m")
-		cmd.Env = append(os.Environ(), "TXNFS_CRASH_DIR="+dir, "TXNFS_CRASH_WORKERS="+strconv.Itoa(workers))
+		cmd.Env = append(os.Environ(), "TXNFS_CRASH_DIR="+dir, "TXNFS_CRASH_WORKERS="+strconv.Itoa(workers),
+			fmt.Sprintf("TXNFS_CRASH_NOSYNC=%d", map[bool]int{false: 0, true: 1}[noSync]))
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		stdout, err := cmd.StdoutPipe()
@@ -280,7 +299,12 @@ func TestCrashKill9(t *testing.T) {
 			var id uint64
 			if _, err := fmt.Sscanf(line, "commit %d %d", &w, &id); err == nil {
 				reported[w] = max(reported[w], id)
+				if !noSync {
+					synced[w] = max(synced[w], id)
+				}
 				commits++
+			} else if _, err := fmt.Sscanf(line, "synced %d %d", &w, &id); err == nil {
+				synced[w] = max(synced[w], id)
 			}
 		}
 		if waitFor >= 0 {
@@ -312,17 +336,17 @@ func TestCrashKill9(t *testing.T) {
 				e.Close()
 				t.Fatalf("seed %d iteration %d: %v", seed, it, err)
 			}
-			if got < reported[w] || got > reported[w]+1 {
+			if got < synced[w] || got > reported[w]+1 {
 				e.Close()
-				t.Fatalf("seed %d iteration %d: worker %d holds txn %d, but txn %d was reported committed", seed, it,
-					w, got, reported[w])
+				t.Fatalf("seed %d iteration %d (nosync=%v): worker %d holds txn %d, but txn %d was reported committed, %d durable",
+					seed, it, noSync, w, got, reported[w], synced[w])
 			}
-			reported[w] = got
+			reported[w], synced[w] = got, got
 		}
 		if err := e.Close(); err != nil {
 			t.Fatalf("close: %v", err)
 		}
-		t.Logf("iteration %d: killed after %d commits (waited for %d); state %v", it, commits, waitFor, reported)
+		t.Logf("iteration %d (nosync=%v): killed after %d commits (waited for %d); state %v", it, noSync, commits, waitFor, reported)
 	}
 }
 
@@ -330,8 +354,18 @@ func TestCrashKill9(t *testing.T) {
 // disk and takes crash clones at random moments, keeping only synced data
 // (and, in some rounds, a random part of the unsynced data, as a disk
 // might). Every transaction whose commit returned before the clone must be
-// in it, whole.
+// in it, whole. In the nosync variant the workers commit with NoSync and
+// call FS.Sync after every fifth commit: every commit a returned Sync
+// covered must be in the clone, later ones whole or absent. The garbage
+// collector runs all the time, so freeing what only a lost NoSync commit
+// had unreferenced would show as corrupt data.
 func TestCrashCloneMem(t *testing.T) {
+	for _, noSync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nosync=%v", noSync), func(t *testing.T) { crashCloneMem(t, noSync) })
+	}
+}
+
+func crashCloneMem(t *testing.T, noSync bool) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("TXNFS_CRASH_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -347,7 +381,7 @@ func TestCrashCloneMem(t *testing.T) {
 		t.Fatal(err)
 	}
 	syncDir(t, mem, "/")
-	var committed [workers]atomic.Uint64
+	var committed, durable [workers]atomic.Uint64
 	for round := 0; round < scale(8, 60); round++ {
 		e, err := datadir.Open(ctx, datadir.Options{Dir: "data", FS: mem, CacheBytes: -1})
 		if err != nil {
@@ -359,6 +393,7 @@ func TestCrashCloneMem(t *testing.T) {
 				t.Fatalf("seed %d round %d: %v", seed, round, err)
 			}
 			committed[w].Store(got)
+			durable[w].Store(got)
 		}
 		runCtx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
@@ -369,13 +404,25 @@ func TestCrashCloneMem(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for id := committed[w].Load() + 1; runCtx.Err() == nil; id++ {
-					if err := crashTxn(runCtx, e.FS, w, id); err != nil {
+					if err := crashTxnOpts(runCtx, e.FS, fs.TxnOptions{NoSync: noSync}, w, id); err != nil {
 						if runCtx.Err() == nil {
 							t.Errorf("worker %d txn %d: %v", w, id, err)
 						}
 						return
 					}
 					committed[w].Store(id)
+					if !noSync {
+						durable[w].Store(id)
+					} else if id%5 == 0 {
+						if err := e.FS.Sync(runCtx); err != nil {
+							if runCtx.Err() == nil {
+								t.Errorf("worker %d: sync after txn %d: %v", w, id, err)
+							}
+							return
+						}
+						durable[w].Store(id)
+					}
+
 					total.Add(1)
 					select {
 					case progress <- struct{}{}:
@@ -384,12 +431,22 @@ func TestCrashCloneMem(t *testing.T) {
 				}
 			}()
 		}
+		wg.Add(1)
+		go func() { // the collector, all the time
+			defer wg.Done()
+			for runCtx.Err() == nil {
+				if _, err := e.FS.CollectGarbage(runCtx); err != nil && runCtx.Err() == nil {
+					t.Errorf("gc: %v", err)
+					return
+				}
+			}
+		}()
 		for n := rng.IntN(30); n > 0; n-- {
 			<-progress
 		}
 		var before [workers]uint64
 		for w := range before {
-			before[w] = committed[w].Load()
+			before[w] = durable[w].Load()
 		}
 		cfg := vfs.CrashCloneCfg{}
 		if rng.IntN(2) == 0 {

@@ -199,6 +199,14 @@ func (f *FS) CollectGarbage(ctx context.Context) (GCReport, error) {
 		late = g.takeLate(epoch)
 	}
 	rep.Deferred = !canFree
+	if canFree {
+		// The scans saw NoSync commits that a crash could still lose,
+		// bringing back pointers to what we free: make them durable
+		// first, so durable metadata never names freed bytes.
+		if err := f.Sync(ctx); err != nil {
+			return rep, err
+		}
+	}
 
 	freed := byID(prev.Freed)
 	oldCand := byID(prev.Candidates)

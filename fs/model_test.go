@@ -853,7 +853,8 @@ func (h *harness) autocommit(t *rapid.T, abort bool) {
 	o := genOp(t, infoOf(h.committed))
 	var eres result
 	runs := 0
-	err := h.f.Do(h.ctx, fs.RootCred, func(tx *fs.Txn) error {
+	opts := fs.TxnOptions{NoSync: rapid.Bool().Draw(t, "nosync")}
+	err := h.f.DoOpts(h.ctx, fs.RootCred, opts, func(tx *fs.Txn) error {
 		runs++
 		eres = runOp(o, engineSys{h.ctx, tx})
 		if abort {
@@ -884,7 +885,7 @@ func (h *harness) begin(t *rapid.T) {
 	if h.txns[slot] != nil {
 		t.Skip("slot busy")
 	}
-	tx, err := h.f.Begin(h.ctx, fs.RootCred, fs.TxnOptions{})
+	tx, err := h.f.Begin(h.ctx, fs.RootCred, fs.TxnOptions{NoSync: rapid.Bool().Draw(t, "nosync")})
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
@@ -1026,7 +1027,7 @@ func (h *harness) fsAppend(t *rapid.T) {
 	}); err != nil {
 		t.Fatalf("engine lookup %s: %v", p, err)
 	}
-	eoff, eerr := h.f.Append(h.ctx, fs.RootCred, ea.Ino, data)
+	eoff, eerr := h.f.AppendOpts(h.ctx, fs.RootCred, fs.TxnOptions{NoSync: rapid.Bool().Draw(t, "nosync")}, ea.Ino, data)
 	moff, merr := h.committed.Append(ma.Ino, data)
 	t.Logf("fs-append %s n=%d -> %d %v", p, len(data), moff, errName(merr))
 	if eoff != moff || errName(eerr) != errName(merr) {
@@ -1100,6 +1101,14 @@ func (h *harness) statPinned(t *rapid.T) {
 	sameResult(t, "stat pinned", opStat{"#pinned"}, eres, mres)
 }
 
+// sync is the durability barrier; it changes nothing visible.
+func (h *harness) sync(t *rapid.T) {
+	if err := h.f.Sync(h.ctx); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	t.Logf("sync")
+}
+
 // gc runs two garbage collections (the second frees what both found
 // unreferenced), possibly while transactions are open: nothing live or
 // in use by an open transaction may be freed.
@@ -1168,6 +1177,7 @@ func runModelTest(t *rapid.T, kind storeKind) {
 		"unpin":       h.unpin,
 		"stat-pinned": h.statPinned,
 		"gc":          h.gc,
+		"sync":        h.sync,
 		"":            h.check,
 	}))
 	h.finish(t)

@@ -79,8 +79,13 @@ func (f *FS) Begin(ctx context.Context, cred Cred, opts TxnOptions) (*Txn, error
 // with ErrConflict. An error returned by fn aborts the transaction and is
 // returned unchanged.
 func (f *FS) Do(ctx context.Context, cred Cred, fn func(*Txn) error) error {
+	return f.DoOpts(ctx, cred, TxnOptions{}, fn)
+}
+
+// DoOpts is Do with transaction options (e.g. TxnOptions{NoSync: true}).
+func (f *FS) DoOpts(ctx context.Context, cred Cred, opts TxnOptions, fn func(*Txn) error) error {
 	for attempt := 0; ; attempt++ {
-		t, err := f.Begin(ctx, cred, TxnOptions{})
+		t, err := f.Begin(ctx, cred, opts)
 		if err != nil {
 			return err
 		}
@@ -127,7 +132,7 @@ func (t *Txn) reset() {
 // kvt returns the transaction's kv transaction, beginning it on first use.
 func (t *Txn) kvt(ctx context.Context) (kv.Txn, error) {
 	if t.kvTxn == nil {
-		kt, err := t.fs.kv.Begin(ctx, kv.TxnOptions{ReadOnly: t.opts.ReadOnly})
+		kt, err := t.fs.kv.Begin(ctx, kv.TxnOptions{ReadOnly: t.opts.ReadOnly, NoSync: t.opts.NoSync})
 		if err != nil {
 			return nil, kvErr(err)
 		}
@@ -169,7 +174,8 @@ func (t *Txn) internal(ctx context.Context, name string, run func(ctx context.Co
 	return err
 }
 
-// Commit makes the transaction's changes durable and visible atomically.
+// Commit makes the transaction's changes durable and visible atomically
+// (with TxnOptions.NoSync: visible now, durable at the next FS.Sync).
 // On a kv conflict it replays the operation log on a fresh snapshot and
 // retries; it returns ErrConflict only if a replayed operation returned a
 // different result than it did the first time.
@@ -220,6 +226,14 @@ func (t *Txn) Commit(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// Sync makes every transaction that committed before the call durable: the
+// barrier for TxnOptions.NoSync commits (one metadata log flush, shared
+// with concurrent commits and Syncs). Their slice data was flushed when
+// they committed.
+func (f *FS) Sync(ctx context.Context) error {
+	return kvErr(f.kv.Sync(ctx))
 }
 
 // replay re-executes the log on a fresh kv transaction.

@@ -44,12 +44,18 @@ const (
 // with ErrConflict.
 //
 // Durability: when Commit returns nil the transaction's writes survive a
-// crash (kill -9, power loss for backends that fsync).
+// crash (kill -9, power loss for backends that fsync), unless the
+// transaction was begun with TxnOptions.NoSync: then they survive once Sync
+// returns or a later synced commit returns. Commits become durable in
+// commit order (a crash keeps a prefix of the serial order).
 //
 // Begin may be called concurrently from many goroutines; a single Txn is
 // not safe for concurrent use.
 type Store interface {
 	Begin(ctx context.Context, opts TxnOptions) (Txn, error)
+	// Sync makes every commit that returned before the call durable
+	// (the barrier for NoSync commits). Concurrent Syncs share flushes.
+	Sync(ctx context.Context) error
 	Close() error
 }
 
@@ -57,6 +63,12 @@ type Store interface {
 type TxnOptions struct {
 	// ReadOnly transactions never conflict and never write.
 	ReadOnly bool
+	// NoSync: Commit returns once the writes are visible (and ordered in
+	// the log), without waiting for them to be durable; they are durable
+	// after the next Store.Sync or a later synced Commit returns. Readers
+	// may observe NoSync writes that a crash then loses (that is the
+	// caller's choice); they never wait for them to become durable.
+	NoSync bool
 }
 
 // Pair is one key and its value.

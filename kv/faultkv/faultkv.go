@@ -100,6 +100,18 @@ func (s *store) Begin(ctx context.Context, opts kv.TxnOptions) (kv.Txn, error) {
 	return &txn{s: s, inner: inner, readOnly: opts.ReadOnly}, nil
 }
 
+// Sync delegates to the wrapped store; with ErrorRate it may instead fail
+// with ErrInjected (nothing is then known about durability).
+func (s *store) Sync(ctx context.Context) error {
+	if err := s.wait(ctx); err != nil {
+		return fmt.Errorf("faultkv: sync: %w", err)
+	}
+	if s.roll(s.opts.ErrorRate) {
+		return fmt.Errorf("faultkv: sync: %w", ErrInjected)
+	}
+	return s.inner.Sync(ctx)
+}
+
 func (s *store) Close() error { return s.inner.Close() }
 
 type txn struct {

@@ -63,6 +63,20 @@ func (s *store) Begin(ctx context.Context, opts kv.TxnOptions) (kv.Txn, error) {
 	return t, nil
 }
 
+// Sync implements kv.Store: memory has nothing to flush. It fails only
+// after Close or with a done ctx.
+func (s *store) Sync(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memkv: sync: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return kv.ErrClosed
+	}
+	return nil
+}
+
 // Close marks the store closed. Transactions already open keep reading
 // their snapshots; their Commit fails with kv.ErrClosed. Close is
 // idempotent.

@@ -61,6 +61,16 @@
 // WAL write or sync fails, the outcome of that commit is unknown: Commit
 // returns a non-kv error, and the store refuses further transactions.
 //
+// # NoSync commits and Sync
+//
+// A transaction begun with kv.TxnOptions.NoSync is applied with
+// pebble.NoSync: Commit returns once it is visible, without a WAL fsync.
+// Store.Sync writes an empty LogData record with pebble.Sync; its fsync
+// covers every batch before it in the log. The store tracks the last
+// applied commit that was not NoSync (lastSynced); read-only Begin, empty
+// commits, rollbacks and NoSync commits wait for that one to be durable,
+// never for NoSync commits, so readers never stall behind a missing Sync.
+//
 // # Concurrency
 //
 // The Store is safe for concurrent use. A Txn belongs to one goroutine at a

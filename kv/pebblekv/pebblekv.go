@@ -68,6 +68,11 @@ type store struct {
 
 	// applied is mu.seq, readable without mu.
 	applied atomic.Uint64
+	// lastSynced is the sequence of the last applied commit that was not
+	// NoSync (written under mu). Readers wait for it to be durable: they
+	// never wait for NoSync commits, which become durable at the next
+	// Sync or synced commit.
+	lastSynced atomic.Uint64
 
 	// durable tracks the last commit whose WAL sync has completed. WAL
 	// syncs complete in commit order, so every commit up to seq is
@@ -131,15 +136,17 @@ func (s *store) Begin(ctx context.Context, opts kv.TxnOptions) (_ kv.Txn, err er
 	if err := s.failedErr(); err != nil {
 		return nil, fmt.Errorf("pebblekv: begin: %w", err)
 	}
-	t := &txn{s: s, readOnly: opts.ReadOnly}
+	t := &txn{s: s, readOnly: opts.ReadOnly, noSync: opts.NoSync}
 	defer func() {
 		// A read-only transaction returns what it reads at once: wait
-		// until everything its snapshot may contain is durable. A
-		// read-write one waits only when it ends without writing
-		// (Commit of an empty write set, Rollback); when it writes, its
-		// own WAL sync covers every commit its snapshot holds.
+		// until every synced commit its snapshot may contain is durable
+		// (lastSynced is loaded after the snapshot was taken, so it
+		// covers it). A read-write one waits only when it ends without
+		// writing (Commit of an empty write set, Rollback) or with a
+		// NoSync commit; when it writes with a synced commit, its own WAL
+		// sync covers every commit its snapshot holds.
 		if err == nil && opts.ReadOnly {
-			err = s.waitDurable(ctx, s.applied.Load())
+			err = s.waitDurable(ctx, s.lastSynced.Load())
 			if err != nil {
 				t.finish()
 			}
@@ -157,6 +164,7 @@ func (s *store) Begin(ctx context.Context, opts kv.TxnOptions) (_ kv.Txn, err er
 		s.mu.Lock()
 		t.snap = s.db.NewSnapshot()
 		t.start = s.mu.seq
+		t.startSynced = s.lastSynced.Load()
 		s.mu.log.Register(t.start)
 		s.mu.Unlock()
 	}
@@ -198,10 +206,14 @@ func (s *store) Close() error {
 }
 
 type txn struct {
-	s        *store
-	snap     *pebble.Snapshot
-	start    uint64
-	readOnly bool
+	s     *store
+	snap  *pebble.Snapshot
+	start uint64
+	// startSynced is the last synced commit in the snapshot: what the
+	// transaction must wait for if its own commit does not sync.
+	startSynced uint64
+	readOnly    bool
+	noSync      bool
 	// done is written by the owning goroutine, or by Close while it holds
 	// s.closeMu exclusively; the owner reads and writes it only while
 	// holding s.closeMu shared.
@@ -385,7 +397,7 @@ func (t *txn) Commit(ctx context.Context) error {
 		return nil
 	}
 	if t.buf.Len() == 0 {
-		return t.s.waitDurable(ctx, t.start)
+		return t.s.waitDurable(ctx, t.startSynced)
 	}
 	s := t.s
 	// Build the batch before taking the commit mutex.
@@ -406,6 +418,16 @@ func (t *txn) Commit(ctx context.Context) error {
 		return err
 	}
 	if s.noSync {
+		return closeBatch(b)
+	}
+	if t.noSync {
+		// Applied and visible, durable at the next Sync. What the
+		// transaction read may have been passed on: wait (briefly: those
+		// syncs are in flight) for the synced commits it read.
+		if err := s.waitDurable(context.WithoutCancel(ctx), t.startSynced); err != nil {
+			_ = b.Close()
+			return fmt.Errorf("pebblekv: commit applied, but a commit it read failed to sync: %w", err)
+		}
 		return closeBatch(b)
 	}
 	// The batch is applied and visible; wait, without any lock, for the WAL
@@ -434,7 +456,7 @@ func (s *store) applyValidated(t *txn, b *pebble.Batch) error {
 		return fmt.Errorf("pebblekv: commit: %w", kv.ErrConflict)
 	}
 	var err error
-	if s.noSync {
+	if s.noSync || t.noSync {
 		err = s.db.Apply(b, pebble.NoSync)
 	} else {
 		// Returns once the batch is in the WAL buffer and the memtable and
@@ -450,10 +472,45 @@ func (s *store) applyValidated(t *txn, b *pebble.Batch) error {
 	s.mu.seq++
 	t.commitSeq = s.mu.seq
 	s.applied.Store(s.mu.seq)
+	if !t.noSync {
+		s.lastSynced.Store(s.mu.seq)
+	}
 	s.mu.log.Append(s.mu.seq, t.buf.Keys())
 	if s.noSync {
 		s.markDurable(s.mu.seq)
 	}
+	return nil
+}
+
+// Sync implements kv.Store: one WAL fsync (shared with concurrent commits
+// and Syncs by pebble's group commit) after which every commit applied
+// before the call is durable.
+func (s *store) Sync(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pebblekv: sync: %w", err)
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return kv.ErrClosed
+	}
+	if err := s.failedErr(); err != nil {
+		return fmt.Errorf("pebblekv: sync: %w", err)
+	}
+	target := s.applied.Load()
+	s.durable.Lock()
+	done := s.durable.seq >= target
+	s.durable.Unlock()
+	if done || s.noSync {
+		return nil
+	}
+	// An empty WAL record written with Sync: its fsync covers every batch
+	// written to the log before it, i.e. every applied commit.
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		s.fail(err)
+		return fmt.Errorf("pebblekv: sync: WAL sync failed: %w", err)
+	}
+	s.markDurable(target)
 	return nil
 }
 
@@ -522,7 +579,7 @@ func (t *txn) Rollback() {
 	defer t.s.closeMu.RUnlock()
 	if !t.done && !t.readOnly {
 		// What it read may have been passed on: wait until it is durable.
-		_ = t.s.waitDurable(context.Background(), t.start)
+		_ = t.s.waitDurable(context.Background(), t.startSynced)
 	}
 	t.finish()
 }
