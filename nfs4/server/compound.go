@@ -86,6 +86,12 @@ type compound struct {
 	// time, which lies within the compound's execution and after its
 	// earlier writes: the compound stays linearizable.
 	ro *fs.Txn
+	// plain is set while a plain (non-transactional) compound runs: its
+	// engine commits are NoSync (visible at once, durable at the next
+	// FS.Sync); needSync records that an operation whose effects NFS
+	// requires durable at the reply (all but UNSTABLE WRITEs and reads;
+	// COMMIT) committed that way, so the reply waits for one FS.Sync.
+	plain, needSync bool
 	// closing holds the stateids CLOSEd in the current transaction or
 	// grouped run, closed for real at its commit (see resolveSid).
 	closing map[[12]byte]bool
@@ -301,7 +307,21 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 				status = st
 			}
 		} else if txr == nil {
+			c.plain = true
 			res, st := c.runGrouped(ops[i:])
+			c.plain = false
+			c.endView()
+			if c.needSync {
+				if err := s.fs.Sync(c.ctx); err != nil {
+					// The effects are visible but may not survive a
+					// crash: the last operation fails.
+					st = s.toStatus(c.ctx, "SYNC", err, aboutHandle)
+					if st == nfsv4.NFS4_OK || st == nfsv4.NFS4ERR_NOENT {
+						st = nfsv4.NFS4ERR_IO
+					}
+					res[len(res)-1] = errRes(res[len(res)-1].GetResop(), st)
+				}
+			}
 			results = append(results, res...)
 			status = st
 		} else {
@@ -453,6 +473,9 @@ func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			c.replySize += res.GetEncodedSizeBytes()
 		}
 		c.s.met.observeOp(op.code, st, time.Since(start).Seconds())
+		if st == nfsv4.NFS4_OK && c.plain && needsDurable(op) {
+			c.needSync = true
+		}
 		results = append(results, res)
 		if c.s.log.Enabled(c.ctx, slog.LevelDebug) {
 			c.s.log.Debug("nfs4: op", "op", opName(op.code), "status", statusName(st), "minor", c.minor, "txn", c.txn != nil)
@@ -593,7 +616,7 @@ func (c *compound) runGroup(ops []decodedOp) (res []nfsv4.NfsResop4, st nfsv4.Nf
 		c.cur, c.saved, c.curSid, c.savedSid, c.replySize, c.wrote = cur, saved, curSid, savedSid, size, wrote
 	}
 	for attempt := 0; ; attempt++ {
-		t, err := c.s.fs.Begin(c.ctx, c.cred, fs.TxnOptions{})
+		t, err := c.s.fs.Begin(c.ctx, c.cred, fs.TxnOptions{NoSync: c.plain})
 		if err != nil {
 			return nil, 0, -1
 		}
@@ -643,6 +666,23 @@ func groupable(op decodedOp) bool {
 	return true
 }
 
+// needsDurable reports operations of a plain compound whose effects must
+// be durable before the reply (RFC 8881 §18.32.3, §18.4.3: WRITE unless
+// UNSTABLE, COMMIT, and the namespace and attribute changes), so that
+// the compound, whose engine commits are NoSync, ends with FS.Sync.
+func needsDurable(op decodedOp) bool {
+	switch a := op.arg.(type) {
+	case *nfsv4.NfsArgop4_OP_COMMIT:
+		return true
+	case *nfsv4.NfsArgop4_OP_WRITE:
+		return a.Opwrite.Stable != nfsv4.UNSTABLE4
+	case *nfsv4.NfsArgop4_OP_OPEN:
+		_, create := a.Opopen.Openhow.(*nfsv4.Openflag4_OPEN4_CREATE)
+		return create
+	}
+	return op.arg != nil && txnAllowed(op.code) && !readOnlyOp(op)
+}
+
 // readOnlyOp reports operations that never change the file system (an
 // OPEN changes it only when creating or truncating, which the grouping
 // does not look at: OPEN counts as a change).
@@ -673,7 +713,7 @@ func (c *compound) update(fn func(t *fs.Txn) error) error {
 		return fn(c.txn)
 	}
 	c.endView()
-	return c.s.fs.Do(c.ctx, c.cred, fn)
+	return c.s.fs.DoOpts(c.ctx, c.cred, fs.TxnOptions{NoSync: c.plain}, fn)
 }
 
 // view runs a read-only fn, outside transactions in the compound's

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -23,44 +22,7 @@ import (
 // it on the same data directory, and checks that every acknowledged
 // commit is whole and nothing unacknowledged is half-visible.
 func TestCrashDurability(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and kills the txnfs binary")
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not found")
-	}
-	bin := filepath.Join(t.TempDir(), "txnfs")
-	build := exec.Command(goTool, "build", "-o", bin, "github.com/txnfs/txnfs/cmd/txnfs")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	data := t.TempDir()
-	start := func() (*exec.Cmd, string) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		cmd := exec.Command(bin, "serve", "--data", data, "--listen", addr, "--gc-interval", "0")
-		var logs bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &logs, &logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < 200; i++ {
-			if c, err := net.Dial("tcp", addr); err == nil {
-				c.Close()
-				return cmd, addr
-			}
-			time.Sleep(25 * time.Millisecond)
-		}
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("server did not start:\n%s", logs.String())
-		return nil, ""
-	}
+	start := crashHarness(t)
 
 	cmd, addr := start()
 	type ack struct {
@@ -154,5 +116,163 @@ func TestCrashDurability(t *testing.T) {
 		t.Fatalf("only %d sets on disk, %d acknowledged", checked, len(acked))
 	}
 	t.Logf("%d acknowledged transactions, %d sets after restart", len(acked), checked)
-	_ = os.Remove(bin)
+}
+
+// crashHarness builds cmd/txnfs and returns a function that starts it on
+// one data directory (skips with -short).
+func crashHarness(t *testing.T) func() (*exec.Cmd, string) {
+	if testing.Short() {
+		t.Skip("builds and kills the txnfs binary")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go tool not found")
+	}
+	bin := filepath.Join(t.TempDir(), "txnfs")
+	build := exec.Command(goTool, "build", "-o", bin, "github.com/txnfs/txnfs/cmd/txnfs")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	data := t.TempDir()
+	return func() (*exec.Cmd, string) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		cmd := exec.Command(bin, "serve", "--data", data, "--listen", addr, "--gc-interval", "0")
+		var logs bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &logs, &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 200; i++ {
+			if c, err := net.Dial("tcp", addr); err == nil {
+				c.Close()
+				return cmd, addr
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("server did not start:\n%s", logs.String())
+		return nil, ""
+	}
+}
+
+// TestCrashPlainDurability kills a real `txnfs serve` with SIGKILL while
+// clients send plain compounds — UNSTABLE WRITEs made durable by a later
+// COMMIT, FILE_SYNC WRITEs, directory creations (plain compounds commit
+// NoSync and sync once before the reply) — restarts it and checks that
+// everything acknowledged as durable survived: the COMMITted and stable
+// data, and the created directories.
+func TestCrashPlainDurability(t *testing.T) {
+	start := crashHarness(t)
+	cmd, addr := start()
+	type ack struct {
+		name string
+		data []byte // nil: a directory
+	}
+	var mu sync.Mutex
+	var acked []ack
+	var unstable int
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			c, err := testclient.Dial(addr)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			if err := c.NewSession(1, fmt.Sprintf("plaincrash-%d", w)); err != nil {
+				return
+			}
+			for i := 0; ctx.Err() == nil; i++ {
+				name := fmt.Sprintf("p-%d-%d", w, i)
+				body := bytes.Repeat([]byte{byte('a' + i%26)}, 1000+i*7%5000)
+				switch i % 3 {
+				case 0: // UNSTABLE WRITE, then COMMIT in another compound
+					rep, err := c.Compound(putroot(), openCreate(c, name),
+						&nfsv4.NfsArgop4_OP_WRITE{Opwrite: nfsv4.Write4args{Stateid: current, Stable: nfsv4.UNSTABLE4, Data: body}},
+						getfh())
+					if err != nil || rep.Status != nfsv4.NFS4_OK {
+						return
+					}
+					res := rep.Results[2].(*nfsv4.NfsResop4_OP_WRITE).Opwrite.(*nfsv4.Write4res_NFS4_OK).Resok4
+					if res.Committed != nfsv4.UNSTABLE4 {
+						mu.Lock()
+						unstable = -1 << 30 // the server should not sync UNSTABLE writes
+						mu.Unlock()
+					}
+					sid, fh := openSid(t, rep.Results[1]), fhOf(t, rep.Results[3])
+					rep, err = c.Compound(putfh(fh), &nfsv4.NfsArgop4_OP_COMMIT{}, closeOp(sid))
+					if err != nil || rep.Status != nfsv4.NFS4_OK {
+						return
+					}
+					v := rep.Results[1].(*nfsv4.NfsResop4_OP_COMMIT).Opcommit.(*nfsv4.Commit4res_NFS4_OK).Resok4.Writeverf
+					if v != res.Writeverf {
+						return // the server restarted in between: the client would resend
+					}
+					mu.Lock()
+					acked = append(acked, ack{name, body})
+					unstable++
+					mu.Unlock()
+				case 1: // FILE_SYNC WRITE
+					rep, err := c.Compound(putroot(), openCreate(c, name), write(current, 0, body), closeOp(current))
+					if err != nil || rep.Status != nfsv4.NFS4_OK {
+						return
+					}
+					mu.Lock()
+					acked = append(acked, ack{name, body})
+					mu.Unlock()
+				case 2: // a directory
+					rep, err := c.Compound(putroot(), mkdir(name))
+					if err != nil || rep.Status != nfsv4.NFS4_OK {
+						return
+					}
+					mu.Lock()
+					acked = append(acked, ack{name, nil})
+					mu.Unlock()
+				}
+			}
+		}(w)
+	}
+	time.Sleep(time.Second)
+	cmd.Process.Kill() // SIGKILL
+	cmd.Wait()
+	cancel()
+	wg.Wait()
+	if len(acked) == 0 || unstable <= 0 {
+		t.Fatalf("%d acknowledged compounds, %d COMMITted unstable writes (negative: a WRITE UNSTABLE was answered FILE_SYNC)", len(acked), unstable)
+	}
+
+	cmd, addr = start()
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	c, err := testclient.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.NewSession(1, "checker"); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range acked {
+		if a.data == nil {
+			okT(t)(c.Compound(putroot(), lookup(a.name)))
+			continue
+		}
+		rep := okT(t)(c.Compound(putroot(), lookup(a.name), read(anon, 0, 1<<20)))
+		if d, _ := readData(t, rep.Results[2]); !bytes.Equal(d, a.data) {
+			t.Fatalf("%s: %d bytes after restart, want %d", a.name, len(d), len(a.data))
+		}
+	}
+	t.Logf("%d acknowledged compounds (%d COMMITted unstable writes) survived", len(acked), unstable)
 }

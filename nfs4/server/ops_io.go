@@ -477,11 +477,19 @@ func (c *compound) write(a *nfsv4.Write4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 	}
 	var err error
 	off := a.Offset
+	// In a plain compound an UNSTABLE WRITE commits NoSync: durable at
+	// the next COMMIT (FS.Sync); any other WRITE is durable at the reply
+	// (see needsDurable), as is everything in a transaction.
+	committed := nfsv4.FILE_SYNC4
+	if c.plain && a.Stable == nfsv4.UNSTABLE4 {
+		committed = nfsv4.UNSTABLE4
+	}
 	switch {
 	case a.Offset == appendOffset && c.txn == nil && s != nil:
-		// Group-committed atomic append outside transactions.
+		// Group-committed atomic append outside transactions (durable).
 		c.endView()
 		off, err = c.s.fs.Append(c.ctx, c.cred, c.cur.ino, a.Data)
+		committed = nfsv4.FILE_SYNC4
 	case a.Offset == appendOffset:
 		err = c.update(func(t *fs.Txn) (err error) {
 			if err := c.checkAnonAccess(t, s, fs.AccessWrite); err != nil {
@@ -505,10 +513,8 @@ func (c *compound) write(a *nfsv4.Write4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 		return fail(c.s.toStatus(c.ctx, "WRITE", err, aboutHandle))
 	}
 	c.wrote, c.wroteOff = true, off
-	// Every engine commit is durable when it returns, so all writes are
-	// FILE_SYNC.
 	return &nfsv4.NfsResop4_OP_WRITE{Opwrite: &nfsv4.Write4res_NFS4_OK{Resok4: nfsv4.Write4resok{
-		Count: uint32(len(a.Data)), Committed: nfsv4.FILE_SYNC4, Writeverf: c.s.verf}}}, nfsv4.NFS4_OK
+		Count: uint32(len(a.Data)), Committed: committed, Writeverf: c.s.verf}}}, nfsv4.NFS4_OK
 }
 
 // appendOffsetRes is OpAppendOffset's result: nfsstat4, then offset4 if
