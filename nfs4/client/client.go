@@ -549,9 +549,7 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 			return nil, err
 		}
 		if (cp.Txn || !cp.TxnID.IsZero()) && raw.txn == nil {
-			// A standard server: the unknown first op was answered
-			// OP_ILLEGAL and nothing (not even SEQUENCE) ran.
-			return nil, ErrTxnUnsupported
+			return nil, txnMissingResult(cp, raw)
 		}
 		if len(raw.results) == 0 || raw.results[0].GetResop() != nfsv4.OP_SEQUENCE {
 			if raw.txn != nil && *raw.txn != nfsv4.NFS4_OK {
@@ -685,4 +683,27 @@ func (c *Client) Close() error {
 		return fmt.Errorf("nfs4 client: close: %w", err)
 	}
 	return nil
+}
+
+// txnMissingResult is the error for a reply to a transactional (or
+// joining) COMPOUND without a transaction result: nothing ran, not even
+// SEQUENCE. Only a standard server's answer to the unknown first
+// operation (OP_ILLEGAL, RFC 8881 §15.2) means the extension is missing;
+// a reply refused as a whole (NFS4ERR_TOO_MANY_OPS, RESOURCE, BADXDR,
+// REQ_TOO_BIG with no results) says nothing about it and is reported as
+// a *StatusError for the transaction operation.
+func txnMissingResult(cp *Compound, raw *rawReply) error {
+	if raw.status == nfsv4.NFS4ERR_OP_ILLEGAL ||
+		(len(raw.results) > 0 && raw.results[0].GetResop() == nfsv4.OP_ILLEGAL) {
+		return ErrTxnUnsupported
+	}
+	op := OpTxn
+	if !cp.TxnID.IsZero() {
+		op = OpTxnJoin
+	}
+	st := raw.status
+	if st == nfsv4.NFS4_OK {
+		st = nfsv4.NFS4ERR_SERVERFAULT // a reply without the results it owes
+	}
+	return &StatusError{Op: op, Index: 0, Status: st}
 }

@@ -157,3 +157,41 @@ func TestTxnMultiCompound(t *testing.T) {
 		}
 	})
 }
+
+// TestTxnRefusedCompoundNotUnsupported checks that a transactional (or
+// joining) COMPOUND refused as a whole, with no results at all (here: more
+// operations than the server accepts), is reported with the server's
+// status and not as ErrTxnUnsupported: only OP_ILLEGAL for the
+// transaction operation means the server lacks the extension.
+func TestTxnRefusedCompoundNotUnsupported(t *testing.T) {
+	forEachPeer(t, func(t *testing.T, p *nfspeers.Peer, c *client.Client, dir string) {
+		ctx := context.Background()
+		for _, join := range []bool{false, true} {
+			cp := client.Compound{Txn: !join}
+			if join {
+				cp.TxnID = client.TxnID{1}
+			}
+			for i := 0; i < 1100; i++ { // the txnfs server's cap is 1024, Ganesha's 100
+				cp.PutRootFH()
+			}
+			_, err := c.Do(ctx, &cp)
+			if err == nil {
+				t.Fatalf("join=%v: a COMPOUND of 1100 operations succeeded", join)
+			}
+			var se *client.StatusError
+			if p.Txn {
+				if errors.Is(err, client.ErrTxnUnsupported) || !errors.As(err, &se) ||
+					(se.Status != nfsv4.NFS4ERR_TOO_MANY_OPS && se.Status != nfsv4.NFS4ERR_RESOURCE) {
+					t.Fatalf("join=%v: got %v, want a TOO_MANY_OPS/RESOURCE status error", join, err)
+				}
+			} else if !errors.Is(err, client.ErrTxnUnsupported) && !errors.As(err, &se) {
+				t.Fatalf("join=%v on %s: got %v, want ErrTxnUnsupported or a status error", join, p.Name, err)
+			}
+			t.Logf("join=%v on %s: %v", join, p.Name, err)
+		}
+		// The session is still usable.
+		var cp client.Compound
+		lookupPath(&cp, dir)
+		mustOK(t, c, &cp)
+	})
+}
