@@ -71,6 +71,7 @@ type RemoteServer struct {
 		m    map[uint64]*rhandle
 	}
 	notify   notifier
+	locks    remoteLocks
 	sb       remoteSandbox
 	sbActive atomic.Bool // mirrors sb.active, for cache timeouts
 
@@ -284,6 +285,8 @@ func MountRemote(ctx context.Context, dir string, cfg Config) (*RemoteServer, er
 		DirectMount:   cfg.DirectMount,
 		Debug:         cfg.Debug,
 		Logger:        log.New(&logWriter{cfg.Logger}, "", 0),
+		// flock and POSIX locks are NFS locks (remote_locks.go).
+		EnableLocks: true,
 		// As for a local mount: the kernel checks permissions from the
 		// attributes it caches, the server checks them again for the
 		// caller's AUTH_SYS identity.
@@ -1229,6 +1232,18 @@ func (m *RemoteServer) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 	if h == nil {
 		return
 	}
+	if in.ReleaseFlags&raw.FUSE_RELEASE_FLOCK_UNLOCK != 0 {
+		unlock := raw.LkIn{InHeader: in.InHeader, Fh: in.Fh, Owner: in.LockOwner, LkFlags: raw.LK_FLOCK,
+			Lk: raw.FileLock{Typ: syscall.F_UNLCK}}
+		m.handles.Lock()
+		m.handles.m[in.Fh] = h // setLk finds the handle
+		m.handles.Unlock()
+		m.setLk(nil, &unlock, false)
+		m.handles.Lock()
+		delete(m.handles.m, in.Fh)
+		m.handles.Unlock()
+	}
+	m.locks.released(in.Fh)
 	var cp client.Compound
 	cp.PutFH(h.n.fh)
 	if h.write && h.n.dirty.Swap(false) {

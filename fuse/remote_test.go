@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/txnfs/txnfs/internal/nfspeers"
 	"github.com/txnfs/txnfs/nfs4/client"
@@ -99,6 +102,8 @@ func TestRemoteSmoke(t *testing.T) {
 var remotePOSIXSkips = map[string]string{
 	"RenameAtomicUnderReaders": "flaky on the txnfs NFS server: a READ through an open state sometimes gets NFS4ERR_STALE " +
 		"when a rename replaces the file right after the OPEN (engine request 2, the pin/removal race, in nfs4/server)",
+	"Locks": "flock(LOCK_EX) through an O_RDONLY descriptor is EBADF on a remote mount (NFS write locks need a write open, " +
+		"NFS4ERR_OPENMODE), as with the Linux NFS client; TestRemoteLocks covers locks across mounts",
 	"Xattr": "extended attributes are not served over NFS (the server has no NFSv4.2 xattr operations)",
 }
 
@@ -186,4 +191,76 @@ func TestRemoteAppendTwoMounts(t *testing.T) {
 	appendFromProcesses(t, []string{filepath.Join(a, "log"), filepath.Join(b, "log")}, 400)
 	checkRecords(t, filepath.Join(a, "log"), 2, 400)
 	checkRecords(t, filepath.Join(b, "log"), 2, 400)
+}
+
+// TestRemoteLocks: flock and POSIX locks are NFS locks, so they conflict
+// between two remote mounts (two NFS clients), not only within one.
+func TestRemoteLocks(t *testing.T) {
+	e := newRemoteEnv(t)
+	a, _ := e.mount()
+	b, _ := e.mount()
+	writeFile(t, filepath.Join(a, "lock"), "0123456789")
+	fa, err := os.OpenFile(filepath.Join(a, "lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	fb, err := os.OpenFile(filepath.Join(b, "lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+
+	// flock across mounts.
+	if err := unix.Flock(int(fa.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	wantErrno(t, "flock held through the other mount", unix.Flock(int(fb.Fd()), unix.LOCK_EX|unix.LOCK_NB), unix.EWOULDBLOCK)
+	if err := unix.Flock(int(fa.Fd()), unix.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(fb.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatalf("flock after the other mount unlocked: %v", err)
+	}
+	unix.Flock(int(fb.Fd()), unix.LOCK_UN)
+
+	// POSIX byte ranges across mounts (one process, but two clients: two
+	// lock-owners on the server).
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Start: 0, Len: 5}
+	if err := unix.FcntlFlock(fa.Fd(), unix.F_SETLK, &lk); err != nil {
+		t.Fatal(err)
+	}
+	other := unix.Flock_t{Type: unix.F_WRLCK, Start: 2, Len: 2}
+	wantErrno(t, "overlapping F_SETLK through the other mount", unix.FcntlFlock(fb.Fd(), unix.F_SETLK, &other), unix.EAGAIN)
+	get := unix.Flock_t{Type: unix.F_WRLCK, Start: 0, Len: 0}
+	if err := unix.FcntlFlock(fb.Fd(), unix.F_GETLK, &get); err != nil || get.Type != unix.F_WRLCK || get.Start != 0 || get.Len != 5 {
+		t.Errorf("F_GETLK through the other mount: %+v %v, want the write lock 0+5", get, err)
+	}
+	disjoint := unix.Flock_t{Type: unix.F_WRLCK, Start: 5, Len: 5}
+	if err := unix.FcntlFlock(fb.Fd(), unix.F_SETLK, &disjoint); err != nil {
+		t.Errorf("disjoint F_SETLK: %v", err)
+	}
+	// A blocked F_SETLKW gets the lock once the holder unlocks.
+	got := make(chan error, 1)
+	go func() {
+		w := unix.Flock_t{Type: unix.F_WRLCK, Start: 0, Len: 5}
+		got <- unix.FcntlFlock(fb.Fd(), unix.F_SETLKW, &w)
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("F_SETLKW returned while the range was locked: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	un := unix.Flock_t{Type: unix.F_UNLCK, Start: 0, Len: 5}
+	if err := unix.FcntlFlock(fa.Fd(), unix.F_SETLK, &un); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("F_SETLKW: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("F_SETLKW still blocked 10 s after the unlock")
+	}
 }
