@@ -13,11 +13,30 @@ import (
 // cannot blow the byte budget.
 const entryOverhead = 160
 
+// DefaultCachePutMax is the largest Put a Cache keeps a copy of by default.
+// Larger slices are written through without a copy and cached when first
+// read: measured (docs/benchmarks.md), the 1 MiB copy cost a durable 1 MiB
+// write 10-50% of its throughput and a 256 MiB stream 40%, and a stream of
+// large writes would evict the whole LRU anyway. Small slices (inline
+// overflow, small-file data, what compaction and defragmentation read back)
+// are still cached on write.
+const DefaultCachePutMax = 128 << 10
+
+// CacheOptions configures NewCacheOpts.
+type CacheOptions struct {
+	// MaxBytes bounds the cache (<= 0: no cache, next is returned).
+	MaxBytes int64
+	// PutMax: Puts of more than this many bytes are not copied into the
+	// cache. 0 means DefaultCachePutMax; negative caches every Put.
+	PutMax int
+}
+
 // Cache is the memory tier (BFS): an LRU of verified slice contents in
 // front of another Store, bounded by bytes. Create one with NewCache.
 //
-// Put is write-through: the slice is stored by the next Store and a copy is
-// kept, so recently written data reads at memory speed. ReadAt serves hits
+// Put is write-through: the slice is stored by the next Store and, if it is
+// at most CacheOptions.PutMax bytes, a copy is kept, so recently written
+// small data reads at memory speed. ReadAt serves hits
 // from memory without touching the next Store (the bytes were verified, or
 // checksummed on Put, when they entered); concurrent misses of one slice
 // load it once. Free drops every cached slice overlapping the range, before
@@ -27,8 +46,9 @@ const entryOverhead = 160
 // Free slices through the Cache, not the Store below it, or freed slices
 // may keep reading from memory.
 type Cache struct {
-	next Store
-	max  int64
+	next   Store
+	max    int64
+	putMax int
 
 	mu struct {
 		sync.Mutex
@@ -86,10 +106,21 @@ var _ Store = (*Cache)(nil)
 // result is a *Cache unless maxBytes <= 0, in which case next is returned
 // unchanged. Closing the Cache closes next.
 func NewCache(next Store, maxBytes int64) Store {
-	if maxBytes <= 0 {
+	return NewCacheOpts(next, CacheOptions{MaxBytes: maxBytes})
+}
+
+// NewCacheOpts is NewCache with options.
+func NewCacheOpts(next Store, o CacheOptions) Store {
+	if o.MaxBytes <= 0 {
 		return next
 	}
-	c := &Cache{next: next, max: maxBytes}
+	c := &Cache{next: next, max: o.MaxBytes, putMax: o.PutMax}
+	switch {
+	case c.putMax == 0:
+		c.putMax = DefaultCachePutMax
+	case c.putMax < 0:
+		c.putMax = MaxSize
+	}
 	c.mu.entries = map[Pointer]*list.Element{}
 	c.mu.index = map[chunkKey]map[Pointer]struct{}{}
 	c.mu.flights = map[Pointer]*flight{}
@@ -114,7 +145,7 @@ func (c *Cache) Put(ctx context.Context, hint uint64, data []byte) (Pointer, err
 	if err != nil {
 		return p, err
 	}
-	if cost(p) <= c.max {
+	if cost(p) <= c.max && len(data) <= c.putMax {
 		cp := bytes.Clone(data)
 		c.mu.Lock()
 		c.insertLocked(p, cp)

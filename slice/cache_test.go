@@ -126,7 +126,7 @@ func TestCacheSingleflight(t *testing.T) {
 func TestCacheEvictsLRU(t *testing.T) {
 	l := openLocal(t, vfs.NewMem(), "s")
 	const max = 3<<20 + 1<<10
-	c := slice.NewCache(l, max).(*slice.Cache)
+	c := slice.NewCacheOpts(l, slice.CacheOptions{MaxBytes: max, PutMax: -1}).(*slice.Cache)
 	defer c.Close()
 	var ptrs []slice.Pointer
 	for i := range 3 {
@@ -209,5 +209,24 @@ func TestCacheDoesNotCacheErrors(t *testing.T) {
 	}
 	if st := c.Stats(); st.Entries != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestCachePutMax: Puts above PutMax are not copied into the cache (the
+// first read loads them), smaller ones are.
+func TestCachePutMax(t *testing.T) {
+	l := openLocal(t, vfs.NewMem(), "s")
+	c := slice.NewCache(l, 64<<20).(*slice.Cache)
+	defer c.Close()
+	big := slicetest.MustPut(t, c, 0, slicetest.RandomData(1, slice.DefaultCachePutMax+1))
+	small := slicetest.MustPut(t, c, 0, slicetest.RandomData(2, slice.DefaultCachePutMax))
+	if st := c.Stats(); st.Entries != 1 {
+		t.Fatalf("after a large and a small Put: %+v, want only the small one cached", st)
+	}
+	slicetest.MustRead(t, c, small)
+	slicetest.MustRead(t, c, big)
+	slicetest.MustRead(t, c, big)
+	if st := c.Stats(); st.Entries != 2 || st.Hits != 2 || st.Misses != 1 {
+		t.Fatalf("after reads: %+v, want the large slice loaded once, then hits", st)
 	}
 }

@@ -25,6 +25,11 @@ const DefaultFiles = 4
 // MaxFiles bounds LocalOptions.Files.
 const MaxFiles = 1 << 10
 
+// writebackMin: Puts of at least this many bytes start their writeback at
+// once (see startWriteback); smaller ones are left to the next Sync, which
+// flushes them together.
+const writebackMin = 64 << 10
+
 // ErrEmpty is returned by Put for empty data.
 var ErrEmpty = errors.New("slice: empty slice")
 
@@ -353,6 +358,9 @@ func (l *Local) Put(ctx context.Context, hint uint64, data []byte) (Pointer, err
 		off, err := b.append(data)
 		if err != nil {
 			return Pointer{}, fmt.Errorf("slice: put %d bytes to %s: %w", len(data), b.name, err)
+		}
+		if len(data) >= writebackMin {
+			startWriteback(b.fd, off, uint64(len(data)))
 		}
 		l.stats.puts.Add(1)
 		l.stats.putBytes.Add(uint64(len(data)))

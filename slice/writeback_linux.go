@@ -1,0 +1,19 @@
+package slice
+
+import (
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/sys/unix"
+)
+
+// startWriteback asks the kernel to start writing [off, off+length) of the
+// file behind fd to disk without waiting (sync_file_range WRITE), so the
+// fdatasync of a later Sync finds the I/O already under way: it overlaps
+// the disk transfer with whatever the writer does next (more puts, the
+// metadata commit). It gives no durability guarantee and is best-effort:
+// errors are ignored (fdatasync reports real ones).
+func startWriteback(fd uintptr, off, length uint64) {
+	if fd == vfs.InvalidFd || length == 0 {
+		return
+	}
+	_ = unix.SyncFileRange(int(fd), int64(off), int64(length), unix.SYNC_FILE_RANGE_WRITE)
+}
