@@ -25,6 +25,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	metrics := fl.String("metrics", "", "address to serve Prometheus /metrics on (empty: off)")
 	debug := fl.String("debug", "", "address to serve pprof on (empty: off)")
 	rootSquash := fl.Bool("root-squash", false, "map uid 0 to nobody (65534)")
+	grace := fl.Duration("grace", 0, "NFSv4 grace period after a restart, for clients to reclaim their state (0: the lease time; negative: none)")
 	gcEvery := fl.Duration("gc-interval", 10*time.Minute, "garbage collection interval (0: off)")
 	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := parse(fl, args); err != nil {
@@ -42,7 +43,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := server.New(server.Config{FS: e.FS, Logger: log, Registry: reg, RootSquash: *rootSquash})
+	srv, err := server.New(server.Config{FS: e.FS, Logger: log, Registry: reg, RootSquash: *rootSquash,
+		StateDir: *dir, Grace: *grace})
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,7 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	}
 
 	var name string
-	byName := false
+	byName, reclaim := false, false
 	switch cl := a.Claim.(type) {
 	case *nfsv4.OpenClaim4_CLAIM_NULL:
 		name, byName = cl.File, true
@@ -121,14 +121,19 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			return fail(nfsv4.NFS4ERR_NOTSUPP)
 		}
 	case *nfsv4.OpenClaim4_CLAIM_PREVIOUS:
-		if c.minor == 0 {
-			return fail(nfsv4.NFS4ERR_RECLAIM_BAD)
+		// Reclaim of an open of the current file held before the
+		// server restarted (grace period: nfs4/internal/state/grace.go).
+		reclaim = true
+		if cl.DelegateType != nfsv4.OPEN_DELEGATE_NONE {
+			return fail(nfsv4.NFS4ERR_RECLAIM_BAD) // no delegation was ever granted
 		}
-		return fail(nfsv4.NFS4ERR_NO_GRACE)
 	case *nfsv4.OpenClaim4_CLAIM_DELEGATE_CUR, *nfsv4.OpenClaim4_CLAIM_DELEG_CUR_FH:
 		return fail(nfsv4.NFS4ERR_BAD_STATEID) // no delegations are ever granted
 	default:
 		return fail(nfsv4.NFS4ERR_NOTSUPP)
+	}
+	if st := c.s.st.CheckReclaim(cl, reclaim); st != nfsv4.NFS4_OK {
+		return fail(st)
 	}
 	if byName {
 		if c.cur.typ == fs.TypeSymlink {

@@ -26,24 +26,33 @@ func (c *compound) lock(a *nfsv4.Lock4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	if st := c.needFile(); st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
-	if a.Reclaim {
-		return fail(nfsv4.NFS4ERR_NO_GRACE)
-	}
 	la := state.LockArgs{Ino: uint64(c.cur.ino), Write: lockWrite(a.Locktype), Offset: a.Offset, Length: a.Length}
+	var sid nfsv4.Stateid4
 	switch l := a.Locker.(type) {
 	case *nfsv4.Locker4_TRUE:
 		id, st := c.resolveSid(l.OpenOwner.OpenStateid)
 		if st != nfsv4.NFS4_OK {
 			return fail(st)
 		}
-		la.NewOwner, la.OpenStateid = true, id
+		la.NewOwner, la.OpenStateid, sid = true, id, id
 		la.OwnerName, la.OwnerClient = l.OpenOwner.LockOwner.Owner, l.OpenOwner.LockOwner.Clientid
 	case *nfsv4.Locker4_FALSE:
 		id, st := c.resolveSid(l.LockOwner.LockStateid)
 		if st != nfsv4.NFS4_OK {
 			return fail(st)
 		}
-		la.LockStateid = id
+		la.LockStateid, sid = id, id
+	}
+	// Grace period: a reclaim needs a client that may reclaim, anything
+	// else waits for the end of the grace period.
+	var cl *state.Client
+	if c.minor > 0 {
+		cl = c.client
+	} else if o := c.s.st.StateOwner(sid); o != nil {
+		cl = o.Client
+	}
+	if st := c.s.st.CheckReclaim(cl, a.Reclaim); st != nfsv4.NFS4_OK {
+		return fail(st)
 	}
 	sid, denied, st := c.s.st.Lock(la, c.minor)
 	if st == nfsv4.NFS4ERR_DENIED {

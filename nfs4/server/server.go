@@ -38,6 +38,14 @@ type Config struct {
 	Registry prometheus.Registerer
 	// Lease is the NFSv4 lease period (default 90s).
 	Lease time.Duration
+	// StateDir, if set, is the directory (typically the data directory)
+	// where the server keeps the records of its confirmed clients, so
+	// that after a restart they can reclaim their opens and locks during
+	// a grace period of Grace (default Lease; negative: none). Without
+	// it there are no records and no grace period: reclaims get
+	// NFS4ERR_NO_GRACE.
+	StateDir string
+	Grace    time.Duration
 	// RootSquash maps uid 0 to AnonUID/AnonGID (default false: the
 	// server is meant for trusted loopback or private networks).
 	RootSquash bool
@@ -159,16 +167,33 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.major = append([]byte("txnfs-"), fmt.Sprintf("%x", key[24:32])...)
-	s.st, err = state.New(state.Config{
-		Clock: cfg.Clock, Rand: cfg.Rand, Lease: cfg.Lease,
+	var recs *clientRecords
+	var previous [][]byte
+	if cfg.StateDir != "" {
+		if recs, previous, err = openClientRecords(cfg.StateDir, cfg.Logger); err != nil {
+			return nil, err
+		}
+		if len(previous) > 0 && cfg.Grace >= 0 {
+			cfg.Logger.Info("nfs4: grace period: recorded clients may reclaim their state",
+				"clients", len(previous), "grace", cmpOr(cfg.Grace, cfg.Lease))
+		}
+	}
+	stc := state.Config{
+		Clock: cfg.Clock, Rand: cfg.Rand, Lease: cfg.Lease, Grace: cfg.Grace, Previous: previous,
 		Pin: func(ino uint64) { s.fs.Pin(fs.Ino(ino)) },
 		Unpin: func(ino uint64) {
 			if err := s.fs.Unpin(s.bgCtx, fs.Ino(ino)); err != nil {
 				s.log.Warn("nfs4: unpin failed", "ino", ino, "err", err)
 			}
 		},
-	})
-	if err != nil {
+	}
+	if recs != nil {
+		stc.Record, stc.GraceEnded = recs.record, func() {
+			recs.graceEnded()
+			s.log.Info("nfs4: grace period over")
+		}
+	}
+	if s.st, err = state.New(stc); err != nil {
 		return nil, err
 	}
 	if s.met, err = newMetrics(cfg.Registry); err != nil {
@@ -198,6 +223,13 @@ func New(cfg Config) (*Server, error) {
 	s.bgWG.Add(1)
 	go s.leaseLoop()
 	return s, nil
+}
+
+func cmpOr(a, b time.Duration) time.Duration {
+	if a != 0 {
+		return a
+	}
+	return b
 }
 
 // Close stops background work. Call it after every Serve has returned.

@@ -50,6 +50,18 @@ type Config struct {
 	// its last one (across all clients). They run without locks held.
 	Pin   func(ino uint64)
 	Unpin func(ino uint64)
+	// Previous holds the client owners recorded by the previous server
+	// instance (see grace.go); if any, New starts a grace period of
+	// Grace (default Lease; negative: none).
+	Previous [][]byte
+	Grace    time.Duration
+	// Record is told, in order and without locks held, when a client
+	// becomes confirmed (add) and when a confirmed client goes away, so
+	// that the server can keep the records in stable storage before
+	// the operation returns. GraceEnded is told once the grace period
+	// is over.
+	Record     func(owner []byte, add bool)
+	GraceEnded func()
 }
 
 // Validate fills defaults.
@@ -71,6 +83,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Pin == nil {
 		c.Pin = func(uint64) {}
+	}
+	if c.Grace == 0 {
+		c.Grace = c.Lease
+	}
+	if c.Record == nil {
+		c.Record = func([]byte, bool) {}
+	}
+	if c.GraceEnded == nil {
+		c.GraceEnded = func() {}
 	}
 	if c.Unpin == nil {
 		c.Unpin = func(uint64) {}
@@ -97,6 +118,7 @@ type Manager struct {
 		locks      map[uint64][]*lockRange
 		retired    map[[12]byte]*Owner
 		deferred   []func()
+		grace      graceState
 	}
 }
 
@@ -117,6 +139,7 @@ func New(cfg Config) (*Manager, error) {
 	m.mu.locks = make(map[uint64][]*lockRange)
 	m.mu.retired = make(map[[12]byte]*Owner)
 	m.mu.nextClient = uint64(binary.BigEndian.Uint32(m.boot[:])) << 32
+	m.initGraceLocked()
 	return m, nil
 }
 
@@ -227,6 +250,7 @@ func (m *Manager) Tick() {
 			m.destroyClientLocked(c)
 		}
 	}
+	m.inGraceLocked() // ends the grace period when its time is up
 }
 
 // MaybeTick runs Tick if the clock moved at least a second since the last
@@ -268,6 +292,9 @@ func (m *Manager) destroyClientLocked(c *Client) {
 	delete(m.mu.clients, c.ID)
 	if m.mu.byOwner[string(c.Owner)] == c {
 		delete(m.mu.byOwner, string(c.Owner))
+	}
+	if c.Confirmed {
+		m.recordLocked(c, false)
 	}
 }
 
@@ -354,6 +381,9 @@ func (m *Manager) SetClientIDConfirm(id uint64, verf [8]byte, principal string) 
 	}
 	if old := m.mu.byOwner[string(c.Owner)]; old != nil && old != c {
 		m.destroyClientLocked(old)
+	}
+	if !c.Confirmed {
+		m.recordLocked(c, true)
 	}
 	c.Confirmed = true
 	c.expires = m.expiryLocked()
@@ -474,6 +504,7 @@ func (m *Manager) CreateSession(clientID uint64, seq uint32, principal string, f
 		}
 		c.Confirmed = true
 		m.mu.byOwner[string(c.Owner)] = c
+		m.recordLocked(c, true)
 	}
 	fore.MaxRequests = min(max(fore.MaxRequests, 1), uint32(m.cfg.Slots))
 	fore.MaxResponseCached = min(fore.MaxResponseCached, uint32(m.cfg.MaxCachedReply))
@@ -516,8 +547,9 @@ func (m *Manager) DestroyClientID(id uint64) Status {
 	return OK
 }
 
-// ReclaimComplete implements RECLAIM_COMPLETE (no grace period is kept:
-// the server never restarts with state to reclaim).
+// ReclaimComplete implements RECLAIM_COMPLETE: c reclaims nothing more,
+// and once every client recorded by the previous instance has said so the
+// grace period ends (grace.go).
 func (m *Manager) ReclaimComplete(c *Client) Status {
 	m.lock()
 	defer m.unlock()
@@ -525,6 +557,10 @@ func (m *Manager) ReclaimComplete(c *Client) Status {
 		return nfsv4.NFS4ERR_COMPLETE_ALREADY
 	}
 	c.ReclaimComplete = true
+	if m.mu.grace.pending != nil {
+		delete(m.mu.grace.pending, string(c.Owner))
+		m.inGraceLocked()
+	}
 	return OK
 }
 
