@@ -50,6 +50,14 @@ type Config struct {
 	// change attribute returned at OPEN is unchanged (close-to-open
 	// revalidation). For the vNFS Figure 8 comparison only.
 	ScalarCache bool
+	// Cache, if positive, is the byte budget of a client data cache for
+	// VRead (LRU, keyed by file handle). A cached read is revalidated
+	// in the COMPOUND that would have read it (LOOKUP; VERIFY change,
+	// size and fileid) and moves no data when the file is unchanged;
+	// a changed file is read again. Every read revalidates (no
+	// time-based trust). Transactional views (Txn, Begin) bypass it.
+	// Ignored with Scalar. See docs/vnfs.md, "Data cache".
+	Cache int64
 	// Logger receives debug logs (default: discard).
 	Logger *slog.Logger
 }
@@ -91,6 +99,9 @@ func Dial(ctx context.Context, cfg Config) (FS, error) {
 		return nil, fmt.Errorf("vnfs: %w", err)
 	}
 	n := &nfsFS{c: c, cfg: cfg, sh: &shared{fds: map[FD]*fdEntry{}}}
+	if cfg.Cache > 0 && !cfg.Scalar {
+		n.sh.cache = newDataCache(cfg.Cache)
+	}
 	if err := n.init(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -131,6 +142,8 @@ type shared struct {
 	appendOK atomic.Int32
 	copyOK   atomic.Int32
 	cloneOK  atomic.Int32
+	// cache is the data cache (Config.Cache), or nil.
+	cache *dataCache
 }
 
 type fdEntry struct {

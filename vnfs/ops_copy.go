@@ -142,6 +142,7 @@ func copyNames(items []CopyItem) func(int) string {
 
 // VSCopy implements FS.
 func (n *nfsFS) VSCopy(ctx context.Context, items []CopyItem) (int, error) {
+	defer n.dropCopyDsts(items)
 	if n.sh.copyOK.Load() == 2 {
 		if n.txn {
 			return 0, fmt.Errorf("vnfs: scopy: %w", ErrNotSupported)
@@ -166,6 +167,7 @@ func (n *nfsFS) VSCopy(ctx context.Context, items []CopyItem) (int, error) {
 
 // VClone implements FS.
 func (n *nfsFS) VClone(ctx context.Context, items []CopyItem) (int, error) {
+	defer n.dropCopyDsts(items)
 	if n.sh.cloneOK.Load() == 2 {
 		return 0, &Error{Op: "clone", Index: 0, Path: items[0].Dst.String(), Err: ErrNotSupported}
 	}
@@ -191,6 +193,7 @@ const copyBudget = 64 << 20
 // then VRead of the sources and VWrite of the destinations, a group of
 // items at a time.
 func (n *nfsFS) VCopy(ctx context.Context, items []CopyItem) (int, error) {
+	defer n.dropCopyDsts(items)
 	if n.txn {
 		// Reads and writes in one multi-compound transaction.
 		tx, err := n.begin(ctx)
@@ -327,4 +330,14 @@ func vcopy(ctx context.Context, f, g FS, items []CopyItem) (int, error) {
 		return limit, stErr
 	}
 	return len(items), nil
+}
+
+// dropCopyDsts forgets the cached data of the destinations of a copy.
+func (n *nfsFS) dropCopyDsts(items []CopyItem) {
+	if n.sh.cache == nil {
+		return
+	}
+	for i := range items {
+		n.dropFiles(items[i].Dst)
+	}
 }

@@ -74,6 +74,12 @@ type ioTask struct {
 	appendExt bool   // write at AppendOffset
 	done      int    // bytes of io.Data already sent
 	started   bool
+	// fill: the data read is for the cache; every COMPOUND of the item
+	// takes its attributes before its READs (cache.go).
+	fill      bool
+	fillFH    []byte       // GETFH after the OPEN (path reads)
+	fillAttrs []cacheAttrs // one GETATTR per COMPOUND of the item
+	fillBad   bool         // an attribute was missing
 }
 
 func (t *ioTask) navDir() (string, bool) {
@@ -108,6 +114,21 @@ func (t *ioTask) emit(b *batch, ti int) emitResult {
 		}
 		b.open(ti, t.name, a, b.openOwner(), nil)
 		sid = client.CurrentStateid
+		if t.fill && !t.started {
+			b.cp.GetFH()
+			b.track(ti, respFH, func(res nfsv4.NfsResop4) error {
+				ok, isOK := res.(*nfsv4.NfsResop4_OP_GETFH).Opgetfh.(*nfsv4.Getfh4res_NFS4_OK)
+				if !isOK {
+					return errBadReply
+				}
+				t.fillFH = ok.Resok4.Object
+				return nil
+			})
+		}
+	}
+	if t.fill {
+		b.cp.GetAttr(cacheAttrMask)
+		b.track(ti, respAttr, t.recordAttrs)
 	}
 	if t.write && !t.started && io.Flags&Truncate != 0 {
 		b.cp.SetAttr(sid, truncAttrs)
@@ -222,12 +243,25 @@ func ioNames(ios []IO) func(int) string {
 
 // VRead implements FS.
 func (n *nfsFS) VRead(ctx context.Context, ios []IO) (int, error) {
+	if n.sh.cache != nil && !n.txn && n.join.IsZero() {
+		return n.cachedRead(ctx, ios)
+	}
 	tasks, err := n.ioTasks(ios, false)
 	if err != nil {
 		return 0, err
 	}
+	return n.readTasks(ctx, ios, tasks, nil)
+}
+
+// readTasks runs the tasks of a read vector and completes short reads.
+// afterRun, if not nil, is called with the number of items done by the
+// first pass, before short reads are completed.
+func (n *nfsFS) readTasks(ctx context.Context, ios []IO, tasks []task, afterRun func(done int)) (int, error) {
 	done, err := n.run(ctx, runOpts{op: "read", names: ioNames(ios), txn: n.txn, readOnly: true,
 		reset: func(i int) { ios[i].N, ios[i].EOF = 0, false }}, tasks)
+	if afterRun != nil {
+		afterRun(done)
+	}
 	if err != nil || n.txn {
 		return done, err
 	}
@@ -279,6 +313,13 @@ func reindex(err error, idx []int, k int) (int, error) {
 
 // VWrite implements FS.
 func (n *nfsFS) VWrite(ctx context.Context, ios []IO) (int, error) {
+	if n.sh.cache != nil {
+		defer func() {
+			for i := range ios {
+				n.dropFiles(ios[i].File)
+			}
+		}()
+	}
 	tasks, err := n.ioTasks(ios, true)
 	if err != nil {
 		return 0, err
@@ -416,6 +457,15 @@ func (n *nfsFS) prepareAppends(ctx context.Context, ios []IO, tasks []task) erro
 
 // VOpen implements FS.
 func (n *nfsFS) VOpen(ctx context.Context, items []OpenItem) (int, error) {
+	if n.sh.cache != nil {
+		defer func() {
+			for i := range items {
+				if items[i].Flags&(OpenWrite|OpenTruncate|OpenCreate) != 0 {
+					n.dropPaths(items[i].Path)
+				}
+			}
+		}()
+	}
 	tasks := make([]task, len(items))
 	for i := range items {
 		p, err := cleanPath(items[i].Path)

@@ -114,6 +114,13 @@ func (n *nfsFS) getattrs(ctx context.Context, items []AttrItem, txn bool) (int, 
 
 // VSetAttrs implements FS.
 func (n *nfsFS) VSetAttrs(ctx context.Context, items []AttrItem) (int, error) {
+	if n.sh.cache != nil {
+		defer func() {
+			for i := range items {
+				n.dropFiles(items[i].File)
+			}
+		}()
+	}
 	tasks := make([]task, len(items))
 	for i := range items {
 		it := &items[i]
@@ -190,6 +197,7 @@ func (n *nfsFS) VMkdir(ctx context.Context, items []MkdirItem) (int, error) {
 
 // VRemove implements FS.
 func (n *nfsFS) VRemove(ctx context.Context, paths []string) (int, error) {
+	defer n.dropPaths(paths...)
 	tasks := make([]task, len(paths))
 	for i, p := range paths {
 		dir, name, err := n.parentOf("remove", i, p)
@@ -208,6 +216,13 @@ func (n *nfsFS) VRemove(ctx context.Context, paths []string) (int, error) {
 
 // VRename implements FS.
 func (n *nfsFS) VRename(ctx context.Context, items []RenameItem) (int, error) {
+	if n.sh.cache != nil {
+		defer func() {
+			for i := range items {
+				n.dropPaths(items[i].Old, items[i].New)
+			}
+		}()
+	}
 	tasks := make([]task, len(items))
 	for i := range items {
 		sdir, sname, err := n.parentOf("rename", i, items[i].Old)

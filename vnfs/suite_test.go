@@ -96,6 +96,9 @@ func forEach(t *testing.T, fn func(t *testing.T, e *env), opts ...suiteOpts) {
 		}
 		t.Run(name, func(t *testing.T) {
 			cfg := vnfs.Config{Addr: v.peer.Addr, Root: v.peer.Root, Scalar: v.scalar}
+			if os.Getenv("VNFS_TEST_CACHE") != "" {
+				cfg.Cache = 64 << 20 // the whole suite with the data cache
+			}
 			if o.cfg != nil {
 				o.cfg(&cfg)
 			}

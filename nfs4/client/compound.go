@@ -131,6 +131,19 @@ func (c *Compound) SetAttr(sid nfsv4.Stateid4, attrs nfsv4.Fattr4) int {
 	return c.Add(&nfsv4.NfsArgop4_OP_SETATTR{Opsetattr: nfsv4.Setattr4args{Stateid: sid, ObjAttributes: attrs}})
 }
 
+// Verify adds VERIFY: the COMPOUND goes on if the current object's
+// attributes encode exactly as attrs, and stops with NFS4ERR_NOT_SAME
+// otherwise (RFC 8881 §18.31).
+func (c *Compound) Verify(attrs nfsv4.Fattr4) int {
+	return c.Add(&nfsv4.NfsArgop4_OP_VERIFY{Opverify: nfsv4.Verify4args{ObjAttributes: attrs}})
+}
+
+// NVerify adds NVERIFY, VERIFY's opposite: it stops the COMPOUND with
+// NFS4ERR_SAME if the attributes are equal.
+func (c *Compound) NVerify(attrs nfsv4.Fattr4) int {
+	return c.Add(&nfsv4.NfsArgop4_OP_NVERIFY{Opnverify: nfsv4.Nverify4args{ObjAttributes: attrs}})
+}
+
 // Access adds ACCESS.
 func (c *Compound) Access(bits uint32) int {
 	return c.Add(&nfsv4.NfsArgop4_OP_ACCESS{Opaccess: nfsv4.Access4args{Access: bits}})
