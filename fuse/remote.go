@@ -88,6 +88,7 @@ type rnode struct {
 	change  uint64 // change attribute last given to the kernel (guarded by the table lock)
 	parent  uint64 // node id of the directory and name of the last lookup (guarded by the table lock)
 	name    string
+	verf    [8]byte     // READDIR cookie verifier of the last listing (guarded by the table lock)
 	dirty   atomic.Bool // UNSTABLE writes not yet committed
 }
 
@@ -1528,9 +1529,15 @@ func (m *RemoteServer) readDir(in *raw.ReadIn, out *raw.DirEntryList, plus bool)
 		mask = readdirPlusMask
 	}
 	size := max(int(in.Size), 4096)
+	var verf [8]byte
+	if cookie != 0 {
+		m.nodes.mu.Lock()
+		verf = dir.verf
+		m.nodes.mu.Unlock()
+	}
 	var cp client.Compound
 	cp.PutFH(dir.fh)
-	cp.Readdir(cookie, [8]byte{}, uint32(size), uint32(min(4*size, m.maxRead)), mask)
+	cp.Readdir(cookie, verf, uint32(size), uint32(min(4*size, m.maxRead)), mask)
 	rep, err := m.do(&in.InHeader, &cp)
 	if err != nil {
 		return m.status("readdir", err)
@@ -1540,6 +1547,9 @@ func (m *RemoteServer) readDir(in *raw.ReadIn, out *raw.DirEntryList, plus bool)
 	if ok == nil {
 		return raw.EIO
 	}
+	m.nodes.mu.Lock()
+	dir.verf = ok.Resok4.Cookieverf
+	m.nodes.mu.Unlock()
 	for e := ok.Resok4.Reply.Entries; e != nil; e = e.Nextentry {
 		var fh []byte
 		attrs := e.Attrs

@@ -2,10 +2,12 @@ package fuse
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -263,4 +265,57 @@ func TestRemoteLocks(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("F_SETLKW still blocked 10 s after the unlock")
 	}
+}
+
+// TestRemoteGanesha mounts NFS-Ganesha (a server without the txnfs
+// extensions; skipped where it cannot run): files work, and "tx begin"
+// fails with a clear message instead of pretending.
+func TestRemoteGanesha(t *testing.T) {
+	requireFUSE(t)
+	t.TempDir() // its cleanup (RemoveAll) runs after the unmount below
+	// Not t.TempDir: Ganesha's files may still be written while it
+	// stops.
+	work, err := os.MkdirTemp("", "fuse-ganesha-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(work) })
+	p, err := nfspeers.StartGanesha(context.Background(), work)
+	if err != nil {
+		t.Skip(err)
+	}
+	e := &remoteEnv{t: t, peer: p}
+	t.Cleanup(func() {
+		for _, m := range e.mounts {
+			unmountRetry(t, m)
+			m.cfg.Client.Close()
+		}
+		p.Stop()
+	})
+	mnt, _ := e.mount()
+	dir := filepath.Join(mnt, p.Root)
+	writeFile(t, filepath.Join(dir, "f"), "through ganesha")
+	if got := readFile(t, filepath.Join(dir, "f")); got != "through ganesha" {
+		t.Fatalf("read back %q", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(p.Dir, "f")); err != nil || string(b) != "through ganesha" {
+		t.Errorf("the exported directory has %q, %v", b, err)
+	}
+	for i := range 300 { // more than one READDIR reply
+		writeFile(t, filepath.Join(dir, fmt.Sprintf("n%03d", i)), "")
+	}
+	if got := names(t, dir); len(got) != 301 {
+		t.Errorf("listing: %d names, want 301", len(got))
+	}
+	for i := range 300 {
+		os.Remove(filepath.Join(dir, fmt.Sprintf("n%03d", i)))
+	}
+	_, err = Control(mnt, OpBegin)
+	if !errors.Is(err, syscall.EOPNOTSUPP) || !strings.Contains(err.Error(), "multi-compound transactions") {
+		t.Fatalf("tx begin against Ganesha: %v, want EOPNOTSUPP with an explanation", err)
+	}
+	if st, err := Control(mnt, OpStatus); err != nil || st.Active {
+		t.Errorf("status after the refused begin: %+v %v", st, err)
+	}
+	os.Remove(filepath.Join(dir, "f"))
 }
