@@ -10,8 +10,10 @@ import (
 
 // TestPermissionsNonRoot checks that the engine's permission checks hold
 // for unprivileged users through the mount (no default_permissions).
-func TestPermissionsNonRoot(t *testing.T) {
-	mnt := mountOne(t)
+func TestPermissionsNonRoot(t *testing.T) { permissionsNonRoot(t, mountOne(t)) }
+
+// permissionsNonRoot runs the permission checks on mnt.
+func permissionsNonRoot(t *testing.T, mnt string) {
 	secret := filepath.Join(mnt, "secret")
 	writeFile(t, secret, "root only")
 	os.Chmod(secret, 0o600)

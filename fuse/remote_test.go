@@ -319,3 +319,21 @@ func TestRemoteGanesha(t *testing.T) {
 	}
 	os.Remove(filepath.Join(dir, "f"))
 }
+
+// TestRemotePermissionsNonRoot runs the permission checks for uid
+// 1000/1001 (and supplementary groups) on a remote mount: each request is
+// sent with its caller's AUTH_SYS identity and the server decides.
+func TestRemotePermissionsNonRoot(t *testing.T) {
+	mnt := mountRemoteOne(t)
+	permissionsNonRoot(t, mnt)
+	// The server, not the kernel, picks a new file's owner: from the
+	// AUTH_SYS identity of the request.
+	d := filepath.Join(mnt, "owned")
+	os.Mkdir(d, 0o777)
+	os.Chmod(d, 0o777)
+	asUser(t, 1000, 1000, "sh", "-c", "echo x > "+filepath.Join(d, "f"))
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(d, "f"), &st); err != nil || st.Uid != 1000 || st.Gid != 1000 {
+		t.Errorf("file made by uid 1000: owner %d:%d (%v)", st.Uid, st.Gid, err)
+	}
+}
