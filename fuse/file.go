@@ -74,7 +74,22 @@ func (m *Server) newHandle(ino fs.Ino, flags uint32) uint64 {
 		ino:    ino,
 		write:  flags&syscall.O_ACCMODE != syscall.O_RDONLY,
 		append: flags&syscall.O_APPEND != 0 && !m.cfg.Writeback,
+		sync:   flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0,
 	})
+}
+
+// written records a write through handle fh and, for an O_SYNC or O_DSYNC
+// handle, makes it durable before the write is answered.
+func (m *Server) written(fh uint64) error {
+	h := m.handles.get(fh)
+	if h == nil {
+		return nil
+	}
+	if h.sync {
+		return m.syncEngine()
+	}
+	h.dirty.Store(true)
+	return nil
 }
 
 // Open implements RawFileSystem. (The inode is pinned since its lookup,
@@ -181,6 +196,9 @@ func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32,
 	c := m.cred(&in.InHeader)
 	if h := m.handles.get(in.Fh); h != nil && h.append {
 		off, err := m.appendData(c, ino, data)
+		if err == nil {
+			err = m.written(in.Fh)
+		}
 		if err != nil {
 			return 0, m.status("write", err)
 		}
@@ -193,22 +211,41 @@ func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32,
 	err := m.update(c, &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) error {
 		return t.Write(m.ctx, ino, in.Offset, data)
 	})
+	if err == nil {
+		err = m.written(in.Fh)
+	}
 	if err != nil {
 		return 0, m.status("write", err)
 	}
 	return uint32(len(data)), raw.OK
 }
 
-// Flush implements RawFileSystem: nothing is buffered here.
-func (m *Server) Flush(_ <-chan struct{}, _ *raw.FlushIn) raw.Status { return raw.OK }
+// Flush implements RawFileSystem (every close(2)): if the file was
+// written through this handle, everything committed so far is made
+// durable (FS.Sync), so a closed file survives a crash as after fsync.
+func (m *Server) Flush(_ <-chan struct{}, in *raw.FlushIn) raw.Status {
+	if h := m.handles.get(in.Fh); h != nil && h.dirty.Swap(false) {
+		return m.status("flush", m.syncEngine())
+	}
+	return raw.OK
+}
 
-// Fsync implements RawFileSystem. Every request was committed durably
-// before it was answered, so there is nothing left to sync. (Inside a
-// sandbox nothing is durable before the sandbox commits.)
-func (m *Server) Fsync(_ <-chan struct{}, _ *raw.FsyncIn) raw.Status { return raw.OK }
+// Fsync implements RawFileSystem: requests commit without waiting for
+// durability (TxnOptions.NoSync); fsync and fdatasync make every change
+// committed so far durable (FS.Sync, one metadata log flush). Inside a
+// sandbox nothing is durable before the sandbox commits.
+func (m *Server) Fsync(_ <-chan struct{}, in *raw.FsyncIn) raw.Status {
+	if h := m.handles.get(in.Fh); h != nil {
+		h.dirty.Store(false)
+	}
+	return m.status("fsync", m.syncEngine())
+}
 
-// FsyncDir implements RawFileSystem, as Fsync.
-func (m *Server) FsyncDir(_ <-chan struct{}, _ *raw.FsyncIn) raw.Status { return raw.OK }
+// FsyncDir implements RawFileSystem, as Fsync (a directory's entries are
+// metadata commits like any other).
+func (m *Server) FsyncDir(_ <-chan struct{}, _ *raw.FsyncIn) raw.Status {
+	return m.status("fsyncdir", m.syncEngine())
+}
 
 // fallocate(2) modes.
 const (

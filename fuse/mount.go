@@ -331,6 +331,18 @@ func procGroups(pid uint32) []uint32 {
 	return gs
 }
 
+// syncEngine makes every change committed so far durable (outside a
+// sandbox, where nothing is durable before the sandbox commits).
+func (m *Server) syncEngine() error {
+	m.sb.gate.RLock()
+	inSandbox := m.sb.txn != nil
+	m.sb.gate.RUnlock()
+	if inSandbox {
+		return nil
+	}
+	return m.eng.Sync(m.ctx)
+}
+
 // update runs fn as one read-write transaction (or in the sandbox). On
 // success the names and inodes recorded in inv are invalidated in the
 // kernel caches of the other mounts of the group (or, inside a sandbox,
@@ -349,7 +361,9 @@ func (m *Server) update(c fs.Cred, inv *invalidation, fn func(*fs.Txn) error) er
 		}
 		return err
 	}
-	err := m.eng.Do(m.ctx, c, fn)
+	// NoSync: visible at once, durable at the next FS.Sync (fsync,
+	// fdatasync, O_SYNC writes, close of a written file).
+	err := m.eng.DoOpts(m.ctx, c, fs.TxnOptions{NoSync: true}, fn)
 	if err == nil && inv != nil && m.cfg.Group != nil {
 		m.cfg.Group.broadcast(m, inv)
 	}
@@ -385,7 +399,7 @@ func (m *Server) appendData(c fs.Cred, ino fs.Ino, data []byte) (uint64, error) 
 		}
 		return off, err
 	}
-	off, err := m.eng.Append(m.ctx, c, ino, data)
+	off, err := m.eng.AppendOpts(m.ctx, c, fs.TxnOptions{NoSync: true}, ino, data)
 	if err == nil && m.cfg.Group != nil {
 		m.cfg.Group.broadcast(m, &invalidation{inos: []fs.Ino{ino}})
 	}
@@ -447,11 +461,13 @@ type handleTable struct {
 	}
 }
 
-// handle is an open regular file. Its fields are immutable.
+// handle is an open regular file. Its fields are immutable except dirty.
 type handle struct {
 	ino    fs.Ino
-	write  bool // opened for writing: ftruncate skips the permission check
-	append bool // O_APPEND: writes go to the end of file, atomically
+	write  bool        // opened for writing: ftruncate skips the permission check
+	append bool        // O_APPEND: writes go to the end of file, atomically
+	sync   bool        // O_SYNC or O_DSYNC: each write is durable when answered
+	dirty  atomic.Bool // written since the last Sync through this handle
 }
 
 func (h *handleTable) init() { h.mu.m = map[uint64]*handle{} }
