@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -335,5 +336,73 @@ func TestRemotePermissionsNonRoot(t *testing.T) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(filepath.Join(d, "f"), &st); err != nil || st.Uid != 1000 || st.Gid != 1000 {
 		t.Errorf("file made by uid 1000: owner %d:%d (%v)", st.Uid, st.Gid, err)
+	}
+}
+
+// TestRemoteMountCommand: "txnfs serve" plus "txnfs mount --background
+// --server", files through the mount, the sandbox through "txnfs tx", and
+// "txnfs umount".
+func TestRemoteMountCommand(t *testing.T) {
+	requireFUSE(t)
+	bin, err := txnfsBinary()
+	if err != nil {
+		t.Skip(err)
+	}
+	root := t.TempDir()
+	port, err := nfspeers.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	srv := exec.Command(bin, "serve", "--data", filepath.Join(root, "data"), "--listen", addr, "--log-level", "warn")
+	srvLog := &syncBuffer{}
+	srv.Stdout, srv.Stderr = srvLog, srvLog
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		srv.Process.Signal(syscall.SIGTERM)
+		srv.Wait()
+	}()
+	mnt := filepath.Join(root, "mnt")
+	os.Mkdir(mnt, 0o755)
+	var out []byte
+	for attempt := 0; ; attempt++ { // until the server listens
+		out, err = exec.Command(bin, "mount", "--background", "--log", filepath.Join(root, "log"), "--server", addr, mnt).CombinedOutput()
+		if err == nil {
+			break
+		}
+		if attempt == 100 {
+			t.Fatalf("mount --server: %v\n%s\nserver: %s", err, out, srvLog.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	defer exec.Command(bin, "umount", "--force", mnt).Run()
+	if mi, err := findMount(mnt); err != nil || mi.fstype != "fuse.txnfs" {
+		t.Fatalf("mount table: %+v %v", mi, err)
+	}
+	writeFile(t, filepath.Join(mnt, "x"), "hello")
+	for _, op := range []string{"begin", "status"} {
+		if out, err := exec.Command(bin, "tx", op, mnt).CombinedOutput(); err != nil {
+			t.Fatalf("tx %s: %v %s", op, err, out)
+		}
+	}
+	os.Remove(filepath.Join(mnt, "x"))
+	if out, err := exec.Command(bin, "tx", "abort", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("tx abort: %v %s", err, out)
+	}
+	if got := readFile(t, filepath.Join(mnt, "x")); got != "hello" {
+		t.Errorf("after abort: %q", got)
+	}
+	if out, err := exec.Command(bin, "umount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("umount: %v\n%s", err, out)
+	}
+	if _, err := findMount(mnt); err == nil {
+		t.Fatal("still mounted")
+	}
+	// Bad input: both --data and --server.
+	if out, err := exec.Command(bin, "mount", "--data", root, "--server", addr, mnt).CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), "exclude each other") {
+		t.Errorf("mount --data --server: %v %s", err, out)
 	}
 }
