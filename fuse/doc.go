@@ -20,8 +20,9 @@
 //
 // # Durability and caching
 //
-// Every modifying request is committed durably before it is answered, so
-// fsync and fdatasync have nothing left to do. The kernel caches entries,
+// Every modifying request commits without waiting for durability
+// (fs.TxnOptions.NoSync); fsync, fdatasync, O_SYNC/O_DSYNC writes and the
+// close of a written descriptor call FS.Sync. The kernel caches entries,
 // attributes and negative lookups for Config's timeouts (30 s by default)
 // and keeps a file's pages across opens only if the file's change counter
 // did not move since the previous open through this mount (close-to-open).
@@ -51,4 +52,14 @@
 // sent from a goroutine of their own (notifier), never from a request
 // handler, because the kernel may hold an inode lock for a request in
 // progress.
+//
+// # Remote mounts
+//
+// MountRemote serves a remote NFSv4.1 server through nfs4/client instead
+// of an engine (RemoteServer, remote*.go): one COMPOUND per request, sent
+// with the caller's AUTH_SYS identity; node ids keyed by fileid; an NFS
+// open state per FUSE open; UNSTABLE writes COMMITted at close and fsync;
+// close-to-open by the change attribute; NFS byte-range locks; the
+// sandbox as a server-side multi-compound transaction. docs/fuse.md
+// explains the choices.
 package fuse
