@@ -31,9 +31,12 @@ import (
 // the file is unchanged; when it changed (another client wrote, truncated
 // or renamed another file over the name) it stops the COMPOUND with
 // NFS4ERR_NOT_SAME, and VRead sends the item again as a real read together
-// with the rest of the vector. Every read therefore revalidates against the
-// server (close-to-open and more: no time-based trust), and a vector of N
-// items costs the COMPOUNDs of its uncached form plus one per miss.
+// with the rest of the vector, whose cached items are then probed with
+// GETATTR (which does not stop the COMPOUND) and the changed ones read at
+// the end (see cachedRead). Every read therefore revalidates against the
+// server (close-to-open and more: no time-based trust), and a vector costs
+// the COMPOUNDs of its uncached form plus at most two: one COMPOUND when
+// all hit, two with one miss, three with more.
 //
 // A path is mapped to the handle it last resolved to only as a hint: the
 // LOOKUP resolves the name on the server and VERIFY checks the fileid, so a
@@ -358,7 +361,11 @@ type cacheTask struct {
 	dir, name string
 	fd        *fdEntry
 	hit       *cacheHit
-	served    bool
+	// probe: GETATTR instead of VERIFY; a changed file is marked stale
+	// (and read later) instead of stopping the COMPOUND.
+	probe  bool
+	served bool
+	stale  bool
 }
 
 func (t *cacheTask) navDir() (string, bool) {
@@ -377,12 +384,29 @@ func (t *cacheTask) emit(b *batch, ti int) emitResult {
 		b.keepDir(ti, t.dir)
 		b.lookup(ti, t.name)
 	}
-	b.cp.Verify(t.hit.attrs.fattr())
-	b.track(ti, respSmall, func(nfsv4.NfsResop4) error {
-		t.hit.serve(t.io)
-		t.served = true
-		return nil
-	})
+	if t.probe {
+		b.cp.GetAttr(cacheAttrMask)
+		b.track(ti, respAttr, func(res nfsv4.NfsResop4) error {
+			var r ioTask
+			if err := r.recordAttrs(res); err != nil {
+				return err
+			}
+			if r.fillBad || r.fillAttrs[0] != t.hit.attrs {
+				t.stale = true
+				return nil
+			}
+			t.hit.serve(t.io)
+			t.served = true
+			return nil
+		})
+	} else {
+		b.cp.Verify(t.hit.attrs.fattr())
+		b.track(ti, respSmall, func(nfsv4.NfsResop4) error {
+			t.hit.serve(t.io)
+			t.served = true
+			return nil
+		})
+	}
 	if b.over() {
 		b.rollback(m)
 		return emitFull
@@ -390,13 +414,19 @@ func (t *cacheTask) emit(b *batch, ti int) emitResult {
 	return emitDone
 }
 
-// cachedRead is VRead with the data cache. Items the cache covers become
-// cacheTasks, the others filling reads. A VERIFY that fails stops its
-// COMPOUND; that is a miss, not a failure of the item: the vector is sent
-// again from that item, which is now a real read.
+// cachedRead is VRead with the data cache.
+//
+// First pass: items the cache covers are cacheTasks with VERIFY, the
+// others filling reads; when nothing changed this is the whole call. A
+// VERIFY that fails stops its COMPOUND; that is a miss, not a failure of
+// the item. The vector is then sent again from that item, which is now a
+// real read, and the later cached items are probed with GETATTR instead
+// of VERIFY (a probe does not stop the COMPOUND); the ones found changed
+// are read, with one more vector, at the end. So a call costs the
+// COMPOUNDs of its uncached form plus at most two (one for a single miss).
 func (n *nfsFS) cachedRead(ctx context.Context, ios []IO) (int, error) {
 	c := n.sh.cache
-	base, forced := 0, false
+	base, probe := 0, false
 	for {
 		sub := ios[base:]
 		tasks, err := n.ioTasks(sub, false)
@@ -408,54 +438,111 @@ func (n *nfsFS) cachedRead(ctx context.Context, ios []IO) (int, error) {
 			if len(sub[i].Data) == 0 {
 				continue
 			}
-			var fh []byte
-			p := ""
-			if t.fd != nil {
-				fh = t.fd.fh
-			} else {
-				p = path.Join(t.dir, t.name)
-			}
-			if !(i == 0 && forced) {
-				if hit, ok := c.lookup(fh, p, sub[i].Offset, len(sub[i].Data)); ok {
-					tasks[i] = &cacheTask{io: &sub[i], dir: t.dir, name: t.name, fd: t.fd, hit: hit}
+			if !(i == 0 && probe) {
+				if hit, ok := c.lookup(t.cacheKey()); ok {
+					tasks[i] = &cacheTask{io: &sub[i], dir: t.dir, name: t.name, fd: t.fd, hit: hit, probe: probe}
 					continue
 				}
 			}
 			t.fill = true
 		}
-		done, err := n.readTasks(ctx, sub, tasks, func(done int) {
-			for _, tk := range tasks[:done] {
-				switch t := tk.(type) {
-				case *ioTask:
-					t.fillCache(c)
-				case *cacheTask:
-					if t.served {
-						c.hits.Add(1)
-					}
-				}
-			}
-		})
-		if err == nil {
-			return len(ios), nil
-		}
-		var e *Error
-		var se *client.StatusError
-		if errors.As(err, &e) && e.Index < len(tasks) && errors.As(err, &se) && se.Op == nfsv4.OP_VERIFY {
-			if t, ok := tasks[e.Index].(*cacheTask); ok {
-				// A miss: the file changed (or, for any other status,
-				// the server cannot verify these attributes: stop
-				// using the cache).
-				c.misses.Add(1)
-				if se.Status != nfsv4.NFS4ERR_NOT_SAME {
-					n.cfg.Logger.Debug("vnfs: VERIFY failed; data cache disabled", "status", client.StatusName(se.Status))
-					c.disabled.Store(true)
-				}
-				c.dropFH([]byte(t.hit.fh))
-				base += e.Index
-				forced = true
+		done, err := n.readTasks(ctx, sub, tasks, func(done int) { afterCachedRun(c, tasks[:done]) })
+		if !probe {
+			if k, ok := n.cacheMiss(err, tasks); ok {
+				base += k
+				probe = true
 				continue
 			}
+			if err != nil {
+				return base + done, shift(err, base)
+			}
+			return len(ios), nil
 		}
-		return base + done, shift(err, base)
+		// Read the items the probes found changed.
+		var stale []int
+		for i, tk := range tasks[:done] {
+			if t, ok := tk.(*cacheTask); ok && t.stale {
+				stale = append(stale, i)
+				c.misses.Add(1)
+				c.dropFH([]byte(t.hit.fh))
+			}
+		}
+		if len(stale) > 0 {
+			more := make([]IO, len(stale))
+			for j, i := range stale {
+				more[j] = IO{File: sub[i].File, Offset: sub[i].Offset, Data: sub[i].Data}
+			}
+			mt, err2 := n.ioTasks(more, false)
+			if err2 != nil {
+				return 0, err2 // cannot happen: the same items passed above
+			}
+			for _, t := range mt {
+				t.(*ioTask).fill = true
+			}
+			k, err2 := n.readTasks(ctx, more, mt, func(done int) { afterCachedRun(c, mt[:done]) })
+			for j, i := range stale {
+				sub[i].N, sub[i].EOF = more[j].N, more[j].EOF
+			}
+			if err2 != nil {
+				i, err2 := reindex(err2, stale, k)
+				for x := i + 1; x < len(sub); x++ {
+					sub[x].N, sub[x].EOF = 0, false
+				}
+				return base + i, shift(err2, base)
+			}
+		}
+		if err != nil {
+			return base + done, shift(err, base)
+		}
+		return len(ios), nil
 	}
+}
+
+// cacheKey returns what the cache looks a read up by: the descriptor's
+// file handle, or the path; and the range.
+func (t *ioTask) cacheKey() (fh []byte, p string, off uint64, count int) {
+	if t.fd != nil {
+		fh = t.fd.fh
+	} else {
+		p = path.Join(t.dir, t.name)
+	}
+	return fh, p, t.io.Offset, len(t.io.Data)
+}
+
+// afterCachedRun fills the cache from the filling reads among done tasks
+// and counts the hits.
+func afterCachedRun(c *dataCache, done []task) {
+	for _, tk := range done {
+		switch t := tk.(type) {
+		case *ioTask:
+			t.fillCache(c)
+		case *cacheTask:
+			if t.served {
+				c.hits.Add(1)
+			}
+		}
+	}
+}
+
+// cacheMiss reports whether err is a failed VERIFY of a cacheTask, and
+// its index. Any status but NOT_SAME means the server cannot verify these
+// attributes: the cache is disabled.
+func (n *nfsFS) cacheMiss(err error, tasks []task) (int, bool) {
+	var e *Error
+	var se *client.StatusError
+	if err == nil || !errors.As(err, &e) || e.Index >= len(tasks) || !errors.As(err, &se) || se.Op != nfsv4.OP_VERIFY {
+		return 0, false
+	}
+	t, ok := tasks[e.Index].(*cacheTask)
+	if !ok {
+		return 0, false
+	}
+	c := n.sh.cache
+	c.misses.Add(1)
+	if se.Status != nfsv4.NFS4ERR_NOT_SAME {
+		n.cfg.Logger.Debug("vnfs: VERIFY failed; data cache disabled", "status", client.StatusName(se.Status))
+		c.disabled.Store(true)
+	}
+	c.dropFH([]byte(t.hit.fh))
+	return e.Index, true
 }

@@ -196,14 +196,48 @@ func TestCacheOtherClient(t *testing.T) {
 		if h := s1.Hits - s0.Hits; h != 3 {
 			t.Fatalf("%d hits, want 3", h)
 		}
-		if c := st1.Compounds - st0.Compounds; c != 4 {
-			t.Fatalf("%d COMPOUNDs, want 1 + 3 misses", c)
+		// Stopped at f1's VERIFY; from f1 with probes; f3 and f4 read.
+		if c := st1.Compounds - st0.Compounds; c != 3 {
+			t.Fatalf("%d COMPOUNDs, want 3", c)
 		}
 		// The re-read data is cached again: all hits.
 		s0 = cacheStats(t, e.fs)
 		got = readAll(t, e.fs, paths, size)
 		if h := cacheStats(t, e.fs).Hits - s0.Hits; h != 6 || !bytes.Equal(got[4], data[4]) {
 			t.Fatalf("after re-reading: %d hits, want 6", h)
+		}
+		// One miss: two COMPOUNDs.
+		data[0] = content(200, size)
+		if err := vnfs.WriteFile(ctx, o, paths[0], data[0], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		st0 = e.stats()
+		if got := readAll(t, e.fs, paths, size); !bytes.Equal(got[0], data[0]) {
+			t.Fatal("f0 not re-read")
+		}
+		if c := e.stats().Compounds - st0.Compounds; c != 2 {
+			t.Fatalf("one miss: %d COMPOUNDs, want 2", c)
+		}
+		// Every file changed: three COMPOUNDs, not one per miss.
+		for i := range data {
+			data[i] = content(300+i, size/2)
+		}
+		ws := make([]vnfs.IO, len(paths))
+		for i := range ws {
+			ws[i] = vnfs.IO{File: vnfs.P(paths[i]), Data: data[i], Flags: vnfs.Truncate}
+		}
+		if n, err := o.VWrite(ctx, ws); err != nil || n != len(ws) {
+			t.Fatal(n, err)
+		}
+		st0 = e.stats()
+		got = readAll(t, e.fs, paths, size)
+		for i := range got {
+			if !bytes.Equal(got[i], data[i]) {
+				t.Fatalf("%s: not the new version", paths[i])
+			}
+		}
+		if c := e.stats().Compounds - st0.Compounds; c != 3 {
+			t.Fatalf("all changed: %d COMPOUNDs, want 3", c)
 		}
 		// A removed file fails the item (not a miss), at its index.
 		if _, err := o.VRemove(ctx, []string{paths[2]}); err != nil {

@@ -272,6 +272,9 @@ func (n *nfsFS) readTasks(ctx context.Context, ios []IO, tasks []task, afterRun 
 		var idx []int
 		for i := range ios {
 			io := &ios[i]
+			if _, cached := tasks[i].(*cacheTask); cached {
+				continue // served from the cache, or left to cachedRead
+			}
 			if !io.EOF && io.N < len(io.Data) {
 				more = append(more, IO{File: io.File, Offset: io.Offset + uint64(io.N), Data: io.Data[io.N:]})
 				idx = append(idx, i)
