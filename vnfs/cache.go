@@ -62,6 +62,10 @@ func (a cacheAttrs) fattr() nfsv4.Fattr4 {
 	return nfsv4.Fattr4{Attrmask: cacheAttrMask, AttrVals: b.Bytes()}
 }
 
+// entryOverhead is what an entry is charged besides its data and handle
+// (so that many empty files cannot grow the cache without bound).
+const entryOverhead = 128
+
 // cacheEntry is the cached extent [off, off+len(data)) of one file.
 type cacheEntry struct {
 	fh    string
@@ -71,13 +75,15 @@ type cacheEntry struct {
 	paths []string // path-index entries pointing here
 }
 
+func (e *cacheEntry) cost() int64 { return int64(len(e.data) + len(e.fh) + entryOverhead) }
+
 // CacheStats counts data-cache activity (see CacheStatsOf).
 type CacheStats struct {
 	Hits      uint64 // reads served from the cache after a successful VERIFY
 	Misses    uint64 // VERIFYs that failed: the file had changed
 	Fills     uint64 // extents stored
 	Evictions uint64 // entries evicted to stay within the budget
-	Bytes     int64  // bytes held
+	Bytes     int64  // bytes charged to the budget: data plus entryOverhead per entry
 	Entries   int    // files held
 }
 
@@ -176,7 +182,7 @@ func (c *dataCache) lookup(fh []byte, path string, off uint64, count int) (*cach
 // one of the same file and attributes is merged with it; otherwise it
 // replaces it.
 func (c *dataCache) fill(fh []byte, path string, attrs cacheAttrs, off uint64, data []byte) {
-	if len(fh) == 0 || int64(len(data)) > c.budget || off+uint64(len(data)) > attrs.size {
+	if len(fh) == 0 || int64(len(data)+len(fh)+entryOverhead) > c.budget || off+uint64(len(data)) > attrs.size {
 		return
 	}
 	c.mu.Lock()
@@ -199,7 +205,7 @@ func (c *dataCache) fill(fh []byte, path string, attrs cacheAttrs, off uint64, d
 	if e.data == nil {
 		e.data = append([]byte{}, data...)
 	}
-	if int64(len(e.data)) > c.budget {
+	if e.cost() > c.budget {
 		return
 	}
 	if path != "" {
@@ -218,7 +224,7 @@ func (c *dataCache) fill(fh []byte, path string, attrs cacheAttrs, off uint64, d
 		c.byPath[p] = key
 	}
 	c.byFH[key] = c.lru.PushFront(e)
-	c.used += int64(len(e.data))
+	c.used += e.cost()
 	c.fills.Add(1)
 	for c.used > c.budget {
 		last := c.lru.Back()
@@ -232,7 +238,7 @@ func (c *dataCache) removeLocked(el *list.Element) {
 	e := el.Value.(*cacheEntry)
 	c.lru.Remove(el)
 	delete(c.byFH, e.fh)
-	c.used -= int64(len(e.data))
+	c.used -= e.cost()
 	for _, p := range e.paths {
 		if c.byPath[p] == e.fh {
 			delete(c.byPath, p)

@@ -39,6 +39,17 @@
 // them at once or none). Servers without the extensions, and the local
 // file system, refuse with ErrTxnUnsupported before doing anything.
 //
+// # Data cache
+//
+// With Config.Cache, VRead keeps file data (LRU within a byte budget,
+// keyed by file handle) with the change, size and fileid it was read
+// under, and revalidates it in the COMPOUND that would have read it:
+// LOOKUP; VERIFY(change, size, fileid). An unchanged file is served from
+// memory with no OPEN, READ or CLOSE; a changed one stops the COMPOUND
+// (a miss, not a failure) and is read again, together with the rest of
+// the vector. Every read revalidates; transactional views bypass the
+// cache. CacheStatsOf reports its counters.
+//
 // # Appends
 //
 // An IO at AppendOffset appends: with the append extension (WRITE at
