@@ -66,16 +66,19 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 			return nil, fmt.Errorf("datadir: %w", err)
 		}
 	}
-	store, err := pebblekv.Open(pebblekv.Options{Dir: filepath.Join(o.Dir, "meta"), FS: disk, NoSync: o.NoSync,
-		Logger: o.Logger.With("component", "pebble")})
-	if err != nil {
-		return nil, fmt.Errorf("datadir: opening metadata: %w", err)
-	}
 	local, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: disk, Dir: filepath.Join(o.Dir, "slices"),
 		Logger: o.Logger.With("component", "slices")})
 	if err != nil {
-		store.Close()
 		return nil, fmt.Errorf("datadir: opening slices: %w", err)
+	}
+	// Metadata bytes reach the OS only after the slice bytes put before
+	// them are durable (orderedFS), so fs NoSync commits flush no slices.
+	metaFS := &orderedFS{FS: disk, before: func() error { return local.SyncAll(context.Background()) }}
+	store, err := pebblekv.Open(pebblekv.Options{Dir: filepath.Join(o.Dir, "meta"), FS: metaFS, NoSync: o.NoSync,
+		Logger: o.Logger.With("component", "pebble")})
+	if err != nil {
+		local.Close()
+		return nil, fmt.Errorf("datadir: opening metadata: %w", err)
 	}
 	var slices slice.Store = local
 	cache := o.CacheBytes
@@ -85,7 +88,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	if cache > 0 {
 		slices = slice.NewCache(local, cache)
 	}
-	cfg := fs.Config{KV: store, Slices: slices, Logger: o.Logger, InlineMax: o.InlineMax}
+	cfg := fs.Config{KV: store, Slices: slices, Logger: o.Logger, InlineMax: o.InlineMax, SlicesOrdered: true}
 	if o.FS == nil {
 		dir := o.Dir
 		cfg.Capacity = func() (uint64, uint64, error) {
@@ -98,8 +101,8 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	}
 	f, err := fs.Open(ctx, cfg)
 	if err != nil {
-		local.Close()
 		store.Close()
+		local.Close()
 		return nil, fmt.Errorf("datadir: %w", err)
 	}
 	return &Engine{FS: f, KV: store, Slices: slices, local: local}, nil
@@ -129,7 +132,8 @@ func mkdirSynced(disk vfs.FS, dir string) error {
 	return errors.Join(err, d.Close())
 }
 
-// Close closes the engine and its stores.
+// Close closes the engine and its stores (the metadata store first: its
+// last log writes make slice data durable through the slice store).
 func (e *Engine) Close() error {
-	return errors.Join(e.FS.Close(), e.local.Close(), e.KV.Close())
+	return errors.Join(e.FS.Close(), e.KV.Close(), e.local.Close())
 }

@@ -35,6 +35,13 @@ type Config struct {
 	GCWait time.Duration
 	// Capacity reports total and free bytes for StatFS (optional).
 	Capacity func() (total, free uint64, err error)
+	// SlicesOrdered promises that no byte of the kv store's log reaches the
+	// OS before every slice put earlier is durable (datadir arranges this
+	// by writing pebble's files through a vfs.FS that syncs the slice store
+	// first). NoSync commits then skip their own slice flush: the slices are
+	// flushed once per log write, shared by every commit in it. Without
+	// the promise a NoSync commit flushes its slices before it commits.
+	SlicesOrdered bool
 }
 
 // Validate checks c and fills in defaults.

@@ -199,7 +199,7 @@ func (t *Txn) Commit(ctx context.Context) error {
 			t.reset()
 			return err
 		}
-		if len(t.written) > 0 {
+		if len(t.written) > 0 && !(t.opts.NoSync && t.fs.cfg.SlicesOrdered) {
 			if err := t.fs.slices.Sync(ctx, t.written); err != nil {
 				t.reset()
 				return fmt.Errorf("%w: syncing slices: %v", ErrIO, err)

@@ -402,12 +402,7 @@ func (l *Local) Sync(ctx context.Context, ptrs []Pointer) error {
 	}
 	defer l.exit()
 	l.stats.syncs.Add(1)
-
-	type target struct {
-		b    *backing
-		upto uint64
-	}
-	var targets []target
+	var targets []syncTarget
 	for _, p := range ptrs {
 		b, err := l.check(p, 0, 0)
 		if err != nil {
@@ -416,13 +411,42 @@ func (l *Local) Sync(ctx context.Context, ptrs []Pointer) error {
 		if end := p.End(); end > b.size.Load() {
 			return fmt.Errorf("%w: %v: beyond the %d bytes written", ErrBadPointer, p, b.size.Load())
 		}
-		i := slices.IndexFunc(targets, func(t target) bool { return t.b == b })
+		i := slices.IndexFunc(targets, func(t syncTarget) bool { return t.b == b })
 		if i < 0 {
-			targets = append(targets, target{b: b})
+			targets = append(targets, syncTarget{b: b})
 			i = len(targets) - 1
 		}
 		targets[i].upto = max(targets[i].upto, p.End())
 	}
+	return l.syncTargets(ctx, targets)
+}
+
+// SyncAll makes every slice whose Put returned before the call durable:
+// each backing file is synced up to its size at the call (group-committed
+// with concurrent Syncs like Sync). A store that orders its log writes
+// after the slice data (see datadir) calls it before any log byte reaches
+// the OS.
+func (l *Local) SyncAll(ctx context.Context) error {
+	if err := l.enter(ctx); err != nil {
+		return err
+	}
+	defer l.exit()
+	var targets []syncTarget
+	for _, b := range l.all {
+		if size := b.size.Load(); size > 0 {
+			targets = append(targets, syncTarget{b: b, upto: size})
+		}
+	}
+	return l.syncTargets(ctx, targets)
+}
+
+type syncTarget struct {
+	b    *backing
+	upto uint64
+}
+
+// syncTargets makes the first upto bytes of each target's backing durable.
+func (l *Local) syncTargets(ctx context.Context, targets []syncTarget) error {
 	for len(targets) > 0 {
 		var calls []*syncCall
 		var lead []int // indexes into calls of the SyncData this caller runs
