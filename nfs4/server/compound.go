@@ -684,9 +684,14 @@ func needsDurable(op decodedOp) bool {
 }
 
 // readOnlyOp reports operations that never change the file system (an
-// OPEN changes it only when creating or truncating, which the grouping
-// does not look at: OPEN counts as a change).
+// OPEN changes it only when it may create — truncation comes with the
+// create arguments —, so one without OPEN4_CREATE reads, in the shared
+// read snapshot instead of a read-write transaction).
 func readOnlyOp(op decodedOp) bool {
+	if a, ok := op.arg.(*nfsv4.NfsArgop4_OP_OPEN); ok {
+		_, create := a.Opopen.Openhow.(*nfsv4.Openflag4_OPEN4_CREATE)
+		return !create
+	}
 	switch op.code {
 	case nfsv4.OP_PUTROOTFH, nfsv4.OP_PUTPUBFH, nfsv4.OP_PUTFH, nfsv4.OP_GETFH,
 		nfsv4.OP_SAVEFH, nfsv4.OP_RESTOREFH, nfsv4.OP_LOOKUP, nfsv4.OP_LOOKUPP,
