@@ -80,6 +80,71 @@ type Attr struct {
 	Atime, Mtime, Ctime, Btime time.Time
 }
 
+// AttrMask selects the mutable attributes GetAttrMask returns. Ino, Gen
+// and Type never change and are always returned.
+type AttrMask uint32
+
+// Attribute bits of AttrMask.
+const (
+	AttrMode AttrMask = 1 << iota
+	AttrNlink
+	AttrUid
+	AttrGid
+	AttrSize
+	AttrUsed
+	AttrRdev
+	AttrChange
+	AttrAtime
+	AttrMtime
+	AttrCtime
+	AttrBtime
+
+	AttrAll = AttrMode | AttrNlink | AttrUid | AttrGid | AttrSize | AttrUsed | AttrRdev | AttrChange |
+		AttrAtime | AttrMtime | AttrCtime | AttrBtime
+)
+
+// Mask returns a copy of a with the attributes not in m zeroed.
+func (a Attr) Mask(m AttrMask) Attr {
+	out := Attr{Ino: a.Ino, Gen: a.Gen, Type: a.Type}
+	if m&AttrMode != 0 {
+		out.Mode = a.Mode
+	}
+	if m&AttrNlink != 0 {
+		out.Nlink = a.Nlink
+	}
+	if m&AttrUid != 0 {
+		out.Uid = a.Uid
+	}
+	if m&AttrGid != 0 {
+		out.Gid = a.Gid
+	}
+	if m&AttrSize != 0 {
+		out.Size = a.Size
+	}
+	if m&AttrUsed != 0 {
+		out.Used = a.Used
+	}
+	if m&AttrRdev != 0 {
+		out.Rdev = a.Rdev
+	}
+	if m&AttrChange != 0 {
+		out.Change = a.Change
+	}
+	if m&AttrAtime != 0 {
+		out.Atime = a.Atime
+	}
+	if m&AttrMtime != 0 {
+		out.Mtime = a.Mtime
+	}
+	if m&AttrCtime != 0 {
+		out.Ctime = a.Ctime
+	}
+	if m&AttrBtime != 0 {
+		out.Btime = a.Btime
+	}
+	return out
+}
+
 // Cred is the identity an operation runs as. Uid 0 is the superuser.
 type Cred struct {
 	Uid, Gid uint32

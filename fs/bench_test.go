@@ -136,7 +136,11 @@ func BenchmarkWriteParallel(b *testing.B) {
 	f := benchEngine(b, 0)
 	inos := make([]fs.Ino, writers)
 	for w := range inos {
-		mustDo(b, f, func(tx *fs.Txn) error { a, err := createFile(ctx, tx, fs.RootIno, fmt.Sprint("f", w)); inos[w] = a.Ino; return err })
+		mustDo(b, f, func(tx *fs.Txn) error {
+			a, err := createFile(ctx, tx, fs.RootIno, fmt.Sprint("f", w))
+			inos[w] = a.Ino
+			return err
+		})
 	}
 	buf := bytes.Repeat([]byte{'p'}, n)
 	b.SetBytes(n)

@@ -239,6 +239,22 @@ func (t *Txn) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 	return attrResult(res, err)
 }
 
+// GetAttrMask returns the attributes of ino selected by mask (the others
+// are zero; Ino, Gen and Type are always set). Only the selected
+// attributes are logged for replay, so a transaction that asked for, say,
+// the size does not conflict with a concurrent change of the mtime alone
+// (an NFS GETATTR of a few attributes in a transactional compound).
+func (t *Txn) GetAttrMask(ctx context.Context, ino Ino, mask AttrMask) (Attr, error) {
+	res, err := t.do(ctx, "getattr-mask", func(ctx context.Context) (any, error) {
+		n, err := t.loadInode(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		return toAttr(ino, n).Mask(mask), nil
+	})
+	return attrResult(res, err)
+}
+
 // Access reports which of the access bits in mask the caller has on ino.
 func (t *Txn) Access(ctx context.Context, ino Ino, mask uint32) (uint32, error) {
 	res, err := t.do(ctx, "access", func(ctx context.Context) (any, error) {

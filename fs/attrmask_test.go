@@ -1,0 +1,80 @@
+package fs_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/txnfs/txnfs/fs"
+)
+
+// TestGetAttrMaskReplay: a transaction that read only some attributes
+// commits through a concurrent change of others (replay compares only what
+// it read), but conflicts when one it read changed; a full GetAttr
+// conflicts in both cases.
+func TestGetAttrMaskReplay(t *testing.T) {
+	ctx := context.Background()
+	mtime := fs.SetAttr{Mtime: &fs.SetTime{Time: time.Unix(1_800_000_000, 0)}}
+	grow := func(ctx context.Context, tx *fs.Txn, ino fs.Ino) error {
+		return tx.Write(ctx, ino, 100, []byte("more"))
+	}
+	for _, c := range []struct {
+		name   string
+		mask   fs.AttrMask // 0: full GetAttr
+		change func(ctx context.Context, tx *fs.Txn, ino fs.Ino) error
+		want   error
+	}{
+		{"size-vs-mtime", fs.AttrSize, func(ctx context.Context, tx *fs.Txn, ino fs.Ino) error { return tx.SetAttrOnly(ctx, ino, mtime) }, nil},
+		{"size+type-vs-mtime", fs.AttrSize | fs.AttrMode, func(ctx context.Context, tx *fs.Txn, ino fs.Ino) error { return tx.SetAttrOnly(ctx, ino, mtime) }, nil},
+		{"full-vs-mtime", 0, func(ctx context.Context, tx *fs.Txn, ino fs.Ino) error { return tx.SetAttrOnly(ctx, ino, mtime) }, fs.ErrConflict},
+		{"size-vs-write", fs.AttrSize, grow, fs.ErrConflict},
+		{"change-vs-write", fs.AttrChange, grow, fs.ErrConflict}, // the clock is fixed: mtime does not move
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newTestFS(t, fsOpts{})
+			var file, other fs.Ino
+			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+				a, _, err := tx.Create(ctx, fs.RootIno, "f", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+				file = a.Ino
+				if err != nil {
+					return err
+				}
+				if err := tx.Write(ctx, file, 0, []byte("data")); err != nil {
+					return err
+				}
+				b, _, err := tx.Create(ctx, fs.RootIno, "g", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+				other = b.Ino
+				return err
+			})
+			tx, err := f.Begin(ctx, fs.RootCred, fs.TxnOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var a fs.Attr
+			if c.mask == 0 {
+				a, err = tx.GetAttr(ctx, file)
+			} else {
+				a, err = tx.GetAttrMask(ctx, file, c.mask)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Ino != file || a.Type != fs.TypeRegular || a.Size != 4 && c.mask&fs.AttrSize != 0 {
+				t.Fatalf("GetAttrMask(%b) = %+v", c.mask, a)
+			}
+			if c.mask != 0 && c.mask&fs.AttrNlink == 0 && a.Nlink != 0 {
+				t.Fatalf("GetAttrMask(%b) returned nlink %d, not asked for", c.mask, a.Nlink)
+			}
+			if err := tx.Write(ctx, other, 0, []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { return c.change(ctx, tx, file) })
+			err = tx.Commit(ctx)
+			if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
+				t.Fatalf("commit after a concurrent change: %v, want %v", err, c.want)
+			}
+			requireCheckClean(t, f.FS)
+		})
+	}
+}
