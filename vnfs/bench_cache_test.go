@@ -97,3 +97,95 @@ func BenchmarkRepeatRead(b *testing.B) {
 		direct.Close()
 	}
 }
+
+// BenchmarkRepeatReadVector extends Figure 8 to many files: a tree of
+// VNFS_BENCH_FILES (default 1000) files of VNFS_BENCH_SIZES (default
+// 1KiB,64KiB) in 10 directories is read whole twice by each client; the
+// second (warm) read is measured. Clients: the vectorized client without
+// a cache (vec-*), with its data cache (cached-*: LOOKUP+VERIFY per file,
+// many files per COMPOUND) and the kernel-like baseline with its cache
+// (scalar-*: OPEN+GETATTR and CLOSE per file).
+func BenchmarkRepeatReadVector(b *testing.B) {
+	ctx := context.Background()
+	nfiles, _ := strconv.Atoi(envList("VNFS_BENCH_FILES", "1000")[0])
+	for _, p := range benchPeers(b) {
+		direct, err := vnfs.Dial(ctx, vnfs.Config{Addr: p.Addr, Root: p.Root})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, rtt := range benchRTTs(b) {
+			l, err := nfspeers.NewLink(ctx, p, rtt)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, sz := range envList("VNFS_BENCH_SIZES", "1KiB,64KiB") {
+				size := parseSize(sz)
+				dir := fmt.Sprintf("/bench-rrv-%d", seq.Add(1))
+				var dirs []vnfs.MkdirItem
+				dirs = append(dirs, vnfs.MkdirItem{Path: dir})
+				for d := 0; d < 10; d++ {
+					dirs = append(dirs, vnfs.MkdirItem{Path: fmt.Sprintf("%s/d%d", dir, d)})
+				}
+				if _, err := direct.VMkdir(ctx, dirs); err != nil {
+					b.Fatal(err)
+				}
+				mkIOs := func() []vnfs.IO {
+					ios := make([]vnfs.IO, nfiles)
+					for i := range ios {
+						ios[i] = vnfs.IO{File: vnfs.P(fmt.Sprintf("%s/d%d/f%04d", dir, i%10, i)), Data: make([]byte, size)}
+					}
+					return ios
+				}
+				ws := mkIOs()
+				for i := range ws {
+					ws[i].Flags = vnfs.Create | vnfs.Truncate
+					ws[i].Data[0] = byte(i)
+				}
+				if _, err := vnfs.Unordered(direct).VWrite(ctx, ws); err != nil {
+					b.Fatal(err)
+				}
+				b.Run(fmt.Sprintf("server=%s/rtt=%v/size=%s", p.Name, rtt, sz), func(b *testing.B) {
+					cfgs := []vnfs.Config{
+						{Addr: l.Addr, Root: p.Root},
+						{Addr: l.Addr, Root: p.Root, Cache: int64(nfiles) * int64(size+512)},
+						{Addr: l.Addr, Root: p.Root, Scalar: true, ScalarCache: true},
+					}
+					var times [3]time.Duration
+					var calls [3]uint64
+					for k, cfg := range cfgs {
+						f, err := vnfs.Dial(ctx, cfg)
+						if err != nil {
+							b.Fatal(err)
+						}
+						for round := 0; round < 2; round++ {
+							ios := mkIOs()
+							r0, start := rpcs(f), time.Now()
+							if _, err := f.VRead(ctx, ios); err != nil {
+								b.Fatal(err)
+							}
+							times[k], calls[k] = time.Since(start), rpcs(f)-r0
+							for i := range ios {
+								if ios[i].N != size || ios[i].Data[0] != byte(i) {
+									b.Fatalf("client %d: item %d read %d bytes", k, i, ios[i].N)
+								}
+							}
+						}
+						f.Close()
+					}
+					b.ReportMetric(float64(times[0])/1e6, "vec-ms")
+					b.ReportMetric(float64(calls[0]), "vec-rpcs")
+					b.ReportMetric(float64(times[1])/1e6, "cached-ms")
+					b.ReportMetric(float64(calls[1]), "cached-rpcs")
+					b.ReportMetric(float64(times[2])/1e6, "scalar-ms")
+					b.ReportMetric(float64(calls[2]), "scalar-rpcs")
+					b.ReportMetric(float64(times[2])/float64(times[1]), "cached-speedup")
+					b.ReportMetric(float64(times[0])/float64(times[1]), "cached-vs-vec")
+					b.ReportMetric(float64(l.RTT)/1e3, "rtt-us")
+				})
+				vnfs.RemoveRecursive(ctx, direct, dir)
+			}
+			l.Close()
+		}
+		direct.Close()
+	}
+}
