@@ -266,6 +266,19 @@ func TestRemoteLocks(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("F_SETLKW still blocked 10 s after the unlock")
 	}
+	// The same owner locks again through a new descriptor after closing
+	// the one its lock state came from (closing released its locks).
+	fb.Close()
+	fb2, err := os.OpenFile(filepath.Join(b, "lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb2.Close()
+	again := unix.Flock_t{Type: unix.F_WRLCK, Start: 0, Len: 10}
+	if err := unix.FcntlFlock(fb2.Fd(), unix.F_SETLK, &again); err != nil {
+		t.Fatalf("F_SETLK through a new descriptor after close: %v", err)
+	}
+	wantErrno(t, "F_SETLK against it from the other mount", unix.FcntlFlock(fa.Fd(), unix.F_SETLK, &lk), unix.EAGAIN)
 }
 
 // TestRemoteGanesha mounts NFS-Ganesha (a server without the txnfs
