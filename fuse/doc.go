@@ -10,10 +10,11 @@
 // # Identity and permissions
 //
 // FUSE node ids are engine inode numbers (never reused; the root is 1 in
-// both). The mount does not use the kernel's default_permissions: the
-// engine checks permissions from mode bits for the caller's fsuid, fsgid
+// both). The kernel checks permissions itself (default_permissions: it
+// would otherwise walk cached paths without search checks), and the
+// engine checks them again from mode bits for the caller's fsuid, fsgid
 // and supplementary groups (read from /proc/TID/status, since FUSE does
-// not send them), so the rules live in one place for FUSE and NFS alike.
+// not send them), as it does for NFS clients.
 // Open checks read/write/execute access and applies O_TRUNC in the same
 // transaction; reads and writes through a handle are not checked again,
 // as POSIX requires.
