@@ -288,6 +288,66 @@ func (t *Txn) Append(ctx context.Context, ino Ino, data []byte) (uint64, error) 
 	return off, t.Write(ctx, ino, off, data)
 }
 
+// AppendAtEnd appends data at the end of the file as it is when the
+// transaction commits. Unlike Append it neither returns nor logs the
+// offset: the data is stored once, and if the commit conflicts, replay
+// places the same slices at the then-current end. So concurrent
+// transactions appending to one file do not abort each other through it
+// (an NFS APPEND whose offset the client does not ask for).
+func (t *Txn) AppendAtEnd(ctx context.Context, ino Ino, data []byte) error {
+	if uint64(len(data)) > MaxFileSize {
+		return ErrFileTooBig
+	}
+	if t.done {
+		return ErrTxnDone
+	}
+	// Pieces relative to offset 0: split at slice.MaxSize, which divides
+	// the region size, so only region boundaries need re-splitting later.
+	rel, err := t.storeData(ctx, ino, 0, data)
+	if err != nil {
+		return err
+	}
+	now := t.fs.now().UnixNano()
+	_, err = t.do(ctx, "append-at-end", func(ctx context.Context) (any, error) {
+		n, err := t.loadFile(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		off := n.Size
+		if off+uint64(len(data)) > MaxFileSize || off+uint64(len(data)) < off {
+			return nil, ErrFileTooBig
+		}
+		var ps []filePiece
+		for _, p := range rel {
+			p.Off += off
+			for {
+				// Split where the piece crosses a region boundary.
+				room := meta.RegionSize - p.Off%meta.RegionSize
+				if uint64(p.Ext.Len) <= room {
+					ps = append(ps, p)
+					break
+				}
+				e := p.Ext
+				e.Off = 0
+				head, tail := trim(e, 0, uint32(room)), trim(e, uint32(room), e.Len)
+				head.Off, tail.Off = 0, 0
+				ps = append(ps, filePiece{Off: p.Off, Ext: head})
+				p = filePiece{Off: p.Off + room, Ext: tail}
+			}
+		}
+		if err := t.placePieces(ctx, ino, n, ps); err != nil {
+			return nil, err
+		}
+		if len(data) > 0 {
+			touch(n, now)
+			t.clearSetid(n)
+		}
+		t.putInode(ino, n)
+		return nil, nil
+	})
+	return err
+}
+
 // placePieces overlays file pieces on the regions of inode n, growing its
 // size to cover them, and compacts regions whose lists grew long.
 func (t *Txn) placePieces(ctx context.Context, ino Ino, n *meta.Inode, ps []filePiece) error {

@@ -366,16 +366,26 @@ func (o opWrite) run(s sys) result {
 }
 
 type opAppend struct {
-	path string
-	seed byte
-	n    int
+	path  string
+	seed  byte
+	n     int
+	atEnd bool // Txn.AppendAtEnd: no offset returned or logged
 }
 
-func (o opAppend) String() string { return fmt.Sprintf("append %s n=%d seed=%d", o.path, o.n, o.seed) }
+func (o opAppend) String() string {
+	return fmt.Sprintf("append %s n=%d seed=%d at-end=%v", o.path, o.n, o.seed, o.atEnd)
+}
 func (o opAppend) run(s sys) result {
 	a, r := lookup(s, o.path)
 	if r != nil {
 		return *r
+	}
+	if o.atEnd {
+		if e, ok := s.(engineSys); ok {
+			return errResult(e.tx.AppendAtEnd(e.ctx, a.Ino, pattern(o.seed, o.n)))
+		}
+		_, err := s.Append(a.Ino, pattern(o.seed, o.n))
+		return errResult(err)
 	}
 	off, err := s.Append(a.Ino, pattern(o.seed, o.n))
 	if err != nil {
@@ -725,7 +735,7 @@ func genOp(t *rapid.T, ti treeInfo) op {
 		gid := uint32(rapid.IntRange(0, 2).Draw(t, "gid"))
 		return opSetAttr{path: any("path"), sa: fs.SetAttr{Uid: &uid, Gid: &gid}, desc: fmt.Sprintf("uid=%d gid=%d", uid, gid)}
 	case "append":
-		return opAppend{path: file("path"), seed: rapid.Byte().Draw(t, "seed"), n: genLen(t, "n")}
+		return opAppend{path: file("path"), seed: rapid.Byte().Draw(t, "seed"), n: genLen(t, "n"), atEnd: rapid.Bool().Draw(t, "at-end")}
 	case "yankpaste":
 		if ok, _ := yankWorks(); !ok {
 			return opStat{path: any("path")} // see TestYankPaste
