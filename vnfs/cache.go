@@ -444,6 +444,9 @@ func (n *nfsFS) cachedRead(ctx context.Context, ios []IO) (int, error) {
 			if len(sub[i].Data) == 0 {
 				continue
 			}
+			if t.fd != nil && t.fd.flags&OpenWrite != 0 && t.fd.flags&OpenRead == 0 {
+				continue // a write-only descriptor: the READ must fail as without a cache
+			}
 			if !(i == 0 && probe) {
 				if hit, ok := c.lookup(t.cacheKey()); ok {
 					tasks[i] = &cacheTask{io: &sub[i], dir: t.dir, name: t.name, fd: t.fd, hit: hit, probe: probe}
