@@ -11,9 +11,15 @@ import (
 // the disk transfer with whatever the writer does next (more puts, the
 // metadata commit). It gives no durability guarantee and is best-effort:
 // errors are ignored (fdatasync reports real ones).
+//
+// Only whole pages are started: the last, partial page of an append is
+// where the next append writes, and a page under writeback may make that
+// write wait (stable pages).
 func startWriteback(fd uintptr, off, length uint64) {
-	if fd == vfs.InvalidFd || length == 0 {
+	const page = 4096
+	end := (off + length) &^ (page - 1)
+	if fd == vfs.InvalidFd || end <= off {
 		return
 	}
-	_ = unix.SyncFileRange(int(fd), int64(off), int64(length), unix.SYNC_FILE_RANGE_WRITE)
+	_ = unix.SyncFileRange(int(fd), int64(off), int64(end-off), unix.SYNC_FILE_RANGE_WRITE)
 }
