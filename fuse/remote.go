@@ -292,11 +292,16 @@ func MountRemote(ctx context.Context, dir string, cfg Config) (*RemoteServer, er
 		// attributes it caches, the server checks them again for the
 		// caller's AUTH_SYS identity.
 		Options: []string{"default_permissions"},
-		// ATOMIC_O_TRUNC: O_TRUNC is applied by the OPEN COMPOUND.
+		// No ATOMIC_O_TRUNC: with it the file system truncates in
+		// OPEN, before the kernel's ETXTBSY check (get_write_access in
+		// handle_truncate), so open(O_TRUNC) of a running executable
+		// truncated it under the running program (pjdfstest
+		// open::etxtbsy caught it) and then failed. Without it the
+		// kernel opens, checks, and sends SETATTR(size 0) with the
+		// open's handle.
 		// HANDLE_KILLPRIV: the server clears setuid/setgid on write.
 		// IOCTL_DIR: the sandbox control ioctl on the root.
-		ExtraCapabilities: raw.CAP_ATOMIC_O_TRUNC | raw.CAP_HANDLE_KILLPRIV | raw.CAP_IOCTL_DIR |
-			raw.CAP_DIRECT_IO_ALLOW_MMAP,
+		ExtraCapabilities: raw.CAP_HANDLE_KILLPRIV | raw.CAP_IOCTL_DIR | raw.CAP_DIRECT_IO_ALLOW_MMAP,
 	}
 	srv, err := raw.NewServer(m, dir, opts)
 	if err != nil {
