@@ -77,6 +77,7 @@ type FS struct {
 	inos     inoAllocator
 	appender appender
 	gcState  gcTracker
+	decoded  decodeCache
 
 	mu struct {
 		sync.Mutex

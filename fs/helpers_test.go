@@ -58,6 +58,9 @@ type fsOpts struct {
 	inlineMax int
 	wrapKV    func(kv.Store) kv.Store
 	clock     func() time.Time
+	// slicesOrdered sets Config.SlicesOrdered (a false promise on these
+	// stores: only for tests that do not crash).
+	slicesOrdered bool
 }
 
 // tbLike is what the helpers need of a *testing.T or a *rapid.T.
@@ -95,7 +98,8 @@ func newTestFS(tb tbLike, o fsOpts) *testFS {
 	if clock == nil {
 		clock = fixedClock
 	}
-	f, err := fs.Open(ctx, fs.Config{KV: kvs, Slices: sl, Clock: clock, InlineMax: o.inlineMax, GCWait: time.Millisecond})
+	f, err := fs.Open(ctx, fs.Config{KV: kvs, Slices: sl, Clock: clock, InlineMax: o.inlineMax, GCWait: time.Millisecond,
+		SlicesOrdered: o.slicesOrdered})
 	if err != nil {
 		tb.Fatalf("fs.Open: %v", err)
 	}

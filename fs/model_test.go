@@ -1171,7 +1171,7 @@ func (h *harness) finish(t *rapid.T) {
 func runModelTest(t *rapid.T, kind storeKind) {
 	h := &harness{ctx: context.Background(), committed: model.New(), kind: kind}
 	inline := rapid.SampledFrom([]int{-1, 16, fs.DefaultInlineMax}).Draw(t, "inlineMax")
-	h.f = newTestFS(t, fsOpts{kind: kind, inlineMax: inline})
+	h.f = newTestFS(t, fsOpts{kind: kind, inlineMax: inline, slicesOrdered: rapid.Bool().Draw(t, "slicesOrdered")})
 	t.Repeat(skipActions(map[string]func(*rapid.T){
 		"do":          func(t *rapid.T) { h.autocommit(t, false) },
 		"do-abort":    func(t *rapid.T) { h.autocommit(t, true) },

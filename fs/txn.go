@@ -273,7 +273,7 @@ func (t *Txn) flush() error {
 		if !c.dirty {
 			continue
 		}
-		if err := putRecord(kt, meta.InodeKey(uint64(ino)), c.rec); err != nil {
+		if err := t.putRecord(kt, meta.InodeKey(uint64(ino)), c.rec); err != nil {
 			return err
 		}
 		c.dirty = false
@@ -282,7 +282,7 @@ func (t *Txn) flush() error {
 		if !c.dirty {
 			continue
 		}
-		if err := putRecord(kt, meta.RegionKey(uint64(id.ino), id.idx), c.rec); err != nil {
+		if err := t.putRecord(kt, meta.RegionKey(uint64(id.ino), id.idx), c.rec); err != nil {
 			return err
 		}
 		c.dirty = false
@@ -290,27 +290,47 @@ func (t *Txn) flush() error {
 	return nil
 }
 
-func putRecord[T any](kt kv.Txn, key []byte, rec *T) error {
-	if rec == nil {
-		return kvErr(kt.Delete(key))
+// putRecord writes an inode or region record (nil deletes it) and offers
+// the encoding to the decode cache, so the next transaction reading these
+// bytes does not decode them again.
+func (t *Txn) putRecord(kt kv.Txn, key []byte, rec any) error {
+	switch r := rec.(type) {
+	case *meta.Inode:
+		if r == nil {
+			return kvErr(kt.Delete(key))
+		}
+	case *meta.Region:
+		if r == nil {
+			return kvErr(kt.Delete(key))
+		}
 	}
 	b, err := meta.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("%w: encoding: %v", ErrCorrupt, err)
 	}
-	return kvErr(kt.Set(key, b))
+	if err := kvErr(kt.Set(key, b)); err != nil {
+		return err
+	}
+	t.fs.decoded.put(key, b, rec)
+	return nil
 }
 
 // loadInode returns a copy of inode ino's record.
 func (t *Txn) loadInode(ctx context.Context, ino Ino) (*meta.Inode, error) {
 	c, ok := t.inodes[ino]
 	if !ok {
-		b, err := t.getRaw(ctx, meta.InodeKey(uint64(ino)))
+		key := meta.InodeKey(uint64(ino))
+		b, err := t.getRaw(ctx, key)
 		c = &cachedInode{}
 		if err == nil {
-			c.rec = new(meta.Inode)
-			if err := meta.Unmarshal(b, c.rec); err != nil {
-				return nil, fmt.Errorf("%w: inode %d: %v", ErrCorrupt, ino, err)
+			if v, ok := t.fs.decoded.get(key, b); ok {
+				c.rec = v.(*meta.Inode)
+			} else {
+				c.rec = new(meta.Inode)
+				if err := meta.Unmarshal(b, c.rec); err != nil {
+					return nil, fmt.Errorf("%w: inode %d: %v", ErrCorrupt, ino, err)
+				}
+				t.fs.decoded.put(key, b, c.rec)
 			}
 		} else if !errors.Is(err, ErrNotExist) {
 			return nil, err
@@ -340,12 +360,18 @@ func (t *Txn) loadRegion(ctx context.Context, ino Ino, idx uint64) (*meta.Region
 	id := regionID{ino, idx}
 	c, ok := t.regions[id]
 	if !ok {
-		b, err := t.getRaw(ctx, meta.RegionKey(uint64(ino), idx))
+		key := meta.RegionKey(uint64(ino), idx)
+		b, err := t.getRaw(ctx, key)
 		c = &cachedRegion{}
 		if err == nil {
-			c.rec = new(meta.Region)
-			if err := meta.Unmarshal(b, c.rec); err != nil {
-				return nil, fmt.Errorf("%w: inode %d region %d: %v", ErrCorrupt, ino, idx, err)
+			if v, ok := t.fs.decoded.get(key, b); ok {
+				c.rec = v.(*meta.Region)
+			} else {
+				c.rec = new(meta.Region)
+				if err := meta.Unmarshal(b, c.rec); err != nil {
+					return nil, fmt.Errorf("%w: inode %d region %d: %v", ErrCorrupt, ino, idx, err)
+				}
+				t.fs.decoded.put(key, b, c.rec)
 			}
 		} else if !errors.Is(err, ErrNotExist) {
 			return nil, err
