@@ -187,16 +187,18 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
 		// kernel has cached are walked without search permission checks
 		// and execute permission is "any x bit".
 		Options: []string{"default_permissions"},
-		// ATOMIC_O_TRUNC: O_TRUNC arrives with OPEN and is applied in
-		// the same transaction as the permission check.
+		// No ATOMIC_O_TRUNC: with it O_TRUNC is applied in OPEN, before
+		// the kernel's ETXTBSY check (handle_truncate), so open(O_TRUNC)
+		// of a running program emptied it and then failed. The kernel
+		// then truncates with SETATTR(size 0, the open's handle) after
+		// its checks.
 		// HANDLE_KILLPRIV: the engine clears setuid/setgid on write,
 		// truncate and chown; without it the kernel would send a mode
 		// change on behalf of a writer who does not own the file.
 		// IOCTL_DIR: the sandbox is controlled by an ioctl on the root.
 		// DIRECT_IO_ALLOW_MMAP: files opened with O_APPEND use direct
 		// I/O (see appendFlags) and may still be mapped shared.
-		ExtraCapabilities: raw.CAP_ATOMIC_O_TRUNC | raw.CAP_HANDLE_KILLPRIV | raw.CAP_IOCTL_DIR |
-			raw.CAP_DIRECT_IO_ALLOW_MMAP,
+		ExtraCapabilities: raw.CAP_HANDLE_KILLPRIV | raw.CAP_IOCTL_DIR | raw.CAP_DIRECT_IO_ALLOW_MMAP,
 	}
 	if cfg.Writeback {
 		opts.ExtraCapabilities |= raw.CAP_WRITEBACK_CACHE

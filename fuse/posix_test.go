@@ -47,6 +47,7 @@ func posixSuite(t *testing.T, mnt string, skip map[string]string) {
 		{"Statfs", testStatfs},
 		{"Locks", testLocks},
 		{"Mknod", testMknod},
+		{"TruncRunningExecutable", testTruncRunningExecutable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if why, ok := skip[tc.name]; ok {
@@ -750,5 +751,46 @@ func testMknod(t *testing.T, dir string) {
 	}
 	if got := <-done; got != "through the fifo" {
 		t.Errorf("fifo: %q", got)
+	}
+}
+
+// testTruncRunningExecutable: open(O_TRUNC) of a program that is running
+// fails with ETXTBSY and leaves the file alone (the truncation must not
+// happen before the kernel's check).
+func testTruncRunningExecutable(t *testing.T, dir string) {
+	src, err := os.ReadFile("/bin/sleep")
+	if err != nil {
+		t.Skip(err)
+	}
+	p := filepath.Join(dir, "sleeper")
+	if err := os.WriteFile(p, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := command(dir, "./sleeper", "5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	// Wait until the shell has exec'd the program.
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); err == nil && strings.HasSuffix(exe, "sleeper") {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the program did not start")
+		}
+	}
+	for _, flags := range []int{unix.O_WRONLY | unix.O_TRUNC, unix.O_RDONLY | unix.O_TRUNC} {
+		fd, err := unix.Open(p, flags, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		wantErrno(t, fmt.Sprintf("open(%#x) of a running program", flags), err, unix.ETXTBSY)
+	}
+	if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, src) {
+		t.Errorf("the running program's file changed: %d bytes, %v", len(b), err)
 	}
 }
