@@ -30,7 +30,7 @@ func commands() map[string]command {
 		"serve":  {"serve a data directory over NFSv4 (4.0, 4.1, 4.2)", runServe},
 		"fsck":   {"check a data directory's consistency; exit 1 if a problem is found", runFsck},
 		"gc":     {"collect garbage slices in a data directory (server must be stopped)", runGC},
-		"mount":  {"mount a data directory with FUSE (txnfs mount --data DIR MOUNTPOINT)", runMount},
+		"mount":  {"mount a data directory or a remote server with FUSE (txnfs mount --data DIR | --server HOST:PORT MOUNTPOINT)", runMount},
 		"umount": {"unmount a txnfs FUSE mount, also a crashed one (txnfs umount MOUNTPOINT)", runUmount},
 		"tx":     {"sandbox a FUSE mount: txnfs tx begin|commit|abort|status MOUNTPOINT", runTx},
 		"cp":     {"copy files and trees (local paths, nfs://HOST:PORT/path)", runCp},
