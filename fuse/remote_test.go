@@ -419,3 +419,14 @@ func TestRemoteMountCommand(t *testing.T) {
 		t.Errorf("mount --data --server: %v %s", err, out)
 	}
 }
+
+// TestRemoteSandboxConflict: on a remote mount, a sandbox whose reads
+// another client's writes invalidated fails to commit with the server's
+// conflict report and leaves nothing behind; one whose reads were not
+// disturbed commits.
+func TestRemoteSandboxConflict(t *testing.T) {
+	e := newRemoteEnv(t)
+	a, _ := e.mount()
+	b, _ := e.mountUncached()
+	sandboxConflict(t, a, b)
+}

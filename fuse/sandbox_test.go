@@ -139,6 +139,12 @@ func TestSandboxConflict(t *testing.T) {
 	e := newEnv(t, envOptions{group: true})
 	a, _ := e.mount()
 	b, _ := e.mount()
+	sandboxConflict(t, a, b)
+}
+
+// sandboxConflict runs the conflict checks with the sandbox on mount a
+// and the concurrent writer on mount b.
+func sandboxConflict(t *testing.T, a, b string) {
 	writeFile(t, filepath.Join(a, "shared"), "v1")
 	writeFile(t, filepath.Join(a, "other"), "o1")
 
