@@ -92,6 +92,9 @@ type compound struct {
 	// requires durable at the reply (all but UNSTABLE WRITEs and reads;
 	// COMMIT) committed that way, so the reply waits for one FS.Sync.
 	plain, needSync bool
+	// durableRun is set while runGrouped runs the compound's last
+	// changing run with a durable commit.
+	durableRun bool
 	// closing holds the stateids CLOSEd in the current transaction or
 	// grouped run, closed for real at its commit (see resolveSid).
 	closing map[[12]byte]bool
@@ -473,7 +476,7 @@ func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			c.replySize += res.GetEncodedSizeBytes()
 		}
 		c.s.met.observeOp(op.code, st, time.Since(start).Seconds())
-		if st == nfsv4.NFS4_OK && c.plain && needsDurable(op) {
+		if st == nfsv4.NFS4_OK && c.plain && !c.durableRun && needsDurable(op) {
 			c.needSync = true
 		}
 		results = append(results, res)
@@ -575,7 +578,14 @@ func (c *compound) runGrouped(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat
 			n = 1
 		}
 		if writes {
+			// The last changing run of a compound that must be durable
+			// commits durably itself (no NoSync commit + FS.Sync): its
+			// WAL flush also covers the compound's earlier NoSync
+			// commits, so no Sync is left to do.
+			c.durableRun = !anyChange(ops[n:]) && anyNeedsDurable(ops[:n])
 			res, st, failedAt := c.runGroup(ops[:n])
+			durable := c.durableRun
+			c.durableRun = false
 			switch {
 			case failedAt == 0:
 				single = true // run the failing operation alone
@@ -584,6 +594,9 @@ func (c *compound) runGrouped(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat
 				limit = failedAt // commit the operations before it
 				continue
 			case res != nil:
+				if durable {
+					c.needSync = false
+				}
 				results = append(results, res...)
 				if st != nfsv4.NFS4_OK {
 					return results, st
@@ -616,7 +629,7 @@ func (c *compound) runGroup(ops []decodedOp) (res []nfsv4.NfsResop4, st nfsv4.Nf
 		c.cur, c.saved, c.curSid, c.savedSid, c.replySize, c.wrote = cur, saved, curSid, savedSid, size, wrote
 	}
 	for attempt := 0; ; attempt++ {
-		t, err := c.s.fs.Begin(c.ctx, c.cred, fs.TxnOptions{NoSync: c.plain})
+		t, err := c.s.fs.Begin(c.ctx, c.cred, fs.TxnOptions{NoSync: c.plain && !c.durableRun})
 		if err != nil {
 			return nil, 0, -1
 		}
@@ -664,6 +677,26 @@ func groupable(op decodedOp) bool {
 		return false
 	}
 	return true
+}
+
+// anyChange reports whether ops may change the file system.
+func anyChange(ops []decodedOp) bool {
+	for _, op := range ops {
+		if !readOnlyOp(op) {
+			return true
+		}
+	}
+	return false
+}
+
+// anyNeedsDurable reports whether one of ops needs durability (needsDurable).
+func anyNeedsDurable(ops []decodedOp) bool {
+	for _, op := range ops {
+		if needsDurable(op) {
+			return true
+		}
+	}
+	return false
 }
 
 // needsDurable reports operations of a plain compound whose effects must
