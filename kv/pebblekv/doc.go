@@ -71,6 +71,16 @@
 // commits, rollbacks and NoSync commits wait for that one to be durable,
 // never for NoSync commits, so readers never stall behind a missing Sync.
 //
+// # Shared read snapshots
+//
+// Read-only transactions that begin while no commit has been applied
+// share one Pebble snapshot (reference-counted; replaced by the first
+// read-only Begin after a commit). A commit's counter is stored before its
+// Commit returns, so a reader still sees every commit that returned before
+// it began. The current shared snapshot lives until that replacement, so
+// after the last commit it may pin old versions from compaction until the
+// next read-only Begin.
+//
 // # Concurrency
 //
 // The Store is safe for concurrent use. A Txn belongs to one goroutine at a

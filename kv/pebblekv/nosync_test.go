@@ -148,3 +148,42 @@ func TestNoSyncCrash(t *testing.T) {
 		st.Close()
 	}
 }
+
+// TestSharedReadSnapshot: read-only transactions that begin with no commit
+// in between share one pebble snapshot; one beginning after a commit sees
+// it; closing the store with readers open releases everything.
+func TestSharedReadSnapshot(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(Options{Dir: "db", FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	putOpts(t, st, kv.TxnOptions{}, "k", "v1")
+	a, _ := st.Begin(ctx, kv.TxnOptions{ReadOnly: true})
+	b, _ := st.Begin(ctx, kv.TxnOptions{ReadOnly: true})
+	if a.(*txn).snap != b.(*txn).snap {
+		t.Fatal("two readers with no commit in between took two snapshots")
+	}
+	putOpts(t, st, kv.TxnOptions{}, "k", "v2")
+	c, _ := st.Begin(ctx, kv.TxnOptions{ReadOnly: true})
+	if c.(*txn).snap == a.(*txn).snap {
+		t.Fatal("a reader after a commit reused the older snapshot")
+	}
+	for _, r := range []struct {
+		tx   kv.Txn
+		want string
+	}{{a, "v1"}, {b, "v1"}, {c, "v2"}} {
+		if v, err := r.tx.Get(ctx, []byte("k")); err != nil || string(v) != r.want {
+			t.Fatalf("got %q, %v, want %q", v, err, r.want)
+		}
+	}
+	a.Rollback()
+	if v, err := b.Get(ctx, []byte("k")); err != nil || string(v) != "v1" {
+		t.Fatalf("after the other sharer finished: %q, %v", v, err)
+	}
+	if err := st.Close(); err != nil { // b and c still open
+		t.Fatal(err)
+	}
+	b.Rollback()
+	c.Rollback()
+}
