@@ -78,3 +78,47 @@ func TestGetAttrMaskReplay(t *testing.T) {
 		})
 	}
 }
+
+// TestLinkOnlyReplay: a transaction that made a link with LinkOnly commits
+// through a concurrent attribute change of the file; with Link, whose
+// logged result holds the attributes, it conflicts.
+func TestLinkOnlyReplay(t *testing.T) {
+	ctx := context.Background()
+	for _, only := range []bool{true, false} {
+		f := newTestFS(t, fsOpts{})
+		var file fs.Ino
+		do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+			a, _, err := tx.Create(ctx, fs.RootIno, "f", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+			file = a.Ino
+			return err
+		})
+		tx, err := f.Begin(ctx, fs.RootCred, fs.TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if only {
+			err = tx.LinkOnly(ctx, file, fs.RootIno, "g")
+		} else {
+			_, err = tx.Link(ctx, file, fs.RootIno, "g")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		mode := uint32(0o600)
+		do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { return tx.SetAttrOnly(ctx, file, fs.SetAttr{Mode: &mode}) })
+		err = tx.Commit(ctx)
+		if only && err != nil || !only && !errors.Is(err, fs.ErrConflict) {
+			t.Fatalf("LinkOnly=%v: commit after a concurrent chmod: %v", only, err)
+		}
+		if only {
+			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+				a, err := tx.Lookup(ctx, fs.RootIno, "g")
+				if err == nil && (a.Ino != file || a.Nlink != 2 || a.Mode != mode) {
+					t.Errorf("after LinkOnly: %+v", a)
+				}
+				return err
+			})
+		}
+		requireCheckClean(t, f.FS)
+	}
+}

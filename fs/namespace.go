@@ -377,6 +377,18 @@ func (t *Txn) Create(ctx context.Context, dir Ino, name string, req CreateReques
 
 // Link adds a hard link named name in dir to ino (not a directory).
 func (t *Txn) Link(ctx context.Context, ino, dir Ino, name string) (Attr, error) {
+	return t.link(ctx, ino, dir, name, true)
+}
+
+// LinkOnly is Link without the attributes: it logs only the error for
+// replay, so a concurrent change of the file's attributes does not make
+// the transaction conflict (NFS LINK does not return them).
+func (t *Txn) LinkOnly(ctx context.Context, ino, dir Ino, name string) error {
+	_, err := t.link(ctx, ino, dir, name, false)
+	return err
+}
+
+func (t *Txn) link(ctx context.Context, ino, dir Ino, name string, withAttr bool) (Attr, error) {
 	now := t.fs.now().UnixNano()
 	res, err := t.do(ctx, "link", func(ctx context.Context) (any, error) {
 		if err := checkName(name); err != nil {
@@ -415,6 +427,9 @@ func (t *Txn) Link(ctx context.Context, ino, dir Ino, name string) (Attr, error)
 		touch(d, now)
 		t.putInode(dir, d)
 		t.putInode(ino, n)
+		if !withAttr {
+			return Attr{}, nil
+		}
 		return toAttr(ino, n), nil
 	})
 	return attrResult(res, err)
