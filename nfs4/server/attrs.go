@@ -257,6 +257,28 @@ func (s *Server) encodeAttrs(mask []uint32, a *fs.Attr, ac *attrContext) nfsv4.F
 	return nfsv4.Fattr4{Attrmask: bmTrim(out), AttrVals: buf.Bytes()}
 }
 
+// attrMaskBits maps NFS attributes to the engine attributes they are
+// encoded from (the others need only Ino, Gen and Type, or nothing).
+var attrMaskBits = map[uint32]fs.AttrMask{
+	nfsv4.FATTR4_CHANGE: fs.AttrChange, nfsv4.FATTR4_SIZE: fs.AttrSize,
+	nfsv4.FATTR4_MODE: fs.AttrMode, nfsv4.FATTR4_NUMLINKS: fs.AttrNlink,
+	nfsv4.FATTR4_OWNER: fs.AttrUid, nfsv4.FATTR4_OWNER_GROUP: fs.AttrGid,
+	nfsv4.FATTR4_RAWDEV: fs.AttrRdev, nfsv4.FATTR4_SPACE_USED: fs.AttrUsed,
+	nfsv4.FATTR4_TIME_ACCESS: fs.AttrAtime, nfsv4.FATTR4_TIME_MODIFY: fs.AttrMtime,
+	nfsv4.FATTR4_TIME_METADATA: fs.AttrCtime, nfsv4.FATTR4_TIME_CREATE: fs.AttrBtime,
+}
+
+// attrMask returns the engine attributes needed to encode the NFS
+// attributes of bm.
+func attrMask(bm []uint32) fs.AttrMask {
+	var m fs.AttrMask
+	forEachBit(bm, func(bit uint32) bool {
+		m |= attrMaskBits[bit]
+		return true
+	})
+	return m
+}
+
 func (ac *attrContext) statfsOr() fs.StatFS {
 	if ac.statfs == nil {
 		return fs.StatFS{BlockSize: 4096, NameLen: fs.MaxNameLen}

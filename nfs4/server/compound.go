@@ -69,6 +69,8 @@ type compound struct {
 	// cleared before every other operation (read by OpAppendOffset).
 	wrote    bool
 	wroteOff uint64
+	// wantOffset is set while a WRITE followed by OpAppendOffset runs.
+	wantOffset bool
 
 	// 4.1+: set by SEQUENCE.
 	client  *state.Client
@@ -117,6 +119,9 @@ type decodedOp struct {
 	arg   nfsv4.NfsArgop4 // nil for OpTxn, OpAppendOffset and unknown ops
 	flags uint32          // OpAppendOffset's argument
 	txn   *txnArgs        // arguments of OpTxnBegin, OpTxnJoin, OpTxnEnd
+	// wantOffset marks a WRITE followed by OpAppendOffset: an append
+	// must then learn (and log) its offset.
+	wantOffset bool
 }
 
 func knownOp(code nfsv4.NfsOpnum4, minor uint32) bool {
@@ -247,6 +252,9 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	}
 
 	c.minor, c.nops = minor, len(ops)
+	for i := 0; i+1 < len(ops); i++ {
+		ops[i].wantOffset = ops[i].code == nfsv4.OP_WRITE && ops[i+1].code == OpAppendOffset
+	}
 	if !quickOps(ops) {
 		call.Release() // let the connection's next request run meanwhile
 	}
@@ -449,6 +457,7 @@ func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 		var st nfsv4.Nfsstat4
 		wrote := c.wrote
 		c.wrote = false
+		c.wantOffset = op.wantOffset
 		switch {
 		case op.code == OpAppendOffset:
 			res, st = c.appendOffset(op.flags, wrote)

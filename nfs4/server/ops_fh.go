@@ -218,8 +218,11 @@ func (c *compound) secinfoNoName(style nfsv4.SecinfoStyle4) (nfsv4.NfsResop4, nf
 // them, file-system capacity).
 func (c *compound) curAttr(op string, mask []uint32) (fs.Attr, *fs.StatFS, nfsv4.Nfsstat4) {
 	var a fs.Attr
+	m := attrMask(mask)
 	err := c.view(func(t *fs.Txn) (err error) {
-		a, err = t.GetAttr(c.ctx, c.cur.ino)
+		// Only the requested attributes are logged for replay: in a
+		// transaction, a concurrent change of others is no conflict.
+		a, err = t.GetAttrMask(c.ctx, c.cur.ino, m)
 		return err
 	})
 	if err != nil {
