@@ -83,6 +83,10 @@ type FS struct {
 		sync.Mutex
 		pins    map[Ino]int
 		secrets map[string][]byte
+		// orphans holds the inodes committed as orphans by this process
+		// (Open reclaims those of earlier runs), so that Unpin runs a
+		// transaction only for them.
+		orphans map[Ino]struct{}
 	}
 }
 
@@ -96,6 +100,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	f := &FS{cfg: cfg, kv: cfg.KV, slices: cfg.Slices, log: cfg.Logger}
 	f.mu.pins = map[Ino]int{}
 	f.mu.secrets = map[string][]byte{}
+	f.mu.orphans = map[Ino]struct{}{}
 	f.inos.fs = f
 	f.appender.fs = f
 	f.gcState.init()
@@ -180,19 +185,54 @@ func (f *FS) Pin(ino Ino) {
 	f.mu.Unlock()
 }
 
-// Unpin releases one Pin; the last release of an orphan deletes it.
+// Unpin releases one Pin; the last release of an orphan deletes it. The
+// last release of an inode that is not an orphan costs no transaction.
 func (f *FS) Unpin(ctx context.Context, ino Ino) error {
 	f.mu.Lock()
 	n := f.mu.pins[ino] - 1
+	_, orphan := f.mu.orphans[ino]
 	if n <= 0 {
 		delete(f.mu.pins, ino)
 	} else {
 		f.mu.pins[ino] = n
 	}
 	f.mu.Unlock()
-	if n > 0 {
+	if n > 0 || !orphan {
 		return nil
 	}
+	return f.reclaimOrphan(ctx, ino)
+}
+
+// noteOrphans records inodes a commit made orphans. Those whose last pin
+// went away while the transaction ran (a long-lived transaction, such as
+// a FUSE sandbox, unlinked a file that was closed before it committed) are
+// reclaimed at once; failures are left to the next Open.
+func (f *FS) noteOrphans(ctx context.Context, inos []Ino) {
+	if len(inos) == 0 {
+		return
+	}
+	var unpinned []Ino
+	f.mu.Lock()
+	for _, ino := range inos {
+		if f.mu.pins[ino] > 0 {
+			f.mu.orphans[ino] = struct{}{}
+		} else {
+			unpinned = append(unpinned, ino)
+		}
+	}
+	f.mu.Unlock()
+	for _, ino := range unpinned {
+		if err := f.reclaimOrphan(context.WithoutCancel(ctx), ino); err != nil {
+			f.log.Warn("reclaiming an orphan after commit failed; the next Open will", "ino", ino, "err", err)
+		}
+	}
+}
+
+// reclaimOrphan deletes inode ino if it is still an orphan.
+func (f *FS) reclaimOrphan(ctx context.Context, ino Ino) error {
+	f.mu.Lock()
+	delete(f.mu.orphans, ino)
+	f.mu.Unlock()
 	return f.Do(ctx, RootCred, func(t *Txn) error {
 		return t.internal(ctx, "unpin", func(ctx context.Context) (any, error) {
 			if _, err := t.getRaw(ctx, meta.OrphanKey(uint64(ino))); errors.Is(err, ErrNotExist) {

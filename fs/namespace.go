@@ -104,6 +104,7 @@ func (t *Txn) dropLink(ctx context.Context, ino Ino, n *meta.Inode, now int64) e
 	}
 	if t.fs.pinned(ino) {
 		t.putInode(ino, n)
+		t.orphaned = append(t.orphaned, ino)
 		return t.setRaw(ctx, meta.OrphanKey(uint64(ino)), nil)
 	}
 	return t.deleteInode(ctx, ino)

@@ -33,6 +33,7 @@ type Txn struct {
 	replaying bool
 	log       []opRecord
 	written   []slice.Pointer // slices this transaction wrote; synced before commit
+	orphaned  []Ino           // inodes this execution made orphans (dropLink)
 
 	mutations int // bumped by every change, to detect half-done operations
 	inodes    map[Ino]*cachedInode
@@ -127,6 +128,7 @@ func (t *Txn) reset() {
 	}
 	t.inodes = map[Ino]*cachedInode{}
 	t.regions = map[regionID]*cachedRegion{}
+	t.orphaned = nil
 }
 
 // kvt returns the transaction's kv transaction, beginning it on first use.
@@ -209,7 +211,9 @@ func (t *Txn) Commit(ctx context.Context) error {
 		if err == nil {
 			committed = true
 			t.kvTxn = nil
+			orphaned := t.orphaned
 			t.reset()
+			t.fs.noteOrphans(ctx, orphaned)
 			return nil
 		}
 		t.kvTxn = nil
