@@ -151,7 +151,9 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var m fuse.Mounted
 	if *server != "" {
-		c, err := client.Dial(ctx, client.Config{Addr: *server, Logger: log})
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		c, err := client.Dial(dctx, client.Config{Addr: *server, Logger: log})
+		cancel()
 		if err != nil {
 			return fail(fmt.Errorf("connecting to %s: %w", *server, err))
 		}
