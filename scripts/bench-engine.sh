@@ -30,3 +30,29 @@ fio --name=prep --filename="$dir/readfile" --rw=write --bs=1M --size=256M --end_
 fio --name=seqread-1M-cached --filename="$dir/readfile" --rw=read --bs=1M --size=256M --ioengine=psync --output-format=terse 2>/dev/null |
 	awk -F';' '{printf "%-28s read %8.1f MiB/s\n", "seqread-1M-cached", $7/1024}'
 rm -f "$dir/readfile"
+# Interleaved rounds: the machine is shared, so each engine figure is paired
+# with its fio peer run right before it, and the ratio of each pair is
+# printed (take the median over rounds). ROUNDS=0 skips this part.
+echo "== interleaved engine/fio ratios (ROUNDS=${ROUNDS:=5})"
+go test -c -o "$dir/fs.test" ./fs/ >/dev/null
+fio_mbps() { # MB/s (10^6) of one fio job
+	fio --name=peer --directory="$dir" --ioengine=psync --output-format=terse "$@" 2>/dev/null |
+		awk -F';' '{printf "%.1f", $48*1.024/1000}'
+	rm -f "$dir"/peer.*
+}
+eng_mbps() { # MB/s of one engine benchmark
+	(cd fs && TMPDIR=$dir "$dir/fs.test" -test.run '^$' -test.bench "$1" -test.benchtime "$2" | awk '/^Benchmark/ {print $(NF-1)}')
+}
+for ((r = 1; r <= ROUNDS; r++)); do
+	f1=$(fio_mbps --rw=write --bs=1M --size=128M --fsync=1)
+	e1=$(eng_mbps '^BenchmarkWrite$/^size=1MiB$' 128x)
+	f2=$(fio_mbps --rw=write --bs=1M --size=256M --end_fsync=1)
+	e2=$(eng_mbps '^BenchmarkStreamWrite$/^nosync=false$' 1x)
+	e3=$(eng_mbps '^BenchmarkStreamWrite$/^nosync=true$' 1x)
+	f4=$(fio_mbps --rw=write --bs=1M --size=64M --numjobs=4 --group_reporting --fsync=1)
+	e4=$(eng_mbps '^BenchmarkWriteParallel$' 256x)
+	awk -v r="$r" -v f1="$f1" -v e1="$e1" -v f2="$f2" -v e2="$e2" -v e3="$e3" -v f4="$f4" -v e4="$e4" 'BEGIN {
+		printf "round %d: durable 1MiB %.0f/%.0f=%.2f  stream(64/txn) %.0f/%.0f=%.2f  stream(NoSync+Sync) %.0f/%.0f=%.2f  4 writers %.0f/%.0f=%.2f\n",
+			r, e1, f1, e1/f1, e2, f2, e2/f2, e3, f2, e3/f2, e4, f4, e4/f4 }'
+done
+rm -f "$dir/fs.test"
