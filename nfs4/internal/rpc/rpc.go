@@ -83,8 +83,9 @@ type Call struct {
 // Release lets the connection read (and run) its next request while this
 // call runs. A handler calls it before anything that may take long (disk
 // I/O, waiting for durability); until then, or until the handler returns,
-// later requests of the same connection wait. Calling it more than once,
-// or on a Call not from a Server, is harmless.
+// later requests of the same connection wait. It must be called from the
+// goroutine running Handle, before Handle returns. Calling it more than
+// once, or on a Call not from a Server, is harmless.
 func (c *Call) Release() {
 	if c.release != nil {
 		c.release()
