@@ -5,7 +5,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 
 	raw "github.com/hanwen/go-fuse/v2/fuse"
 
@@ -115,56 +114,40 @@ func (m *RemoteServer) Status() SandboxStatus {
 	return SandboxStatus{Active: true, Since: m.sb.since, Ops: m.sb.ops}
 }
 
-// Ioctl implements RawFileSystem: the sandbox control ioctl (ctlMsg, as
-// for a local mount); anything else is ENOTTY.
+// Ioctl implements RawFileSystem: the sandbox control ioctl (as for a
+// local mount); anything else is ENOTTY.
 func (m *RemoteServer) Ioctl(_ <-chan struct{}, in *raw.IoctlIn, inbuf []byte, out *raw.IoctlOut, outbuf []byte) raw.Status {
-	if in.Cmd != ctlCmd || len(inbuf) < ctlSize || len(outbuf) < ctlSize {
-		return raw.Status(syscall.ENOTTY)
-	}
-	if in.Uid != 0 && in.Uid != m.uid {
-		return raw.EPERM
-	}
-	req := *(*ctlMsg)(unsafe.Pointer(&inbuf[0]))
-	var err error
-	switch req.Op {
-	case ctlBegin:
-		if err = m.sandboxBegin(); err == nil {
+	return controlIoctl(m, m.uid, in, inbuf, out, outbuf)
+}
+
+// sandboxOp runs a begin, commit or abort request of the control ioctl.
+func (m *RemoteServer) sandboxOp(op uint32) error {
+	if op == ctlBegin {
+		err := m.sandboxBegin()
+		if err == nil {
 			m.invalidateAll()
 		}
-	case ctlCommit, ctlAbort:
-		err = m.sandboxEnd(req.Op == ctlCommit)
-		// Drop what the kernel cached from inside the sandbox (after
-		// abort it is gone; after a failed commit too).
-		m.invalidateAll()
-	case ctlStatus:
-	default:
-		return raw.EINVAL
+		return err
 	}
-	rep := ctlMsg{Op: req.Op}
-	if err != nil {
-		var e syscall.Errno
-		var ce *client.TxnConflictError
-		msg := err.Error()
-		switch {
-		case errors.Is(err, errRemoteNoTxn):
-			e = syscall.EOPNOTSUPP
-		case errors.As(err, &ce):
-			e = syscall.EBUSY
-			msg = "conflict: a concurrent change altered what the sandbox had read; nothing was committed (" + ce.Report + ")"
-		case errors.Is(err, errNoSandbox), errors.Is(err, errSandboxActive):
-			e = errnoOf(m.cfg.Logger, "sandbox", err)
-		case errors.Is(err, client.ErrTxnExpired):
-			e = syscall.ESTALE
-		default:
-			e = syscall.Errno(m.status("sandbox", err))
-		}
-		rep.Errno = uint32(e)
-		copy(rep.Msg[:len(rep.Msg)-1], msg)
+	err := m.sandboxEnd(op == ctlCommit)
+	// Drop what the kernel cached from inside the sandbox (after abort
+	// it is gone; after a failed commit too).
+	m.invalidateAll()
+	return err
+}
+
+// ctlError is the errno and message the control ioctl reports for err.
+func (m *RemoteServer) ctlError(err error) (syscall.Errno, string) {
+	var ce *client.TxnConflictError
+	switch {
+	case errors.Is(err, errRemoteNoTxn):
+		return syscall.EOPNOTSUPP, err.Error()
+	case errors.As(err, &ce):
+		return syscall.EBUSY, "conflict: a concurrent change altered what the sandbox had read; nothing was committed (" + ce.Report + ")"
+	case errors.Is(err, errNoSandbox), errors.Is(err, errSandboxActive):
+		return errnoOf(m.cfg.Logger, "sandbox", err), err.Error()
+	case errors.Is(err, client.ErrTxnExpired):
+		return syscall.ESTALE, err.Error()
 	}
-	if st := m.Status(); st.Active {
-		rep.Active, rep.Ops, rep.Since = 1, uint64(st.Ops), st.Since.UnixNano()
-	}
-	copy(outbuf, unsafe.Slice((*byte)(unsafe.Pointer(&rep)), ctlSize))
-	out.Result = 0
-	return raw.OK
+	return syscall.Errno(m.status("sandbox", err)), err.Error()
 }

@@ -183,35 +183,63 @@ const ctlCmd = (3 << 30) | uint32(ctlSize)<<16 | ctlType<<8 | ctlNr
 // Ioctl implements RawFileSystem: the sandbox control ioctl; anything else
 // is ENOTTY.
 func (m *Server) Ioctl(_ <-chan struct{}, in *raw.IoctlIn, inbuf []byte, out *raw.IoctlOut, outbuf []byte) raw.Status {
+	return controlIoctl(m, m.uid, in, inbuf, out, outbuf)
+}
+
+// sandboxOp runs a begin, commit or abort request of the control ioctl.
+func (m *Server) sandboxOp(op uint32) error {
+	switch op {
+	case ctlBegin:
+		return m.Begin()
+	case ctlCommit:
+		return m.Commit()
+	}
+	return m.Abort()
+}
+
+// ctlError is the errno and message the control ioctl reports for err.
+func (m *Server) ctlError(err error) (syscall.Errno, string) {
+	msg := err.Error()
+	if errors.Is(err, fs.ErrConflict) {
+		msg = "conflict: a concurrent change altered what the sandbox had read; nothing was committed (" + err.Error() + ")"
+	}
+	return errnoOf(m.log, "sandbox", err), msg
+}
+
+// sandboxController is a mount whose sandbox the control ioctl drives
+// (Server, RemoteServer).
+type sandboxController interface {
+	sandboxOp(op uint32) error // ctlBegin, ctlCommit or ctlAbort
+	ctlError(err error) (syscall.Errno, string)
+	Status() SandboxStatus
+}
+
+// controlIoctl serves the control ioctl for a mount: one place for its
+// wire format and checks. Only root and owner (the user who mounted) may
+// issue it.
+func controlIoctl(c sandboxController, owner uint32, in *raw.IoctlIn, inbuf []byte, out *raw.IoctlOut, outbuf []byte) raw.Status {
 	if in.Cmd != ctlCmd || len(inbuf) < ctlSize || len(outbuf) < ctlSize {
 		return raw.Status(syscall.ENOTTY)
 	}
-	if in.Uid != 0 && in.Uid != m.uid {
+	if in.Uid != 0 && in.Uid != owner {
 		return raw.EPERM
 	}
 	req := *(*ctlMsg)(unsafe.Pointer(&inbuf[0]))
 	var err error
 	switch req.Op {
-	case ctlBegin:
-		err = m.Begin()
-	case ctlCommit:
-		err = m.Commit()
-	case ctlAbort:
-		err = m.Abort()
+	case ctlBegin, ctlCommit, ctlAbort:
+		err = c.sandboxOp(req.Op)
 	case ctlStatus:
 	default:
 		return raw.EINVAL
 	}
 	rep := ctlMsg{Op: req.Op}
 	if err != nil {
-		rep.Errno = uint32(errnoOf(m.log, "sandbox", err))
-		msg := err.Error()
-		if errors.Is(err, fs.ErrConflict) {
-			msg = "conflict: a concurrent change altered what the sandbox had read; nothing was committed (" + err.Error() + ")"
-		}
+		e, msg := c.ctlError(err)
+		rep.Errno = uint32(e)
 		copy(rep.Msg[:len(rep.Msg)-1], msg)
 	}
-	if st := m.Status(); st.Active {
+	if st := c.Status(); st.Active {
 		rep.Active, rep.Ops, rep.Since = 1, uint64(st.Ops), st.Since.UnixNano()
 	}
 	copy(outbuf, unsafe.Slice((*byte)(unsafe.Pointer(&rep)), ctlSize))
