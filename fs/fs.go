@@ -87,6 +87,10 @@ type FS struct {
 		// (Open reclaims those of earlier runs), so that Unpin runs a
 		// transaction only for them.
 		orphans map[Ino]struct{}
+		// deleting counts commits in flight that delete an inode they
+		// found unpinned; Pin waits for them (deleted is signalled).
+		deleting map[Ino]int
+		deleted  *sync.Cond
 	}
 }
 
@@ -101,6 +105,8 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	f.mu.pins = map[Ino]int{}
 	f.mu.secrets = map[string][]byte{}
 	f.mu.orphans = map[Ino]struct{}{}
+	f.mu.deleting = map[Ino]int{}
+	f.mu.deleted = sync.NewCond(&f.mu.Mutex)
 	f.inos.fs = f
 	f.appender.fs = f
 	f.gcState.init()
@@ -178,11 +184,46 @@ func (f *FS) Secret(ctx context.Context, purpose string) ([]byte, error) {
 
 // Pin keeps inode ino alive while it is open: if its last link is removed
 // while pinned it becomes an orphan, reclaimed by the last Unpin (or by the
-// next Open after a crash).
+// next Open after a crash). After Pin returns, no transaction that deletes
+// ino can commit unless it saw the pin: a commit deleting ino checks the
+// pins just before its kv commit (and replays, making an orphan, if ino
+// was pinned meanwhile), and Pin waits while such a commit is in flight
+// (fuse ENGINE-REQUESTS 2). A pinner that waited then finds the inode gone.
 func (f *FS) Pin(ino Ino) {
 	f.mu.Lock()
+	for f.mu.deleting[ino] > 0 {
+		f.mu.deleted.Wait()
+	}
 	f.mu.pins[ino]++
 	f.mu.Unlock()
+}
+
+// startDeleting registers a commit about to delete inos, which it found
+// unpinned; it returns false (registering nothing) if one is pinned now.
+func (f *FS) startDeleting(inos []Ino) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, ino := range inos {
+		if f.mu.pins[ino] > 0 {
+			return false
+		}
+	}
+	for _, ino := range inos {
+		f.mu.deleting[ino]++
+	}
+	return true
+}
+
+// endDeleting ends what startDeleting registered and wakes waiting Pins.
+func (f *FS) endDeleting(inos []Ino) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, ino := range inos {
+		if f.mu.deleting[ino]--; f.mu.deleting[ino] <= 0 {
+			delete(f.mu.deleting, ino)
+		}
+	}
+	f.mu.deleted.Broadcast()
 }
 
 // Unpin releases one Pin; the last release of an orphan deletes it. The

@@ -107,6 +107,7 @@ func (t *Txn) dropLink(ctx context.Context, ino Ino, n *meta.Inode, now int64) e
 		t.orphaned = append(t.orphaned, ino)
 		return t.setRaw(ctx, meta.OrphanKey(uint64(ino)), nil)
 	}
+	t.dropped = append(t.dropped, ino)
 	return t.deleteInode(ctx, ino)
 }
 

@@ -34,6 +34,7 @@ type Txn struct {
 	log       []opRecord
 	written   []slice.Pointer // slices this transaction wrote; synced before commit
 	orphaned  []Ino           // inodes this execution made orphans (dropLink)
+	dropped   []Ino           // inodes this execution deleted as unpinned (dropLink)
 
 	mutations int // bumped by every change, to detect half-done operations
 	inodes    map[Ino]*cachedInode
@@ -129,6 +130,7 @@ func (t *Txn) reset() {
 	t.inodes = map[Ino]*cachedInode{}
 	t.regions = map[regionID]*cachedRegion{}
 	t.orphaned = nil
+	t.dropped = nil
 }
 
 // kvt returns the transaction's kv transaction, beginning it on first use.
@@ -207,7 +209,20 @@ func (t *Txn) Commit(ctx context.Context) error {
 				return fmt.Errorf("%w: syncing slices: %v", ErrIO, err)
 			}
 		}
+		dropped := t.dropped
+		if len(dropped) > 0 && !t.fs.startDeleting(dropped) {
+			// An inode it deletes was pinned since: replay, which makes
+			// it an orphan instead.
+			if err := t.replay(ctx); err != nil {
+				t.reset()
+				return err
+			}
+			continue
+		}
 		err := t.kvTxn.Commit(ctx)
+		if len(dropped) > 0 {
+			t.fs.endDeleting(dropped)
+		}
 		if err == nil {
 			committed = true
 			t.kvTxn = nil
