@@ -122,3 +122,75 @@ func TestLinkOnlyReplay(t *testing.T) {
 		requireCheckClean(t, f.FS)
 	}
 }
+
+// TestChangeMarkReplay: change marks around a create are not compared on
+// replay, so a transaction creating in a directory where another create
+// committed meanwhile still commits, and the marks then hold the values
+// of the execution that committed (atomic before/after); reading the
+// directory's attributes instead makes it conflict.
+func TestChangeMarkReplay(t *testing.T) {
+	ctx := context.Background()
+	for _, marks := range []bool{true, false} {
+		f := newTestFS(t, fsOpts{})
+		var before0 uint64
+		do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+			a, err := tx.GetAttr(ctx, fs.RootIno)
+			before0 = a.Change
+			return err
+		})
+		tx, err := f.Begin(ctx, fs.RootCred, fs.TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before, after uint64
+		mark := func(dst *uint64) {
+			t.Helper()
+			if marks {
+				err = tx.ChangeMark(ctx, fs.RootIno, dst)
+			} else {
+				var a fs.Attr
+				a, err = tx.GetAttr(ctx, fs.RootIno)
+				*dst = a.Change
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		mark(&before)
+		if _, _, err := tx.Create(ctx, fs.RootIno, "a", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644, Exclusive: true}); err != nil {
+			t.Fatal(err)
+		}
+		mark(&after)
+		if before != before0 || after <= before {
+			t.Fatalf("first execution: before %d after %d (dir was at %d)", before, after, before0)
+		}
+		var other uint64
+		do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+			if _, _, err := tx.Create(ctx, fs.RootIno, "b", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644}); err != nil {
+				return err
+			}
+			a, err := tx.GetAttr(ctx, fs.RootIno)
+			other = a.Change
+			return err
+		})
+		err = tx.Commit(ctx)
+		if !marks {
+			if !errors.Is(err, fs.ErrConflict) {
+				t.Fatalf("GetAttr marks: commit after a concurrent create: %v, want ErrConflict", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("ChangeMark: commit after a concurrent create: %v", err)
+		}
+		var final uint64
+		do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+			a, err := tx.GetAttr(ctx, fs.RootIno)
+			final = a.Change
+			return err
+		})
+		if before != other || after != final {
+			t.Fatalf("marks after commit: before %d after %d, want %d and %d (the committed execution's)", before, after, other, final)
+		}
+	}
+}

@@ -257,6 +257,33 @@ func (t *Txn) GetAttrMask(ctx context.Context, ino Ino, mask AttrMask) (Attr, er
 	return attrResult(res, err)
 }
 
+// ChangeMark stores inode ino's change attribute at this point of the
+// transaction into *dst. The value is not compared on replay: when the
+// commit replays the transaction, *dst is overwritten with the value of the
+// execution that committed, so read it after Commit returns. For NFS
+// change_info4: marks before and after a CREATE/REMOVE/RENAME report the
+// atomic change without making concurrent creators in one directory
+// conflict (nfs4 ENGINE-REQUESTS 6). Only a failure (e.g. ErrNotExist) is
+// compared.
+func (t *Txn) ChangeMark(ctx context.Context, ino Ino, dst *uint64) error {
+	if t.done {
+		return ErrTxnDone
+	}
+	run := func(ctx context.Context) (any, error) {
+		n, err := t.loadInode(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		*dst = n.Change
+		return nil, nil
+	}
+	_, err := t.do(ctx, "change-mark", run)
+	if err == nil && !t.opts.ReadOnly {
+		t.log[len(t.log)-1].late = true
+	}
+	return err
+}
+
 // Access reports which of the access bits in mask the caller has on ino.
 func (t *Txn) Access(ctx context.Context, ino Ino, mask uint32) (uint32, error) {
 	res, err := t.do(ctx, "access", func(ctx context.Context) (any, error) {
