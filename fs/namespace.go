@@ -269,18 +269,16 @@ func (t *Txn) ChangeMark(ctx context.Context, ino Ino, dst *uint64) error {
 	if t.done {
 		return ErrTxnDone
 	}
-	run := func(ctx context.Context) (any, error) {
+	// The logged result is nil, so replay compares only the error; each
+	// execution overwrites *dst.
+	_, err := t.do(ctx, "change-mark", func(ctx context.Context) (any, error) {
 		n, err := t.loadInode(ctx, ino)
 		if err != nil {
 			return nil, err
 		}
 		*dst = n.Change
 		return nil, nil
-	}
-	_, err := t.do(ctx, "change-mark", run)
-	if err == nil && !t.opts.ReadOnly {
-		t.log[len(t.log)-1].late = true
-	}
+	})
 	return err
 }
 

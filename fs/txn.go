@@ -63,10 +63,6 @@ type opRecord struct {
 	run    func(ctx context.Context) (any, error)
 	result any
 	errOf  error // the sentinel the error wrapped, or nil
-	// late: the result is not compared on replay (only the error class);
-	// the operation hands its result to the caller through a pointer
-	// that each execution overwrites (ChangeMark).
-	late bool
 }
 
 // Begin starts a transaction running as cred.
@@ -266,7 +262,7 @@ func (t *Txn) replay(ctx context.Context) error {
 	defer func() { t.replaying = false }()
 	for i, rec := range t.log {
 		res, err := rec.run(ctx)
-		if sentinel(err) != rec.errOf || (err == nil && !rec.late && !reflect.DeepEqual(res, rec.result)) {
+		if sentinel(err) != rec.errOf || (err == nil && !reflect.DeepEqual(res, rec.result)) {
 			if err != nil && rec.errOf == nil {
 				if isFatal(err) {
 					return err
