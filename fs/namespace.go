@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -309,6 +310,52 @@ type createResult struct {
 	Created bool
 }
 
+// tmpfileMark is the orphan-key value of a file made by CreateOrphan: such
+// an orphan may be given a name by Link (linkat of an O_TMPFILE file).
+var tmpfileMark = []byte("t")
+
+// CreateOrphan makes a regular file with no name in directory dir (which
+// needs write and search permission), already an orphan: when the
+// transaction commits, the file is pinned once for the caller, who must
+// Unpin it (at close); it is reclaimed at its last Unpin unless Link gave
+// it a name meanwhile (O_TMPFILE and linkat; fuse ENGINE-REQUESTS 5). If
+// the transaction aborts, nothing remains.
+func (t *Txn) CreateOrphan(ctx context.Context, dir Ino, mode uint32) (Attr, error) {
+	now := t.fs.now().UnixNano()
+	gen := randUint64()
+	var ino Ino
+	res, err := t.do(ctx, "create-orphan", func(ctx context.Context) (any, error) {
+		d, err := t.loadDir(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkAccess(t.cred, d, AccessWrite|AccessExecute); err != nil {
+			return nil, err
+		}
+		if ino == 0 {
+			if ino, err = t.fs.inos.alloc(ctx); err != nil {
+				return nil, err
+			}
+		}
+		n := &meta.Inode{Type: uint8(TypeRegular), Mode: mode & ModePerm, Uid: t.cred.Uid, Gid: t.cred.Gid,
+			Atime: now, Mtime: now, Ctime: now, Btime: now, Change: 1, Gen: gen}
+		if d.Mode&ModeSetgid != 0 {
+			n.Gid = d.Gid
+		}
+		if n.Mode&ModeSetgid != 0 && n.Mode&0o010 != 0 && !t.cred.isRoot() && !t.cred.inGroup(n.Gid) {
+			n.Mode &^= ModeSetgid
+		}
+		t.putInode(ino, n)
+		t.orphaned = append(t.orphaned, ino)
+		t.tmpfiles = append(t.tmpfiles, ino)
+		if err := t.setRaw(ctx, meta.OrphanKey(uint64(ino)), tmpfileMark); err != nil {
+			return nil, err
+		}
+		return toAttr(ino, n), nil
+	})
+	return attrResult(res, err)
+}
+
 // Create makes a new inode named name in dir; see CreateRequest.
 func (t *Txn) Create(ctx context.Context, dir Ino, name string, req CreateRequest) (Attr, bool, error) {
 	now := t.fs.now().UnixNano()
@@ -440,8 +487,17 @@ func (t *Txn) link(ctx context.Context, ino, dir Ino, name string, withAttr bool
 		} else if !errors.Is(err, ErrNotExist) {
 			return nil, err
 		}
+		tmpfile := false
 		if n.Nlink == 0 {
-			return nil, fmt.Errorf("%w: inode %d has been removed", ErrNotExist, ino)
+			// Only a file made by CreateOrphan may get a name back.
+			v, err := t.getRaw(ctx, meta.OrphanKey(uint64(ino)))
+			if err != nil && !errors.Is(err, ErrNotExist) {
+				return nil, err
+			}
+			if err != nil || !bytes.Equal(v, tmpfileMark) {
+				return nil, fmt.Errorf("%w: inode %d has been removed", ErrNotExist, ino)
+			}
+			tmpfile = true
 		}
 		if n.Nlink >= MaxLinks {
 			return nil, ErrTooManyLinks
@@ -454,6 +510,11 @@ func (t *Txn) link(ctx context.Context, ino, dir Ino, name string, withAttr bool
 		touch(d, now)
 		t.putInode(dir, d)
 		t.putInode(ino, n)
+		if tmpfile {
+			if err := t.deleteRaw(ctx, meta.OrphanKey(uint64(ino))); err != nil {
+				return nil, err
+			}
+		}
 		if !withAttr {
 			return Attr{}, nil
 		}

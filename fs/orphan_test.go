@@ -144,3 +144,98 @@ func TestPinDuringRemoval(t *testing.T) {
 		requireCheckClean(t, f.FS)
 	})
 }
+
+// TestCreateOrphan: O_TMPFILE. A file made by CreateOrphan has no name,
+// lives while pinned, can be given a name by Link (then it is an ordinary
+// file), and is reclaimed at its last Unpin otherwise; an orphan made by
+// unlinking an open file cannot be linked back.
+func TestCreateOrphan(t *testing.T) {
+	ctx := context.Background()
+	f := newTestFS(t, fsOpts{})
+	exists := func(ino fs.Ino) bool {
+		t.Helper()
+		err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) error { _, err := tx.GetAttr(ctx, ino); return err })
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	tmpfile := func(unpin bool) fs.Ino {
+		t.Helper()
+		var ino fs.Ino
+		do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+			a, err := tx.CreateOrphan(ctx, fs.RootIno, 0o600)
+			if err != nil {
+				return err
+			}
+			if a.Nlink != 0 || a.Type != fs.TypeRegular {
+				t.Errorf("CreateOrphan: %+v", a)
+			}
+			ino = a.Ino
+			return tx.Write(ctx, ino, 0, []byte("tmp data"))
+		})
+		if !exists(ino) {
+			t.Fatal("tmpfile gone after its commit (it is pinned for the caller)")
+		}
+		if unpin {
+			if err := f.Unpin(ctx, ino); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return ino
+	}
+	// Named later.
+	a := tmpfile(false)
+	rep, err := f.Check(ctx)
+	if err != nil || !rep.OK() || rep.Orphans != 1 {
+		t.Fatalf("Check with a tmpfile: %v %+v", err, rep)
+	}
+	do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { return tx.LinkOnly(ctx, a, fs.RootIno, "named") })
+	if err := f.Unpin(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+		got, err := tx.Lookup(ctx, fs.RootIno, "named")
+		if err == nil && (got.Ino != a || got.Nlink != 1 || got.Size != 8) {
+			t.Errorf("linked tmpfile: %+v", got)
+		}
+		return err
+	})
+	// Never named: reclaimed at the last Unpin.
+	if b := tmpfile(true); exists(b) {
+		t.Fatal("tmpfile survived its last Unpin")
+	}
+	// Aborted: nothing remains.
+	var c fs.Ino
+	err = f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
+		a, err := tx.CreateOrphan(ctx, fs.RootIno, 0o600)
+		c = a.Ino
+		if err != nil {
+			return err
+		}
+		return errTestAbort
+	})
+	if !errors.Is(err, errTestAbort) || exists(c) {
+		t.Fatalf("aborted CreateOrphan: %v, exists %v", err, exists(c))
+	}
+	// An unlinked open file is an orphan that Link must refuse.
+	var d fs.Ino
+	do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+		at, _, err := tx.Create(ctx, fs.RootIno, "d", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+		d = at.Ino
+		return err
+	})
+	f.Pin(d)
+	do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { return tx.Unlink(ctx, fs.RootIno, "d") })
+	err = f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error { return tx.LinkOnly(ctx, d, fs.RootIno, "back") })
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Link of an unlinked file: %v, want ErrNotExist", err)
+	}
+	if err := f.Unpin(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = f.Check(ctx)
+	if err != nil || !rep.OK() || rep.Orphans != 0 {
+		t.Fatalf("Check at the end: %v %+v", err, rep)
+	}
+}

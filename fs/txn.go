@@ -35,6 +35,7 @@ type Txn struct {
 	written   []slice.Pointer // slices this transaction wrote; synced before commit
 	orphaned  []Ino           // inodes this execution made orphans (dropLink)
 	dropped   []Ino           // inodes this execution deleted as unpinned (dropLink)
+	tmpfiles  []Ino           // inodes this execution made with CreateOrphan
 
 	mutations int // bumped by every change, to detect half-done operations
 	inodes    map[Ino]*cachedInode
@@ -131,6 +132,7 @@ func (t *Txn) reset() {
 	t.regions = map[regionID]*cachedRegion{}
 	t.orphaned = nil
 	t.dropped = nil
+	t.tmpfiles = nil
 }
 
 // kvt returns the transaction's kv transaction, beginning it on first use.
@@ -226,8 +228,11 @@ func (t *Txn) Commit(ctx context.Context) error {
 		if err == nil {
 			committed = true
 			t.kvTxn = nil
-			orphaned := t.orphaned
+			orphaned, tmpfiles := t.orphaned, t.tmpfiles
 			t.reset()
+			for _, ino := range tmpfiles {
+				t.fs.Pin(ino) // the pin CreateOrphan hands to its caller
+			}
 			t.fs.noteOrphans(ctx, orphaned)
 			return nil
 		}
