@@ -195,10 +195,16 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
 		// HANDLE_KILLPRIV: the engine clears setuid/setgid on write,
 		// truncate and chown; without it the kernel would send a mode
 		// change on behalf of a writer who does not own the file.
+		// HANDLE_KILLPRIV_V2 (protocol 7.33, honoured by the kernel at
+		// the 7.28 go-fuse speaks): the file system is known to clear
+		// setuid/setgid itself, so the kernel sets SB_NOSEC and stops
+		// asking GETXATTR(security.capability) before every write once
+		// it has seen a file without privileges to remove (one FUSE
+		// round trip and an engine read per write(2) otherwise).
 		// IOCTL_DIR: the sandbox is controlled by an ioctl on the root.
 		// DIRECT_IO_ALLOW_MMAP: files opened with O_APPEND use direct
 		// I/O (see appendFlags) and may still be mapped shared.
-		ExtraCapabilities: raw.CAP_HANDLE_KILLPRIV | raw.CAP_IOCTL_DIR | raw.CAP_DIRECT_IO_ALLOW_MMAP,
+		ExtraCapabilities: raw.CAP_HANDLE_KILLPRIV | raw.CAP_HANDLE_KILLPRIV_V2 | raw.CAP_IOCTL_DIR | raw.CAP_DIRECT_IO_ALLOW_MMAP,
 	}
 	if cfg.Writeback {
 		opts.ExtraCapabilities |= raw.CAP_WRITEBACK_CACHE

@@ -43,6 +43,7 @@ func posixSuite(t *testing.T, mnt string, skip map[string]string) {
 		{"Fallocate", testFallocate},
 		{"SeekDataHole", testSeekDataHole},
 		{"CopyFileRange", testCopyFileRange},
+		{"Reflink", testReflink},
 		{"Xattr", testXattr},
 		{"Statfs", testStatfs},
 		{"Locks", testLocks},
@@ -657,6 +658,44 @@ func testCopyFileRange(t *testing.T, dir string) {
 	run(t, dir, "cp", "src", "cp")
 	if got := readFile(t, filepath.Join(dir, "cp")); got != string(data) {
 		t.Error("cp result differs")
+	}
+}
+
+// testReflink checks what the kernel does with FICLONE and FICLONERANGE on
+// a FUSE file: the VFS answers them itself (FUSE has no remap_file_range)
+// with EOPNOTSUPP, without a request reaching the file system, so cp
+// --reflink=auto falls back to copy_file_range (the engine's metadata-only
+// copy) and --reflink=always fails. If a kernel starts forwarding them,
+// this test fails and docs/fuse.md must be updated.
+func testReflink(t *testing.T, dir string) {
+	data := bytes.Repeat([]byte("reflink "), 100000)
+	src := filepath.Join(dir, "src")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.Create(filepath.Join(dir, "clone"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	wantErrno(t, "FICLONE", unix.IoctlFileClone(int(out.Fd()), int(in.Fd())), unix.EOPNOTSUPP)
+	wantErrno(t, "FICLONERANGE", unix.IoctlFileCloneRange(int(out.Fd()),
+		&unix.FileCloneRange{Src_fd: int64(in.Fd()), Src_length: 4096}), unix.EOPNOTSUPP)
+	run(t, dir, "cp", "--reflink=auto", "src", "auto")
+	if got := readFile(t, filepath.Join(dir, "auto")); got != string(data) {
+		t.Error("cp --reflink=auto result differs")
+	}
+	cmd := command(dir, "cp", "--reflink=always", "src", "always")
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	if outp, err := cmd.CombinedOutput(); err == nil {
+		t.Errorf("cp --reflink=always succeeded on a FUSE mount: %s", outp)
+	} else if !strings.Contains(string(outp), "not supported") {
+		t.Errorf("cp --reflink=always: %v: %s", err, outp)
 	}
 }
 

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Write throughput of a local txnfs FUSE mount against a local directory of
+# the same disk, with the same durability on both sides, in interleaved
+# rounds (local, mount, local, mount, ...): fio sequential and random
+# writes of 4 KiB and 1 MiB, each once with --end_fsync=1 (durable at the
+# end) and once with --fsync=1 (fsync after every write). Prints one row
+# per round with the mount/local ratio, then the median ratio per job.
+#
+#   scripts/bench-fuse-write.sh [WORKDIR]     (needs root, fio, python3)
+#
+# Environment: ROUNDS (default 3), SIZE (fio file size, default 128m),
+# RUNTIME (seconds per 4 KiB job, default 5), JOBS (space-separated subset
+# of the job names below), BINS (space-separated txnfs binaries to mount,
+# each on its own fresh data directory and interleaved in every round, for
+# an A/B of two builds; default: one built from this tree), MOUNTFLAGS
+# (extra `txnfs mount` flags), PROFILE=1 (--cpuprofile of each mount into
+# WORKDIR/cpu.N.pprof, written at unmount).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=${1:-$(mktemp -d /var/tmp/txnfs-wbench.XXXXXX)}
+ROUNDS=${ROUNDS:-3}
+SIZE=${SIZE:-128m}
+RUNTIME=${RUNTIME:-5}
+JOBS=${JOBS:-"seq-4K seq-1M rand-4K rand-1M seq-4K-fsync seq-1M-fsync rand-4K-fsync rand-1M-fsync"}
+mkdir -p "$work/local"
+if [[ -z "${BINS:-}" ]]; then
+	go build -o "$work/txnfs" ./cmd/txnfs
+	BINS="$work/txnfs"
+fi
+mnts=()
+i=0
+for b in $BINS; do
+	mkdir -p "$work/mnt$i"
+	prof=()
+	[[ -n "${PROFILE:-}" ]] && prof=(--cpuprofile "$work/cpu.$i.pprof")
+	# shellcheck disable=SC2086
+	"$b" mount --background --log "$work/mount$i.log" "${prof[@]}" ${MOUNTFLAGS:-} --data "$work/data$i" "$work/mnt$i"
+	mnts+=("$work/mnt$i")
+	i=$((i + 1))
+done
+cleanup() {
+	for m in "${mnts[@]}"; do
+		"${BINS%% *}" umount "$m" 2>/dev/null || "${BINS%% *}" umount --force "$m" 2>/dev/null || true
+	done
+}
+trap cleanup EXIT
+
+args() { # job name -> fio arguments
+	local bs rw sync
+	case $1 in
+	seq-*) rw=write ;;
+	rand-*) rw=randwrite ;;
+	esac
+	case $1 in
+	*-4K*) bs=4k; echo -n "--runtime=$RUNTIME --time_based " ;;
+	*-1M*) bs=1m ;;
+	esac
+	case $1 in
+	*-fsync) sync="--fsync=1 --end_fsync=1" ;;
+	*) sync="--end_fsync=1" ;;
+	esac
+	echo "--rw=$rw --bs=$bs $sync"
+}
+
+# fio JOB DIR -> MiB/s (the file is removed afterwards: every run lays out a new file)
+runfio() {
+	# shellcheck disable=SC2046
+	fio --name="$1" --directory="$2" --filename="wbench.$1" --ioengine=psync --size="$SIZE" \
+		--output-format=json $(args "$1") >"$work/fio.json"
+	rm -f "$2/wbench.$1"
+	python3 -c 'import json,sys; w=json.load(open(sys.argv[1]))["jobs"][0]["write"]; print("%.1f" % (w["bw_bytes"]/2**20))' "$work/fio.json"
+}
+
+echo "uptime before: $(uptime)"
+hdr="| job | round | local MiB/s |"
+sep="|---|---|---|"
+for m in "${mnts[@]}"; do hdr+=" $(basename "$m") MiB/s | ratio |"; sep+="---|---|"; done
+echo "$hdr"
+echo "$sep"
+: >"$work/ratios"
+for job in $JOBS; do
+	for r in $(seq "$ROUNDS"); do
+		l=$(runfio "$job" "$work/local")
+		line="| $job | $r | $l |"
+		i=0
+		for m in "${mnts[@]}"; do
+			v=$(runfio "$job" "$m")
+			ratio=$(python3 -c "print('%.2f' % ($v / max($l, 1e-9)))")
+			line+=" $v | $ratio |"
+			echo "$job $i $ratio" >>"$work/ratios"
+			i=$((i + 1))
+		done
+		echo "$line"
+	done
+done
+echo
+echo "| job | median ratio per mount (mount / local) |"
+echo "|---|---|"
+python3 - "$work/ratios" <<'PY'
+import collections, statistics, sys
+d = collections.defaultdict(lambda: collections.defaultdict(list))
+order = []
+for l in open(sys.argv[1]):
+    job, i, r = l.split()
+    if job not in order:
+        order.append(job)
+    d[job][int(i)].append(float(r))
+for job in order:
+    print("| %s | %s |" % (job, " ".join("mnt%d: %.2f" % (i, statistics.median(v)) for i, v in sorted(d[job].items()))))
+PY
+echo "uptime after: $(uptime)"
