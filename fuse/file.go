@@ -1,6 +1,7 @@
 package fuse
 
 import (
+	"fmt"
 	"syscall"
 
 	raw "github.com/hanwen/go-fuse/v2/fuse"
@@ -162,6 +163,40 @@ func (m *Server) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *r
 		return m.status("create", err)
 	}
 	m.entry(&out.EntryOut, &a)
+	out.Fh = m.newHandle(a.Ino, in.Flags)
+	m.nodes.opened(a.Ino, a.Change)
+	out.OpenFlags |= m.appendFlags(in.Flags)
+	return raw.OK
+}
+
+// Tmpfile implements RawFileSystem: open(O_TMPFILE), a regular file with
+// no name (fs.Txn.CreateOrphan). linkat (AT_EMPTY_PATH, or
+// /proc/self/fd/N with AT_SYMLINK_FOLLOW) may give it a name through Link;
+// the kernel refuses that itself for O_TMPFILE|O_EXCL. A file never named
+// is deleted at the kernel's FORGET after the last close, like any
+// unlinked open file, and an engine crash leaves nothing (it is an orphan
+// from the start). The parent directory is not changed. Inside a sandbox
+// O_TMPFILE is EOPNOTSUPP: the engine pins the file only when the
+// transaction commits, and the sandbox's commits much later.
+func (m *Server) Tmpfile(_ <-chan struct{}, in *raw.CreateIn, out *raw.CreateOut) raw.Status {
+	dir := fs.Ino(in.NodeId)
+	var a fs.Attr
+	err := m.update(m.cred(&in.InHeader), nil, func(t *fs.Txn) (err error) {
+		if m.sb.txn == t { // update holds the sandbox gate
+			return fmt.Errorf("%w: O_TMPFILE inside a sandbox", fs.ErrNotSupported)
+		}
+		a, err = t.CreateOrphan(m.ctx, dir, in.Mode&fs.ModePerm)
+		return err
+	})
+	if err != nil {
+		return m.status("tmpfile", err)
+	}
+	// The kernel now holds a reference (entry pins it, as any lookup);
+	// the engine's own pin for the caller is not needed beyond that.
+	m.entry(&out.EntryOut, &a)
+	if err := m.eng.Unpin(m.ctx, a.Ino); err != nil {
+		m.log.Error("unpin of a new O_TMPFILE file failed", "ino", a.Ino, "err", err)
+	}
 	out.Fh = m.newHandle(a.Ino, in.Flags)
 	m.nodes.opened(a.Ino, a.Change)
 	out.OpenFlags |= m.appendFlags(in.Flags)

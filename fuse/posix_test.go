@@ -44,6 +44,7 @@ func posixSuite(t *testing.T, mnt string, skip map[string]string) {
 		{"SeekDataHole", testSeekDataHole},
 		{"CopyFileRange", testCopyFileRange},
 		{"Reflink", testReflink},
+		{"Tmpfile", testTmpfile},
 		{"Xattr", testXattr},
 		{"Statfs", testStatfs},
 		{"Locks", testLocks},
@@ -696,6 +697,71 @@ func testReflink(t *testing.T, dir string) {
 		t.Errorf("cp --reflink=always succeeded on a FUSE mount: %s", outp)
 	} else if !strings.Contains(string(outp), "not supported") {
 		t.Errorf("cp --reflink=always: %v: %s", err, outp)
+	}
+}
+
+// testTmpfile: open(O_TMPFILE) makes a file with no name, readable and
+// writable through its descriptor; linkat names it (by AT_EMPTY_PATH and by
+// /proc/self/fd with AT_SYMLINK_FOLLOW), not with O_EXCL. (TestTmpfileReclaim
+// checks that unnamed files are deleted.)
+func testTmpfile(t *testing.T, dir string) {
+	tmp := func(flags int) int {
+		fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|flags, 0o640)
+		if err != nil {
+			t.Fatalf("open(O_TMPFILE): %v", err)
+		}
+		return fd
+	}
+	fd := tmp(0)
+	if _, err := unix.Write(fd, []byte("unnamed data")); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Nlink != 0 || st.Size != 12 || st.Mode&0o7777 != 0o640 {
+		t.Errorf("fstat of the unnamed file: nlink %d size %d mode %o %v", st.Nlink, st.Size, st.Mode, err)
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+		t.Errorf("directory with an unnamed file: %v %v", ents, err)
+	}
+	if err := unix.Linkat(fd, "", unix.AT_FDCWD, filepath.Join(dir, "a"), unix.AT_EMPTY_PATH); err != nil {
+		t.Fatalf("linkat(AT_EMPTY_PATH): %v", err)
+	}
+	unix.Write(fd, []byte(" and more"))
+	unix.Close(fd)
+	if got := readFile(t, filepath.Join(dir, "a")); got != "unnamed data and more" {
+		t.Errorf("named file: %q", got)
+	}
+	fd = tmp(0)
+	unix.Write(fd, []byte("second"))
+	if err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), unix.AT_FDCWD, filepath.Join(dir, "b"), unix.AT_SYMLINK_FOLLOW); err != nil {
+		t.Errorf("linkat(/proc/self/fd): %v", err)
+	}
+	unix.Close(fd)
+	if got := readFile(t, filepath.Join(dir, "b")); got != "second" {
+		t.Errorf("second named file: %q", got)
+	}
+	fd = tmp(unix.O_EXCL)
+	wantErrno(t, "linkat of O_TMPFILE|O_EXCL", unix.Linkat(fd, "", unix.AT_FDCWD, filepath.Join(dir, "c"), unix.AT_EMPTY_PATH), unix.ENOENT)
+	unix.Write(fd, bytes.Repeat([]byte("x"), 1<<20))
+	unix.Close(fd)
+	if err := os.Remove(filepath.Join(dir, "b")); err != nil {
+		t.Fatal(err)
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 1 {
+		t.Errorf("directory: %v %v", ents, err)
+	}
+}
+
+// testTmpfileUnsupported: a remote mount refuses open(O_TMPFILE) with
+// EOPNOTSUPP (NFS has no unnamed files), so programs take their fallback.
+func testTmpfileUnsupported(t *testing.T, dir string) {
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR, 0o600)
+	if err == nil {
+		unix.Close(fd)
+	}
+	wantErrno(t, "open(O_TMPFILE)", err, unix.EOPNOTSUPP)
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+		t.Errorf("directory after O_TMPFILE: %v %v", ents, err)
 	}
 }
 

@@ -1173,6 +1173,13 @@ func (m *RemoteServer) reopenByName(in *raw.OpenIn, out *raw.OpenOut) raw.Status
 	return raw.OK
 }
 
+// Tmpfile implements RawFileSystem: NFS has no unnamed files, so
+// open(O_TMPFILE) is EOPNOTSUPP (ENOSYS tells the kernel so, and it stops
+// asking).
+func (m *RemoteServer) Tmpfile(_ <-chan struct{}, _ *raw.CreateIn, _ *raw.CreateOut) raw.Status {
+	return raw.ENOSYS
+}
+
 // Create implements RawFileSystem: PUTFH(dir) OPEN(create) GETFH GETATTR.
 // O_EXCL is GUARDED4 (exactly once through the session's reply cache);
 // O_TRUNC of an existing file is size 0 in the creation attributes.

@@ -108,11 +108,23 @@ var remotePOSIXSkips = map[string]string{
 		"the server-side twin of engine request 2; reported to the lead",
 	"Locks": "flock(LOCK_EX) through an O_RDONLY descriptor is EBADF on a remote mount (NFS write locks need a write open, " +
 		"NFS4ERR_OPENMODE), as with the Linux NFS client; TestRemoteLocks covers locks across mounts",
-	"Xattr": "extended attributes are not served over NFS (the server has no NFSv4.2 xattr operations)",
+	"Xattr":   "extended attributes are not served over NFS (the server has no NFSv4.2 xattr operations)",
+	"Tmpfile": "NFS has no unnamed files: O_TMPFILE is EOPNOTSUPP on a remote mount (TestRemotePOSIX/TmpfileUnsupported)",
 }
 
-// TestRemotePOSIX runs the POSIX suite on a remote mount.
-func TestRemotePOSIX(t *testing.T) { posixSuite(t, mountRemoteOne(t), remotePOSIXSkips) }
+// TestRemotePOSIX runs the POSIX suite on a remote mount, and what a
+// remote mount does instead of the skipped cases.
+func TestRemotePOSIX(t *testing.T) {
+	mnt := mountRemoteOne(t)
+	posixSuite(t, mnt, remotePOSIXSkips)
+	t.Run("TmpfileUnsupported", func(t *testing.T) {
+		dir := filepath.Join(mnt, "TmpfileUnsupported")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		testTmpfileUnsupported(t, dir)
+	})
+}
 
 // TestRemotePjdfstest runs pjdfstest on a remote mount
 // (testdata/pjdfstest-remote.exclude lists the allowed failures).
