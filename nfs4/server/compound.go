@@ -97,6 +97,9 @@ type compound struct {
 	// durableRun is set while runGrouped runs the compound's last
 	// changing run with a durable commit.
 	durableRun bool
+	// cinfoFix re-sets the change_info of the current grouped run's
+	// results from their ChangeMarks once it committed (setCinfo).
+	cinfoFix []func()
 	// closing holds the stateids CLOSEd in the current transaction or
 	// grouped run, closed for real at its commit (see resolveSid).
 	closing map[[12]byte]bool
@@ -635,6 +638,7 @@ func (c *compound) runGroup(ops []decodedOp) (res []nfsv4.NfsResop4, st nfsv4.Nf
 	cur, saved, curSid, savedSid, size, wrote := c.cur, c.saved, c.curSid, c.savedSid, c.replySize, c.wrote
 	restore := func() {
 		c.rollback()
+		c.cinfoFix = nil
 		c.cur, c.saved, c.curSid, c.savedSid, c.replySize, c.wrote = cur, saved, curSid, savedSid, size, wrote
 	}
 	for attempt := 0; ; attempt++ {
@@ -655,7 +659,10 @@ func (c *compound) runGroup(ops []decodedOp) (res []nfsv4.NfsResop4, st nfsv4.Nf
 			for _, f := range c.onCommit {
 				f()
 			}
-			c.onCommit, c.undo = nil, nil
+			for _, f := range c.cinfoFix {
+				f()
+			}
+			c.onCommit, c.undo, c.cinfoFix = nil, nil, nil
 			return res, st, -1
 		}
 		restore()

@@ -201,7 +201,7 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	// not see cannot force a re-execution: the opened file is resolved
 	// to a handle (no size, times or change), and the directory's change
 	// attribute is read for change_info only when the OPEN may create.
-	var before, after fs.Attr
+	before, after := new(uint64), new(uint64)
 	var obj fs.Handle
 	var created bool
 	// An OPEN that neither creates nor truncates changes nothing: it runs
@@ -217,7 +217,7 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			return err
 		}
 		if create {
-			if before, err = c.dirAttr(t, c.cur.ino); err != nil {
+			if err = c.mark(t, c.cur.ino, before); err != nil {
 				return err
 			}
 			var a fs.Attr
@@ -276,7 +276,7 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			}
 		}
 		if create {
-			after, err = c.dirAttr(t, c.cur.ino)
+			err = c.mark(t, c.cur.ino, after)
 		}
 		return err
 	})
@@ -314,22 +314,21 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	// Without create the directory did not change: change_info is
 	// reported as not atomic, with before = after = 0 (clients use it
 	// only for creating opens).
-	ci := nfsv4.ChangeInfo4{}
-	if create {
-		ci = c.cinfo(before.Change, after.Change)
-	}
 	var deleg nfsv4.OpenDelegation4 = &nfsv4.OpenDelegation4_OPEN_DELEGATE_NONE{}
 	if c.minor > 0 && a.ShareAccess&nfsv4.OPEN4_SHARE_ACCESS_WANT_DELEG_MASK != 0 &&
 		a.ShareAccess&nfsv4.OPEN4_SHARE_ACCESS_WANT_DELEG_MASK != nfsv4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG {
 		deleg = &nfsv4.OpenDelegation4_OPEN_DELEGATE_NONE_EXT{OdWhynone: &nfsv4.OpenNoneDelegation4_default{OndWhy: nfsv4.WND4_NOT_SUPP_FTYPE}}
 	}
-	return &nfsv4.NfsResop4_OP_OPEN{Opopen: &nfsv4.Open4res_NFS4_OK{Resok4: nfsv4.Open4resok{
+	ok := &nfsv4.Open4res_NFS4_OK{Resok4: nfsv4.Open4resok{
 		Stateid:    sid,
-		Cinfo:      ci,
 		Rflags:     nfsv4.OPEN4_RESULT_LOCKTYPE_POSIX,
 		Attrset:    attrset,
 		Delegation: deleg,
-	}}}, nfsv4.NFS4_OK
+	}}
+	if create {
+		c.setCinfo(&ok.Resok4.Cinfo, before, after)
+	}
+	return &nfsv4.NfsResop4_OP_OPEN{Opopen: ok}, nfsv4.NFS4_OK
 }
 
 func isExist(err error) bool { return errorsIs(err, fs.ErrExist) }

@@ -18,16 +18,30 @@ func (c *compound) cinfo(before, after uint64) nfsv4.ChangeInfo4 {
 	return nfsv4.ChangeInfo4{Atomic: true, Before: before, After: after}
 }
 
-// dirAttr reads a directory's attributes for change_info. In a
-// transactional compound it reads nothing: a value read there would be
-// compared when the engine replays the transaction after a conflict, so
-// concurrent creations in one directory would force whole-compound
-// re-executions for a value that only serves client caching.
-func (c *compound) dirAttr(t *fs.Txn, dir fs.Ino) (fs.Attr, error) {
+// mark reads a directory's change attribute for change_info into *dst
+// with Txn.ChangeMark: the value is not compared when the engine replays
+// the transaction at commit, but overwritten with the value of the
+// execution that committed, so concurrent creators in one directory do
+// not conflict over it (setCinfo fills the result in after the commit).
+// In a transactional compound it reads nothing (change_info is reported
+// as not atomic, docs/protocol.md §1).
+func (c *compound) mark(t *fs.Txn, dir fs.Ino, dst *uint64) error {
 	if c.userTxn {
-		return fs.Attr{}, nil
+		return nil
 	}
-	return t.GetAttr(c.ctx, dir)
+	return t.ChangeMark(c.ctx, dir, dst)
+}
+
+// setCinfo sets *ci from the marks before and after, now and — inside a
+// grouped run, whose commit may replay the operation — again after the
+// commit (runGroup), when the marks hold the committed execution's
+// values.
+func (c *compound) setCinfo(ci *nfsv4.ChangeInfo4, before, after *uint64) {
+	set := func() { *ci = c.cinfo(*before, *after) }
+	set()
+	if c.txn != nil && !c.userTxn {
+		c.cinfoFix = append(c.cinfoFix, set)
+	}
 }
 
 func (c *compound) create(a *nfsv4.Create4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
@@ -74,10 +88,10 @@ func (c *compound) create(a *nfsv4.Create4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4
 		req.Mode = *na.set.Mode
 		na.set.Mode = nil
 	}
-	var before, after fs.Attr
+	before, after := new(uint64), new(uint64)
 	var obj fs.Attr
 	err := c.update(func(t *fs.Txn) (err error) {
-		if before, err = c.dirAttr(t, c.cur.ino); err != nil {
+		if err = c.mark(t, c.cur.ino, before); err != nil {
 			return err
 		}
 		if obj, _, err = t.Create(c.ctx, c.cur.ino, a.Objname, req); err != nil {
@@ -88,15 +102,15 @@ func (c *compound) create(a *nfsv4.Create4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4
 				return err
 			}
 		}
-		after, err = c.dirAttr(t, c.cur.ino)
-		return err
+		return c.mark(t, c.cur.ino, after)
 	})
 	if err != nil {
 		return fail(c.s.toStatus(c.ctx, "CREATE", err, aboutName))
 	}
 	c.setCur(&obj)
-	return &nfsv4.NfsResop4_OP_CREATE{Opcreate: &nfsv4.Create4res_NFS4_OK{Resok4: nfsv4.Create4resok{
-		Cinfo: c.cinfo(before.Change, after.Change), Attrset: na.mask}}}, nfsv4.NFS4_OK
+	ok := &nfsv4.Create4res_NFS4_OK{Resok4: nfsv4.Create4resok{Attrset: na.mask}}
+	c.setCinfo(&ok.Resok4.Cinfo, before, after)
+	return &nfsv4.NfsResop4_OP_CREATE{Opcreate: ok}, nfsv4.NFS4_OK
 }
 
 func (c *compound) link(name string) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
@@ -115,22 +129,22 @@ func (c *compound) link(name string) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	if st := checkName(name); st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
-	var before, after fs.Attr
+	before, after := new(uint64), new(uint64)
 	err := c.update(func(t *fs.Txn) (err error) {
-		if before, err = c.dirAttr(t, c.cur.ino); err != nil {
+		if err = c.mark(t, c.cur.ino, before); err != nil {
 			return err
 		}
-		if _, err = t.Link(c.ctx, c.saved.ino, c.cur.ino, name); err != nil {
+		if err = t.LinkOnly(c.ctx, c.saved.ino, c.cur.ino, name); err != nil {
 			return err
 		}
-		after, err = c.dirAttr(t, c.cur.ino)
-		return err
+		return c.mark(t, c.cur.ino, after)
 	})
 	if err != nil {
 		return fail(c.s.toStatus(c.ctx, "LINK", err, aboutName))
 	}
-	return &nfsv4.NfsResop4_OP_LINK{Oplink: &nfsv4.Link4res_NFS4_OK{Resok4: nfsv4.Link4resok{
-		Cinfo: c.cinfo(before.Change, after.Change)}}}, nfsv4.NFS4_OK
+	ok := &nfsv4.Link4res_NFS4_OK{}
+	c.setCinfo(&ok.Resok4.Cinfo, before, after)
+	return &nfsv4.NfsResop4_OP_LINK{Oplink: ok}, nfsv4.NFS4_OK
 }
 
 func (c *compound) remove(name string) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
@@ -143,22 +157,22 @@ func (c *compound) remove(name string) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	if st := checkName(name); st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
-	var before, after fs.Attr
+	before, after := new(uint64), new(uint64)
 	err := c.update(func(t *fs.Txn) (err error) {
-		if before, err = c.dirAttr(t, c.cur.ino); err != nil {
+		if err = c.mark(t, c.cur.ino, before); err != nil {
 			return err
 		}
 		if err = t.Remove(c.ctx, c.cur.ino, name); err != nil {
 			return err
 		}
-		after, err = c.dirAttr(t, c.cur.ino)
-		return err
+		return c.mark(t, c.cur.ino, after)
 	})
 	if err != nil {
 		return fail(c.s.toStatus(c.ctx, "REMOVE", err, aboutName))
 	}
-	return &nfsv4.NfsResop4_OP_REMOVE{Opremove: &nfsv4.Remove4res_NFS4_OK{Resok4: nfsv4.Remove4resok{
-		Cinfo: c.cinfo(before.Change, after.Change)}}}, nfsv4.NFS4_OK
+	ok := &nfsv4.Remove4res_NFS4_OK{}
+	c.setCinfo(&ok.Resok4.Cinfo, before, after)
+	return &nfsv4.NfsResop4_OP_REMOVE{Opremove: ok}, nfsv4.NFS4_OK
 }
 
 func (c *compound) rename(oldName, newName string) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
@@ -180,28 +194,29 @@ func (c *compound) rename(oldName, newName string) (nfsv4.NfsResop4, nfsv4.Nfsst
 	if st := checkName(newName); st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
-	var sb, sa, db, da fs.Attr
+	sb, sa, db, da := new(uint64), new(uint64), new(uint64), new(uint64)
 	err := c.update(func(t *fs.Txn) (err error) {
-		if sb, err = c.dirAttr(t, c.saved.ino); err != nil {
+		if err = c.mark(t, c.saved.ino, sb); err != nil {
 			return err
 		}
-		if db, err = c.dirAttr(t, c.cur.ino); err != nil {
+		if err = c.mark(t, c.cur.ino, db); err != nil {
 			return err
 		}
 		if err = t.Rename(c.ctx, c.saved.ino, oldName, c.cur.ino, newName, fs.RenameFlags{}); err != nil {
 			return err
 		}
-		if sa, err = c.dirAttr(t, c.saved.ino); err != nil {
+		if err = c.mark(t, c.saved.ino, sa); err != nil {
 			return err
 		}
-		da, err = c.dirAttr(t, c.cur.ino)
-		return err
+		return c.mark(t, c.cur.ino, da)
 	})
 	if err != nil {
 		return fail(c.s.toStatus(c.ctx, "RENAME", err, aboutName))
 	}
-	return &nfsv4.NfsResop4_OP_RENAME{Oprename: &nfsv4.Rename4res_NFS4_OK{Resok4: nfsv4.Rename4resok{
-		SourceCinfo: c.cinfo(sb.Change, sa.Change), TargetCinfo: c.cinfo(db.Change, da.Change)}}}, nfsv4.NFS4_OK
+	ok := &nfsv4.Rename4res_NFS4_OK{}
+	c.setCinfo(&ok.Resok4.SourceCinfo, sb, sa)
+	c.setCinfo(&ok.Resok4.TargetCinfo, db, da)
+	return &nfsv4.NfsResop4_OP_RENAME{Oprename: ok}, nfsv4.NFS4_OK
 }
 
 func (c *compound) readlink() (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
