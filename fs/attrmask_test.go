@@ -194,3 +194,58 @@ func TestChangeMarkReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestAttrUsed: GetAttr's Used counts the data a file references, not its
+// size: holes, punched ranges and never-written ranges are excluded,
+// including the transaction's own uncommitted writes.
+func TestAttrUsed(t *testing.T) {
+	ctx := context.Background()
+	f := newTestFS(t, fsOpts{})
+	used := func(tx *fs.Txn, ino fs.Ino) uint64 {
+		t.Helper()
+		a, err := tx.GetAttr(ctx, ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := tx.GetAttrMask(ctx, ino, fs.AttrUsed)
+		if err != nil || m.Used != a.Used {
+			t.Fatalf("GetAttrMask(AttrUsed) = %d, %v; GetAttr says %d", m.Used, err, a.Used)
+		}
+		return a.Used
+	}
+	do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+		a, _, err := tx.Create(ctx, fs.RootIno, "sparse", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+		if err != nil {
+			return err
+		}
+		if got := used(tx, a.Ino); got != 0 {
+			t.Errorf("empty file: Used %d", got)
+		}
+		if err := tx.Write(ctx, a.Ino, 0, pattern(1, 100_000)); err != nil { // a slice
+			return err
+		}
+		if err := tx.Write(ctx, a.Ino, 3<<30, pattern(2, 100)); err != nil { // inline, far away
+			return err
+		}
+		if got, want := used(tx, a.Ino), uint64(100_000+4095)&^4095+4096; got != want {
+			t.Errorf("in the writing transaction: Used %d, want %d", got, want)
+		}
+		return nil
+	})
+	do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+		a, err := tx.Lookup(ctx, fs.RootIno, "sparse")
+		if err != nil {
+			return err
+		}
+		if got, want := used(tx, a.Ino), uint64(100_000+4095)&^4095+4096; got != want {
+			t.Errorf("committed: Used %d, want %d (size %d)", got, want, a.Size)
+		}
+		if err := tx.Punch(ctx, a.Ino, 0, 65536); err != nil {
+			return err
+		}
+		if got, want := used(tx, a.Ino), uint64(100_000-65536+4095)&^4095+4096; got != want {
+			t.Errorf("after punching 64 KiB: Used %d, want %d", got, want)
+		}
+		return nil
+	})
+}

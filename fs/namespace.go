@@ -237,9 +237,52 @@ func (t *Txn) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 		if err != nil {
 			return nil, err
 		}
-		return toAttr(ino, n), nil
+		return t.attrWithUsed(ctx, ino, n)
 	})
 	return attrResult(res, err)
+}
+
+// attrWithUsed is toAttr with Used computed from a regular file's regions
+// (GetAttr and GetAttrMask with AttrUsed; elsewhere Used is the size
+// rounded up): the bytes its visible data extents cover, each rounded up
+// to 4 KiB, so holes and punched ranges do not count (fuse
+// ENGINE-REQUESTS 4).
+func (t *Txn) attrWithUsed(ctx context.Context, ino Ino, n *meta.Inode) (Attr, error) {
+	a := toAttr(ino, n)
+	if a.Type != TypeRegular {
+		return a, nil
+	}
+	prefix := meta.RegionPrefix(uint64(ino))
+	pairs, err := t.scanRaw(ctx, prefix, kv.PrefixEnd(prefix), 0)
+	if err != nil {
+		return Attr{}, err
+	}
+	seen := map[uint64]bool{}
+	var used uint64
+	add := func(r *meta.Region) {
+		for _, e := range visible(r.Extents) {
+			used += (uint64(e.Len) + 4095) &^ 4095
+		}
+	}
+	for _, p := range pairs {
+		_, idx, err := meta.ParseRegionKey(p.Key)
+		if err != nil {
+			return Attr{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		seen[idx] = true
+		r, err := t.loadRegion(ctx, ino, idx) // the transaction's own version if it has one
+		if err != nil {
+			return Attr{}, err
+		}
+		add(r)
+	}
+	for id, c := range t.regions { // regions written by this transaction, not in the store yet
+		if id.ino == ino && !seen[id.idx] && c.rec != nil {
+			add(c.rec)
+		}
+	}
+	a.Used = used
+	return a, nil
 }
 
 // GetAttrMask returns the attributes of ino selected by mask (the others
@@ -253,7 +296,14 @@ func (t *Txn) GetAttrMask(ctx context.Context, ino Ino, mask AttrMask) (Attr, er
 		if err != nil {
 			return nil, err
 		}
-		return toAttr(ino, n).Mask(mask), nil
+		if mask&AttrUsed == 0 {
+			return toAttr(ino, n).Mask(mask), nil
+		}
+		a, err := t.attrWithUsed(ctx, ino, n)
+		if err != nil {
+			return nil, err
+		}
+		return a.Mask(mask), nil
 	})
 	return attrResult(res, err)
 }
