@@ -147,6 +147,11 @@ func crashHarness(t *testing.T) func() (*exec.Cmd, string) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// Whatever happens to the test, the server goes with it.
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+		})
 		for i := 0; i < 200; i++ {
 			if c, err := net.Dial("tcp", addr); err == nil {
 				c.Close()
