@@ -133,14 +133,10 @@ func TestRemotePjdfstest(t *testing.T) {
 }
 
 // TestRemoteFsx runs fsx on a remote mount: -fsx.remote-ops operations
-// with seed 1 (20,000 by default; 100,000 with TXNFS_FUSE_LONG=1)
-// and -fsx.random-ops with a random seed.
+// (100,000) with seed 1 and -fsx.random-ops with a random seed (logged;
+// 100,000 with TXNFS_FUSE_LONG=1).
 func TestRemoteFsx(t *testing.T) {
-	ops := *fsxRemoteOps
-	if os.Getenv("TXNFS_FUSE_LONG") != "" {
-		ops = max(ops, 100000)
-	}
-	fsx(t, func() string { return mountRemoteOne(t) }, ops)
+	fsx(t, func() string { return mountRemoteOne(t) }, *fsxRemoteOps)
 }
 
 // TestRemoteSandboxFig8 is WTF's Fig. 8 on a remote mount (a server-side
@@ -155,15 +151,10 @@ func TestRemoteSandboxFig8(t *testing.T) {
 }
 
 // TestRemotePrograms runs git, tar, make and sqlite on a remote mount and
-// compares with a local directory.
-// SQLite's 3,000 synchronous transactions take about a minute here (each
-// fsync is a COMMIT round trip); TXNFS_FUSE_LONG=1 runs them.
+// compares with a local directory. SQLite's 3,000 synchronous
+// transactions take about 40 s here (each fsync is a COMMIT round trip).
 func TestRemotePrograms(t *testing.T) {
-	skip := map[string]string{}
-	if os.Getenv("TXNFS_FUSE_LONG") == "" {
-		skip["SQLite"] = "about a minute on a remote mount; set TXNFS_FUSE_LONG=1"
-	}
-	programs(t, mountRemoteOne(t), skip)
+	programs(t, mountRemoteOne(t), nil)
 }
 
 // TestRemoteCloseToOpen: what one remote mount wrote and closed, another

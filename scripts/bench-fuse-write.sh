@@ -12,8 +12,9 @@
 # RUNTIME (seconds per 4 KiB job, default 5), JOBS (space-separated subset
 # of the job names below), BINS (space-separated txnfs binaries to mount,
 # each on its own fresh data directory and interleaved in every round, for
-# an A/B of two builds; default: one built from this tree), MOUNTFLAGS
-# (extra `txnfs mount` flags), PROFILE=1 (--cpuprofile of each mount into
+# an A/B of two builds; default: one built from this tree; a binary may be
+# named twice), MOUNTFLAGS (extra `txnfs mount` flags for every mount),
+# MOUNTFLAGS0, MOUNTFLAGS1, ... (for the N-th mount only), PROFILE=1 (--cpuprofile of each mount into
 # WORKDIR/cpu.N.pprof, written at unmount).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,8 +34,9 @@ for b in $BINS; do
 	mkdir -p "$work/mnt$i"
 	prof=()
 	[[ -n "${PROFILE:-}" ]] && prof=(--cpuprofile "$work/cpu.$i.pprof")
+	eval "extra=\${MOUNTFLAGS$i:-}"
 	# shellcheck disable=SC2086
-	"$b" mount --background --log "$work/mount$i.log" "${prof[@]}" ${MOUNTFLAGS:-} --data "$work/data$i" "$work/mnt$i"
+	"$b" mount --background --log "$work/mount$i.log" "${prof[@]}" ${MOUNTFLAGS:-} $extra --data "$work/data$i" "$work/mnt$i"
 	mnts+=("$work/mnt$i")
 	i=$((i + 1))
 done
