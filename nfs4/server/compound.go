@@ -112,6 +112,15 @@ type compound struct {
 	undo     []func()
 	onCommit []func()
 
+	// reopen is set by an OPEN in a transactional compound that resolved
+	// a file a later commit deleted: runTxn re-executes the compound on a
+	// fresh snapshot, as after a commit conflict.
+	reopen bool
+	// txnCreated holds the regular files OPEN created in the current
+	// transaction (shared by the compounds of a multi-compound one): a
+	// fresh snapshot cannot see them, so pinOpened is not asked.
+	txnCreated map[fs.Ino]bool
+
 	// joined is the multi-compound transaction the compound joined with
 	// TXN_JOIN (ops_txn.go), or nil.
 	joined *mtxn
@@ -524,20 +533,25 @@ func (c *compound) runTxn(ops []decodedOp, txr *txnResult) ([]nfsv4.NfsResop4, n
 		}
 		c.txn = t
 		c.wrote = false
+		c.reopen = false
 		res, st := c.runOps(ops)
 		c.txn = nil
-		if st != nfsv4.NFS4_OK {
+		if st != nfsv4.NFS4_OK && c.reopen {
+			t.Abort()
+			err = fs.ErrConflict // retried below
+		} else if st != nfsv4.NFS4_OK {
 			t.Abort()
 			c.rollback()
 			c.s.met.txns.WithLabelValues("abort").Inc()
 			return res, st
+		} else {
+			err = t.Commit(c.ctx)
 		}
-		err = t.Commit(c.ctx)
 		if err == nil {
 			for _, f := range c.onCommit {
 				f()
 			}
-			c.onCommit, c.undo = nil, nil
+			c.onCommit, c.undo, c.txnCreated = nil, nil, nil
 			c.s.met.txns.WithLabelValues("commit").Inc()
 			return res, nfsv4.NFS4_OK
 		}
@@ -662,7 +676,7 @@ func (c *compound) runGroup(ops []decodedOp) (res []nfsv4.NfsResop4, st nfsv4.Nf
 			for _, f := range c.cinfoFix {
 				f()
 			}
-			c.onCommit, c.undo, c.cinfoFix = nil, nil, nil
+			c.onCommit, c.undo, c.cinfoFix, c.txnCreated = nil, nil, nil, nil
 			return res, st, -1
 		}
 		restore()

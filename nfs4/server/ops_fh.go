@@ -270,9 +270,14 @@ func (c *compound) setattr(a *nfsv4.Setattr4args) (nfsv4.NfsResop4, nfsv4.Nfssta
 		if c.cur.typ != fs.TypeRegular {
 			return fail(nfsv4.NFS4ERR_INVAL)
 		}
-		if _, st := c.checkStateid(a.Stateid, true); st != nfsv4.NFS4_OK {
+		s, st := c.checkStateid(a.Stateid, true)
+		if st != nfsv4.NFS4_OK {
 			return fail(st)
 		}
+		// Like ftruncate on a descriptor opened for writing: write
+		// permission was checked at OPEN, the mode bits may deny it
+		// now (CheckIO verified that the state has write access).
+		na.set.OpenForWrite = s != nil
 	}
 	err := c.update(func(t *fs.Txn) error {
 		err := t.SetAttrOnly(c.ctx, c.cur.ino, na.set)

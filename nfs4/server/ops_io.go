@@ -210,7 +210,7 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	if !create && !truncate {
 		run = c.view
 	}
-	err := run(func(t *fs.Txn) (err error) {
+	body := func(t *fs.Txn) (err error) {
 		created = false
 		if !byName {
 			obj, err = t.HandleOf(c.ctx, c.cur.ino)
@@ -279,9 +279,59 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			err = c.mark(t, c.cur.ino, after)
 		}
 		return err
-	})
-	if err != nil {
-		return fail(c.s.toStatus(c.ctx, "OPEN", err, aboutName))
+	}
+	// The opened inode is pinned (kept alive as an orphan if its last
+	// name goes) before the open state is recorded, and found still
+	// existing in a snapshot taken after the pin: a rename or remove
+	// that committed between the lookup and the pin deleted it, and the
+	// OPEN runs again (see pinOpened).
+	pinned := false
+	for attempt := 0; ; attempt++ {
+		err := run(body)
+		if err != nil {
+			return fail(c.s.toStatus(c.ctx, "OPEN", err, aboutName))
+		}
+		if obj.Type != fs.TypeRegular {
+			break
+		}
+		if c.txn != nil && (created || c.txnCreated[obj.Ino]) {
+			// Created by this transaction: others cannot see it, let
+			// alone delete it, before it commits; the open state's pin
+			// keeps it from then on.
+			if created {
+				c.noteTxnCreated(obj.Ino)
+			}
+			break
+		}
+		live, err := c.pinOpened(obj)
+		if err != nil {
+			return fail(c.s.toStatus(c.ctx, "OPEN", err, aboutHandle))
+		}
+		if live {
+			pinned = true
+			break
+		}
+		if c.joined != nil {
+			// A multi-compound transaction reads its snapshot, which
+			// is older than the removal: like any read that changed,
+			// this makes its END fail with NOT_SAME (nothing of it,
+			// this open state included, survives).
+			c.joined.openedGone = true
+			break
+		}
+		if c.txn != nil {
+			// Only a re-execution on a fresh snapshot can open the file
+			// that has the name now: runTxn re-runs the compound.
+			c.reopen = true
+			return fail(nfsv4.NFS4ERR_DELAY)
+		}
+		if attempt >= maxOpenRetries {
+			return fail(nfsv4.NFS4ERR_DELAY)
+		}
+		c.endView()
+	}
+	if pinned {
+		defer c.s.unpin(obj.Ino)
 	}
 	switch obj.Type {
 	case fs.TypeRegular:
@@ -333,6 +383,47 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 
 func isExist(err error) bool { return errorsIs(err, fs.ErrExist) }
 
+// noteTxnCreated records that the transaction created regular file ino
+// (forgotten if it does not commit).
+func (c *compound) noteTxnCreated(ino fs.Ino) {
+	if c.txnCreated == nil {
+		c.txnCreated = map[fs.Ino]bool{}
+	}
+	m := c.txnCreated
+	m[ino] = true
+	c.undo = append(c.undo, func() { delete(m, ino) })
+}
+
+// maxOpenRetries bounds how often a plain OPEN runs again because the
+// file it resolved was deleted before it could be pinned.
+const maxOpenRetries = 16
+
+// pinOpened pins inode h for an OPEN that resolved it and reports whether
+// it still exists (same generation) in a snapshot begun after the pin.
+// fs.Pin guarantees that no deletion that did not see the pin commits
+// after it returns, so a live answer means the inode stays (at worst as an
+// orphan) until the pin is released; the caller then records the open
+// state, whose own pin takes over, and releases this one. If the inode is
+// gone the pin is released and false returned: a concurrent rename-over
+// or remove committed between the OPEN's lookup and the pin.
+func (c *compound) pinOpened(h fs.Handle) (bool, error) {
+	c.s.fs.Pin(h.Ino)
+	t, err := c.s.fs.Begin(c.ctx, fs.RootCred, fs.TxnOptions{ReadOnly: true})
+	if err == nil {
+		var cur fs.Handle
+		cur, err = t.HandleOf(c.ctx, h.Ino)
+		t.Abort()
+		if err == nil && cur.Gen == h.Gen {
+			return true, nil
+		}
+	}
+	c.s.unpin(h.Ino)
+	if err == nil || errorsIs(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return false, err
+}
+
 func (c *compound) close(a *nfsv4.Close4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	fail := func(st nfsv4.Nfsstat4) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 		return errRes(nfsv4.OP_CLOSE, st), st
@@ -357,8 +448,9 @@ func (c *compound) close(a *nfsv4.Close4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 			c.closing = map[[12]byte]bool{}
 		}
 		other := id.Other
-		c.closing[other] = true
-		c.undo = append(c.undo, func() { delete(c.closing, other) })
+		closing := c.closing
+		closing[other] = true
+		c.undo = append(c.undo, func() { delete(closing, other) })
 		c.curSid = nil
 		out := nfsv4.Stateid4{Seqid: 0xffffffff}
 		if c.minor == 0 {

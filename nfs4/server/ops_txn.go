@@ -170,6 +170,17 @@ type mtxn struct {
 	t              *fs.Txn
 	undo, onCommit []func() // protocol state, as compound.undo/onCommit
 	dead           bool     // ended or killed: every later use is EXPIRED
+	// closing is the set of stateids CLOSEd in the transaction (closed
+	// for real at commit): shared by its compounds, so that a stateid
+	// closed in one is bad in the later ones and a later OPEN of the
+	// same file by the same owner makes a new state (compound.closing).
+	closing map[[12]byte]bool
+	// openedGone is set when an OPEN in the transaction resolved a file
+	// that a later commit deleted before it could be pinned: the
+	// transaction's snapshot is too old to open it, so END cannot commit.
+	openedGone bool
+	// openCreated is compound.txnCreated, kept across the compounds.
+	openCreated    map[fs.Ino]bool
 	compounds, ops int
 	paths          map[fs.Ino]string // paths seen in the transaction, for reports
 	reads, changes []string          // first maxTxnNotes of each, for reports
@@ -463,7 +474,12 @@ func (c *compound) txnEnd(a *txnArgs) (nfsv4.Nfsstat4, string) {
 	// interrupted half-way by the connection going away.
 	ctx := context.WithoutCancel(c.ctx)
 	x.t.SetCred(c.cred)
-	err := x.t.Commit(ctx)
+	var err error
+	if x.openedGone {
+		err = fmt.Errorf("%w: a file opened in the transaction was removed or renamed over by another client", fs.ErrConflict)
+	} else {
+		err = x.t.Commit(ctx)
+	}
 	if err == nil {
 		for _, f := range x.onCommit {
 			f()
@@ -499,6 +515,14 @@ func (c *compound) runJoined(a *txnArgs, ops []decodedOp, txr *txnResult) ([]nfs
 	x.t.SetCred(c.cred)
 	c.txn, c.userTxn, c.joined = x.t, true, x
 	c.wrote = false
+	if x.closing == nil {
+		x.closing = map[[12]byte]bool{}
+	}
+	c.closing = x.closing
+	if x.openCreated == nil {
+		x.openCreated = map[fs.Ino]bool{}
+	}
+	c.txnCreated = x.openCreated
 	results := make([]nfsv4.NfsResop4, 0, len(ops))
 	st = nfsv4.NFS4_OK
 	for k := range ops {

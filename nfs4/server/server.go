@@ -180,12 +180,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	stc := state.Config{
 		Clock: cfg.Clock, Rand: cfg.Rand, Lease: cfg.Lease, Grace: cfg.Grace, Previous: previous,
-		Pin: func(ino uint64) { s.fs.Pin(fs.Ino(ino)) },
-		Unpin: func(ino uint64) {
-			if err := s.fs.Unpin(s.bgCtx, fs.Ino(ino)); err != nil {
-				s.log.Warn("nfs4: unpin failed", "ino", ino, "err", err)
-			}
-		},
+		Pin:   func(ino uint64) { s.fs.Pin(fs.Ino(ino)) },
+		Unpin: func(ino uint64) { s.unpin(fs.Ino(ino)) },
 	}
 	if recs != nil {
 		stc.Record, stc.GraceEnded = recs.record, func() {
@@ -313,4 +309,11 @@ func principal(c *rpc.Cred) string {
 		return "none"
 	}
 	return "sys:" + strconv.FormatUint(uint64(c.Uid), 10)
+}
+
+// unpin releases one engine pin of ino (the last of an orphan deletes it).
+func (s *Server) unpin(ino fs.Ino) {
+	if err := s.fs.Unpin(s.bgCtx, ino); err != nil {
+		s.log.Warn("nfs4: unpin failed", "ino", ino, "err", err)
+	}
 }
