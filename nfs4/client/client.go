@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -51,6 +52,11 @@ type Config struct {
 	Rand io.Reader
 	// NoRenew disables the background lease renewal (tests).
 	NoRenew bool
+	// RetryFor bounds how long Do keeps resending a COMPOUND whose
+	// failing operation answered NFS4ERR_GRACE (the server restarted and
+	// is in its grace period) or NFS4ERR_DELAY, when resending is safe
+	// (see Do); default: twice the lease; negative: never resend.
+	RetryFor time.Duration
 }
 
 // Validate checks c and fills in defaults.
@@ -456,8 +462,77 @@ func (c *Client) establish(ctx context.Context, old *session) error {
 // or, with cp.Txn, that the server lacks the extension
 // (ErrTxnUnsupported) or the transaction failed to commit (*StatusError
 // with Op OpTxn); a failing operation is reported in Reply.Status and
-// Reply.Err, not as an error. Do does not retry failed operations.
+// Reply.Err, not as an error.
+//
+// Like the Linux client, Do resends the COMPOUND, with exponential
+// backoff (100 ms doubling to 2 s), while its failing operation answers
+// NFS4ERR_GRACE or NFS4ERR_DELAY, if that cannot repeat an effect: the
+// COMPOUND is transactional (nothing of it took effect) or every
+// operation before the failing one only sets file handles or reads (e.g.
+// PUTFH, LOOKUP, GETATTR before OPEN or LOCK). It stops when ctx is done
+// or Config.RetryFor has passed and then returns the last reply.
 func (c *Client) Do(ctx context.Context, cp *Compound) (*Reply, error) {
+	var deadline time.Time
+	delay := 100 * time.Millisecond
+	for {
+		rep, err := c.doOnce(ctx, cp)
+		if err != nil || !resendable(cp, rep) {
+			return rep, err
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(c.retryFor())
+		}
+		if !now.Add(delay).Before(deadline) {
+			return rep, nil
+		}
+		c.cfg.Logger.Debug("nfs4 client: resending", "status", StatusName(rep.Status), "delay", delay)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return rep, nil
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// retryFor is Config.RetryFor with its default.
+func (c *Client) retryFor() time.Duration {
+	if c.cfg.RetryFor != 0 {
+		return max(c.cfg.RetryFor, 0)
+	}
+	c.mu.Lock()
+	lease := c.mu.limits.Lease
+	c.mu.Unlock()
+	return 2 * cmp.Or(lease, 90*time.Second)
+}
+
+// resendable reports whether Do may resend cp after reply rep (see Do).
+func resendable(cp *Compound, rep *Reply) bool {
+	if rep == nil || (rep.Status != nfsv4.NFS4ERR_GRACE && rep.Status != nfsv4.NFS4ERR_DELAY) || len(rep.Results) == 0 {
+		return false
+	}
+	if cp.Txn {
+		return true
+	}
+	failed := len(rep.Results) - 1
+	if failed >= len(cp.ops) {
+		return false
+	}
+	for _, op := range cp.ops[:failed] {
+		switch op.GetArgop() {
+		case nfsv4.OP_PUTFH, nfsv4.OP_PUTROOTFH, nfsv4.OP_PUTPUBFH, nfsv4.OP_LOOKUP, nfsv4.OP_LOOKUPP,
+			nfsv4.OP_GETATTR, nfsv4.OP_GETFH, nfsv4.OP_SAVEFH, nfsv4.OP_RESTOREFH, nfsv4.OP_ACCESS,
+			nfsv4.OP_READ, nfsv4.OP_READLINK, nfsv4.OP_READDIR, nfsv4.OP_VERIFY, nfsv4.OP_NVERIFY:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// doOnce is Do without resending on GRACE/DELAY.
+func (c *Client) doOnce(ctx context.Context, cp *Compound) (*Reply, error) {
 	for attempt := 0; ; attempt++ {
 		c.mu.Lock()
 		s := c.mu.sess
