@@ -38,6 +38,12 @@ type Options struct {
 	CacheBytes int64
 	// InlineMax overrides fs.Config.InlineMax when non-zero.
 	InlineMax int
+	// LogBufferBytes bounds the metadata write-ahead-log bytes kept in
+	// process memory until a Sync (or synced commit) writes them out,
+	// after making the slices durable: 0 means DefaultLogBuffer, negative
+	// hands every log write to the OS at once (each one preceded by a
+	// slice flush). See orderedFS.
+	LogBufferBytes int
 	Logger    *slog.Logger
 }
 
@@ -72,8 +78,13 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		return nil, fmt.Errorf("datadir: opening slices: %w", err)
 	}
 	// Metadata bytes reach the OS only after the slice bytes put before
-	// them are durable (orderedFS), so fs NoSync commits flush no slices.
-	metaFS := &orderedFS{FS: disk, before: func() error { return local.SyncAll(context.Background()) }}
+	// them are durable (orderedFS), so fs NoSync commits flush no slices;
+	// log bytes wait in memory for the next Sync.
+	limit := o.LogBufferBytes
+	if limit == 0 {
+		limit = DefaultLogBuffer
+	}
+	metaFS := &orderedFS{FS: disk, limit: limit, before: func() error { return local.SyncAll(context.Background()) }}
 	store, err := pebblekv.Open(pebblekv.Options{Dir: filepath.Join(o.Dir, "meta"), FS: metaFS, NoSync: o.NoSync,
 		Logger: o.Logger.With("component", "pebble")})
 	if err != nil {

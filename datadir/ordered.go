@@ -2,18 +2,38 @@ package datadir
 
 import (
 	"fmt"
+	"io"
+	"strings"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// orderedFS is the file system pebble (the metadata store) writes through:
-// before any byte of any pebble file (write-ahead log, sstable, manifest)
-// is handed to the OS, it runs before, which makes every slice put so far
-// durable (slice.Local.SyncAll). So no metadata can reach the disk ahead of
-// the slice bytes it references, whenever the OS writes pages back — the
-// engine's invariant — and a NoSync commit needs no slice flush of its own:
-// the flush happens once per log write, in pebble's log flusher, shared by
-// every commit in that write (see docs/engine.md, "Durability").
+// DefaultLogBuffer is the default bound on the write-ahead-log bytes an
+// orderedFS keeps in process memory (Options.LogBufferBytes).
+const DefaultLogBuffer = 64 << 20
+
+// orderedFS is the file system pebble (the metadata store) writes through.
+// It keeps the engine's invariant — durable metadata never references slice
+// bytes that are not durable, whenever the OS writes pages back — and lets
+// NoSync commits cost no flush at all (see docs/engine.md, "Durability"):
+//
+//   - write-ahead-log bytes (files named *.log) stay in process memory,
+//     not handed to the OS, until pebble syncs or closes the log, reads or
+//     stats it, a non-log file is written, or more than limit bytes are
+//     buffered. Then before runs (slice.Local.SyncAll: every slice put so
+//     far becomes durable) and the buffered bytes are written, in order.
+//     An OS that writes nothing back before fsync is a legal OS, so pebble
+//     recovers from what this leaves on disk: a prefix of the log.
+//   - before any byte of any other pebble file (sstable, manifest, options)
+//     reaches the OS, every log buffer is written out (so no file gets
+//     ahead of the log it was derived from) and before runs.
+//
+// So a NoSync commit's log record is a memory copy; one SyncAll and one log
+// write happen per Sync (or synced commit), shared by every commit before
+// it. A kill -9 loses the buffered NoSync commits — a suffix of the log,
+// which NoSync allows — and never a synced one: Sync writes the buffer
+// before it syncs the file.
 //
 // It relies on pebble doing all its file I/O through the vfs.FS it is
 // given (it does: pebble does not mmap files for writing, and the writers
@@ -22,44 +42,231 @@ import (
 type orderedFS struct {
 	vfs.FS
 	before func() error
+	limit  int // bytes buffered per log before it is written out; <= 0: no buffering
+
+	mu   sync.Mutex
+	logs map[*orderedFile]struct{} // open log files with buffers
 }
 
-func (o *orderedFS) wrap(f vfs.File, err error) (vfs.File, error) {
+func (o *orderedFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &orderedFile{File: f, before: o.before}, nil
+	of := &orderedFile{File: f, fs: o, log: o.limit > 0 && strings.HasSuffix(name, ".log")}
+	if of.log {
+		o.mu.Lock()
+		if o.logs == nil {
+			o.logs = make(map[*orderedFile]struct{})
+		}
+		o.logs[of] = struct{}{}
+		o.mu.Unlock()
+	}
+	return of, nil
 }
 
 func (o *orderedFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	return o.wrap(o.FS.Create(name, c))
+	if err := o.flushLogs(); err != nil {
+		return nil, err
+	}
+	f, err := o.FS.Create(name, c)
+	return o.wrap(name, f, err)
 }
 
 func (o *orderedFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
-	return o.wrap(o.FS.OpenReadWrite(name, c, opts...))
+	f, err := o.FS.OpenReadWrite(name, c, opts...)
+	return o.wrap(name, f, err)
 }
 
 func (o *orderedFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	return o.wrap(o.FS.ReuseForWrite(oldname, newname, c))
+	f, err := o.FS.ReuseForWrite(oldname, newname, c)
+	return o.wrap(newname, f, err)
 }
 
-// Open returns read-only files: nothing to order.
+// Rename, Link and Remove change which bytes a name refers to (pebble
+// installs a new manifest or options file by renaming it over the current
+// one): the logs are written out first, like before a non-log write.
+
+func (o *orderedFS) Rename(oldname, newname string) error {
+	if err := o.flushLogs(); err != nil {
+		return err
+	}
+	return o.FS.Rename(oldname, newname)
+}
+
+func (o *orderedFS) Link(oldname, newname string) error {
+	if err := o.flushLogs(); err != nil {
+		return err
+	}
+	return o.FS.Link(oldname, newname)
+}
+
+// Open returns read-only files: nothing to order. (pebble opens its live
+// log only for writing; a log it reads back is closed, hence written out.)
+
+// flushLogs writes out every log buffer (running before first).
+func (o *orderedFS) flushLogs() error {
+	o.mu.Lock()
+	logs := make([]*orderedFile, 0, len(o.logs))
+	for f := range o.logs {
+		logs = append(logs, f)
+	}
+	o.mu.Unlock()
+	for _, f := range logs {
+		f.mu.Lock()
+		err := f.flushLocked()
+		f.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *orderedFS) runBefore() error {
+	if err := o.before(); err != nil {
+		return fmt.Errorf("datadir: making slice data durable before a metadata write: %w", err)
+	}
+	return nil
+}
 
 type orderedFile struct {
 	vfs.File
-	before func() error
+	fs  *orderedFS
+	log bool // a write-ahead log: writes are buffered
+
+	mu  sync.Mutex // guards buf and err (flushLogs runs in other goroutines)
+	buf []byte     // log bytes not yet handed to the OS, appended at the file's offset
+	err error      // a failed flush: the file refuses further writes
+}
+
+// flushLocked hands the buffered log bytes to the OS, after before.
+func (f *orderedFile) flushLocked() error {
+	if f.err != nil {
+		return f.err
+	}
+	if len(f.buf) == 0 {
+		return nil
+	}
+	if err := f.fs.runBefore(); err != nil {
+		f.err = err
+		return err
+	}
+	n, err := f.File.Write(f.buf)
+	if err == nil && n < len(f.buf) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		f.err = fmt.Errorf("datadir: writing buffered log bytes: %w", err)
+		return f.err
+	}
+	if cap(f.buf) > 1<<20 {
+		f.buf = nil // do not pin a large buffer between bursts
+	} else {
+		f.buf = f.buf[:0]
+	}
+	return nil
+}
+
+func (f *orderedFile) flush() error {
+	if !f.log {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.flushLocked()
 }
 
 func (f *orderedFile) Write(p []byte) (int, error) {
-	if err := f.before(); err != nil {
-		return 0, fmt.Errorf("datadir: making slice data durable before a metadata write: %w", err)
+	if f.log {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.err != nil {
+			return 0, f.err
+		}
+		f.buf = append(f.buf, p...)
+		if len(f.buf) >= f.fs.limit {
+			if err := f.flushLocked(); err != nil {
+				return 0, err
+			}
+		}
+		return len(p), nil
+	}
+	if err := f.fs.flushLogs(); err != nil {
+		return 0, err
+	}
+	if err := f.fs.runBefore(); err != nil {
+		return 0, err
 	}
 	return f.File.Write(p)
 }
 
 func (f *orderedFile) WriteAt(p []byte, off int64) (int, error) {
-	if err := f.before(); err != nil {
-		return 0, fmt.Errorf("datadir: making slice data durable before a metadata write: %w", err)
+	if f.log {
+		if err := f.flush(); err != nil {
+			return 0, err
+		}
+	} else if err := f.fs.flushLogs(); err != nil {
+		return 0, err
+	}
+	if err := f.fs.runBefore(); err != nil {
+		return 0, err
 	}
 	return f.File.WriteAt(p, off)
+}
+
+func (f *orderedFile) Sync() error {
+	if err := f.flush(); err != nil {
+		return err
+	}
+	return f.File.Sync()
+}
+
+func (f *orderedFile) SyncData() error {
+	if err := f.flush(); err != nil {
+		return err
+	}
+	return f.File.SyncData()
+}
+
+func (f *orderedFile) SyncTo(length int64) (bool, error) {
+	if err := f.flush(); err != nil {
+		return false, err
+	}
+	return f.File.SyncTo(length)
+}
+
+func (f *orderedFile) Read(p []byte) (int, error) {
+	if err := f.flush(); err != nil {
+		return 0, err
+	}
+	return f.File.Read(p)
+}
+
+func (f *orderedFile) ReadAt(p []byte, off int64) (int, error) {
+	if err := f.flush(); err != nil {
+		return 0, err
+	}
+	return f.File.ReadAt(p, off)
+}
+
+func (f *orderedFile) Stat() (vfs.FileInfo, error) {
+	if err := f.flush(); err != nil {
+		return nil, err
+	}
+	return f.File.Stat()
+}
+
+// Close writes out the buffer (a log is closed after pebble synced it, or
+// at shutdown) and closes the file.
+func (f *orderedFile) Close() error {
+	err := f.flush()
+	if f.log {
+		f.fs.mu.Lock()
+		delete(f.fs.logs, f)
+		f.fs.mu.Unlock()
+	}
+	if cerr := f.File.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -101,8 +101,12 @@ func BenchmarkWrite(b *testing.B) {
 func BenchmarkWriteNoSync(b *testing.B) {
 	ctx := context.Background()
 	for _, sz := range ioSizes {
-		for _, syncEvery := range []int{1, 64} {
-			b.Run(fmt.Sprintf("size=%s/sync-every=%d", sz.name, syncEvery), func(b *testing.B) {
+		for _, syncEvery := range []int{1, 64, 0} {
+			name := fmt.Sprint(syncEvery)
+			if syncEvery == 0 {
+				name = "end" // one Sync after all b.N writes (fio --end_fsync=1)
+			}
+			b.Run(fmt.Sprintf("size=%s/sync-every=%s", sz.name, name), func(b *testing.B) {
 				f := benchEngine(b, 0)
 				var ino fs.Ino
 				mustDo(b, f, func(tx *fs.Txn) error { a, err := createFile(ctx, tx, fs.RootIno, "f"); ino = a.Ino; return err })
@@ -115,7 +119,7 @@ func BenchmarkWriteNoSync(b *testing.B) {
 					}); err != nil {
 						b.Fatal(err)
 					}
-					if (i+1)%syncEvery == 0 || i == b.N-1 {
+					if (syncEvery > 0 && (i+1)%syncEvery == 0) || i == b.N-1 {
 						if err := f.Sync(ctx); err != nil {
 							b.Fatal(err)
 						}
