@@ -13,40 +13,40 @@ func Combine(a, b Pointer) (Pointer, bool) {
 }
 
 // crc32Combine computes the CRC32C of A||B from crc(A), crc(B) and len(B)
-// by applying len(B) zero bits to crc(A) in GF(2) (zlib's crc32_combine).
+// by applying len(B) zero bytes to crc(A) in GF(2) (zlib's crc32_combine),
+// with the operators for 2^k zero bytes computed once (crcZeroOps): one
+// matrix-vector product per set bit of len(B) instead of zlib's 32 per bit.
 func crc32Combine(crc1, crc2 uint32, len2 int64) uint32 {
 	if len2 <= 0 {
 		return crc1
 	}
+	for k := 0; len2 != 0; k++ {
+		if len2&1 != 0 {
+			crc1 = gf2Times(&crcZeroOps[k], crc1)
+		}
+		len2 >>= 1
+	}
+	return crc1 ^ crc2
+}
+
+// crcZeroOps[k] is the GF(2) operator that appends 2^k zero bytes to a
+// CRC32C.
+var crcZeroOps = func() (ops [63][32]uint32) {
 	var even, odd [32]uint32
-	odd[0] = 0x82f63b78 // reflected Castagnoli polynomial
+	odd[0] = 0x82f63b78 // reflected Castagnoli polynomial: one zero bit
 	row := uint32(1)
 	for n := 1; n < 32; n++ {
 		odd[n] = row
 		row <<= 1
 	}
-	gf2Square(&even, &odd) // operator for two zero bits
-	gf2Square(&odd, &even) // four zero bits
-	for {
-		gf2Square(&even, &odd)
-		if len2&1 != 0 {
-			crc1 = gf2Times(&even, crc1)
-		}
-		len2 >>= 1
-		if len2 == 0 {
-			break
-		}
-		gf2Square(&odd, &even)
-		if len2&1 != 0 {
-			crc1 = gf2Times(&odd, crc1)
-		}
-		len2 >>= 1
-		if len2 == 0 {
-			break
-		}
+	gf2Square(&even, &odd)   // two zero bits
+	gf2Square(&odd, &even)   // four zero bits
+	gf2Square(&ops[0], &odd) // one zero byte
+	for k := 1; k < len(ops); k++ {
+		gf2Square(&ops[k], &ops[k-1])
 	}
-	return crc1 ^ crc2
-}
+	return ops
+}()
 
 func gf2Times(mat *[32]uint32, vec uint32) uint32 {
 	var sum uint32

@@ -33,3 +33,20 @@ func TestCombineMatchesChecksumOfConcatenation(t *testing.T) {
 		t.Error("combined past MaxSize")
 	}
 }
+
+// TestCRC32CombineLong: long second parts exercise the high zero-byte
+// operators (crcZeroOps).
+func TestCRC32CombineLong(t *testing.T) {
+	tab := crc32.MakeTable(crc32.Castagnoli)
+	a := []byte("head")
+	for _, n := range []int{1, 255, 4096, 1<<20 + 7, 5<<20 + 12345} {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(i * 7)
+		}
+		want := crc32.Checksum(append(append([]byte(nil), a...), b...), tab)
+		if got := crc32Combine(crc32.Checksum(a, tab), crc32.Checksum(b, tab), int64(n)); got != want {
+			t.Fatalf("len %d: crc32Combine = %08x, want %08x", n, got, want)
+		}
+	}
+}
