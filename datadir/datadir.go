@@ -44,7 +44,7 @@ type Options struct {
 	// hands every log write to the OS at once (each one preceded by a
 	// slice flush). See orderedFS.
 	LogBufferBytes int
-	Logger    *slog.Logger
+	Logger         *slog.Logger
 }
 
 // Engine is an open data directory.

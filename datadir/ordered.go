@@ -134,9 +134,38 @@ type orderedFile struct {
 	fs  *orderedFS
 	log bool // a write-ahead log: writes are buffered
 
-	mu  sync.Mutex // guards buf and err (flushLogs runs in other goroutines)
-	buf []byte     // log bytes not yet handed to the OS, appended at the file's offset
-	err error      // a failed flush: the file refuses further writes
+	mu       sync.Mutex // guards the buffer and err (flushLogs runs in other goroutines)
+	chunks   [][]byte   // log bytes not yet handed to the OS, in order, each up to logChunk
+	buffered int        // total length of chunks
+	spare    [][]byte   // emptied chunks kept for reuse (at most keepChunks)
+	err      error      // a failed flush: the file refuses further writes
+}
+
+// The log buffer is a list of fixed-size chunks, not one growing slice: no
+// copying on growth, and a few chunks are reused from burst to burst.
+const (
+	logChunk   = 1 << 20
+	keepChunks = 4
+)
+
+// appendLocked copies p to the end of the buffer.
+func (f *orderedFile) appendLocked(p []byte) {
+	f.buffered += len(p)
+	for len(p) > 0 {
+		if n := len(f.chunks); n == 0 || len(f.chunks[n-1]) == cap(f.chunks[n-1]) {
+			var c []byte
+			if k := len(f.spare); k > 0 {
+				c, f.spare = f.spare[k-1][:0], f.spare[:k-1]
+			} else {
+				c = make([]byte, 0, logChunk)
+			}
+			f.chunks = append(f.chunks, c)
+		}
+		last := &f.chunks[len(f.chunks)-1]
+		n := min(len(p), cap(*last)-len(*last))
+		*last = append(*last, p[:n]...)
+		p = p[n:]
+	}
 }
 
 // flushLocked hands the buffered log bytes to the OS, after before.
@@ -144,26 +173,28 @@ func (f *orderedFile) flushLocked() error {
 	if f.err != nil {
 		return f.err
 	}
-	if len(f.buf) == 0 {
+	if f.buffered == 0 {
 		return nil
 	}
 	if err := f.fs.runBefore(); err != nil {
 		f.err = err
 		return err
 	}
-	n, err := f.File.Write(f.buf)
-	if err == nil && n < len(f.buf) {
-		err = io.ErrShortWrite
+	for i, c := range f.chunks {
+		n, err := f.File.Write(c)
+		if err == nil && n < len(c) {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			f.err = fmt.Errorf("datadir: writing buffered log bytes: %w", err)
+			return f.err
+		}
+		f.chunks[i] = nil
+		if len(f.spare) < keepChunks {
+			f.spare = append(f.spare, c[:0])
+		}
 	}
-	if err != nil {
-		f.err = fmt.Errorf("datadir: writing buffered log bytes: %w", err)
-		return f.err
-	}
-	if cap(f.buf) > 1<<20 {
-		f.buf = nil // do not pin a large buffer between bursts
-	} else {
-		f.buf = f.buf[:0]
-	}
+	f.chunks, f.buffered = f.chunks[:0], 0
 	return nil
 }
 
@@ -183,8 +214,8 @@ func (f *orderedFile) Write(p []byte) (int, error) {
 		if f.err != nil {
 			return 0, f.err
 		}
-		f.buf = append(f.buf, p...)
-		if len(f.buf) >= f.fs.limit {
+		f.appendLocked(p)
+		if f.buffered >= f.fs.limit {
 			if err := f.flushLocked(); err != nil {
 				return 0, err
 			}

@@ -1,8 +1,8 @@
 package datadir
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"testing"

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,9 +17,14 @@ import (
 // Benchmarks of the engine on a real data directory with full durability
 // (every commit fsyncs). Results and commands: docs/benchmarks.md.
 
+// benchEngine opens a data directory in a temporary directory.
+// TXNFS_BENCH_LOGBUFFER sets datadir.Options.LogBufferBytes (-1: every
+// metadata log write goes to the OS at once, after a slice flush — the
+// design before the log buffer — for A/B runs in one binary).
 func benchEngine(b *testing.B, inlineMax int) *fs.FS {
 	b.Helper()
-	e, err := datadir.Open(context.Background(), datadir.Options{Dir: b.TempDir(), InlineMax: inlineMax})
+	logBuf, _ := strconv.Atoi(os.Getenv("TXNFS_BENCH_LOGBUFFER"))
+	e, err := datadir.Open(context.Background(), datadir.Options{Dir: b.TempDir(), InlineMax: inlineMax, LogBufferBytes: logBuf})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -164,6 +171,51 @@ func BenchmarkWriteParallel(b *testing.B) {
 		}()
 	}
 	wg.Wait()
+}
+
+// BenchmarkWriteParallelNoSync: 4 writers, each writing its own file
+// sequentially in NoSync writes (size 1 MiB or 4 KiB, one transaction
+// each), then one FS.Sync (compare fio --numjobs=4 --end_fsync=1): NFS
+// clients send UNSTABLE WRITEs concurrently, then COMMIT.
+func BenchmarkWriteParallelNoSync(b *testing.B) {
+	ctx := context.Background()
+	const writers = 4
+	for _, n := range []int{1 << 20, 4 << 10} {
+		b.Run(fmt.Sprintf("size=%dKiB", n>>10), func(b *testing.B) {
+			f := benchEngine(b, 0)
+			inos := make([]fs.Ino, writers)
+			for w := range inos {
+				mustDo(b, f, func(tx *fs.Txn) error {
+					a, err := createFile(ctx, tx, fs.RootIno, fmt.Sprint("f", w))
+					inos[w] = a.Ino
+					return err
+				})
+			}
+			buf := bytes.Repeat([]byte{'p'}, n)
+			b.SetBytes(int64(n))
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for w := range inos {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for off := uint64(0); next.Add(1) <= int64(b.N); off += uint64(n) {
+						if err := f.DoOpts(ctx, fs.RootCred, fs.TxnOptions{NoSync: true}, func(tx *fs.Txn) error {
+							return tx.Write(ctx, inos[w], off, buf)
+						}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if err := f.Sync(ctx); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
 }
 
 // BenchmarkRead: sequential reads of recently written (cached) data.
