@@ -133,10 +133,10 @@ func TestRemotePjdfstest(t *testing.T) {
 }
 
 // TestRemoteFsx runs fsx on a remote mount: -fsx.remote-ops operations
-// (100,000) with seed 1 and -fsx.random-ops with a random seed (logged;
-// 100,000 with TXNFS_FUSE_LONG=1).
+// (100,000) with seed 1 and -fsx.remote-random-ops (10,000; 100,000 with
+// TXNFS_FUSE_LONG=1) with a random seed (logged; rerun with -fsx.seed).
 func TestRemoteFsx(t *testing.T) {
-	fsx(t, func() string { return mountRemoteOne(t) }, *fsxRemoteOps)
+	fsx(t, func() string { return mountRemoteOne(t) }, *fsxRemoteOps, randomOps(*fsxRemoteRandom))
 }
 
 // TestRemoteSandboxFig8 is WTF's Fig. 8 on a remote mount (a server-side

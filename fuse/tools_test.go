@@ -22,7 +22,8 @@ var (
 	// A remote mount runs ~700-850 fsx operations/s here (100,000: about
 	// 2 min). (Running the fsx and program tests in parallel was slower:
 	// the local fsx run is CPU-bound, and 2 CPUs are shared.)
-	fsxRemoteOps = flag.Int("fsx.remote-ops", 100000, "operations of the fixed-seed fsx run on a remote mount")
+	fsxRemoteOps    = flag.Int("fsx.remote-ops", 100000, "operations of the fixed-seed fsx run on a remote mount")
+	fsxRemoteRandom = flag.Int("fsx.remote-random-ops", 10000, "operations of the random-seed fsx run on a remote mount (0: skip)")
 )
 
 // tool finds an external test program in PATH or ~/.cargo/bin.
@@ -186,11 +187,13 @@ copy_file_range = 1.0
 // all its operations: a fixed-seed run of -fsx.ops operations and a
 // random-seed run of -fsx.random-ops with more mapped I/O (its seed is
 // logged, to rerun with -fsx.seed).
-func TestFsx(t *testing.T) { fsx(t, func() string { return mountOne(t) }, *fsxOps) }
+func TestFsx(t *testing.T) {
+	fsx(t, func() string { return mountOne(t) }, *fsxOps, randomOps(*fsxRandom))
+}
 
-// fsx runs the fsx runs on the mount made by mount, the fixed-seed one
-// with fixedOps operations.
-func fsx(t *testing.T, mount func() string, fixedOps int) {
+// fsx runs the fsx runs on the mount made by mount: fixedOps operations
+// with seed 1 and randomOps with a random seed (-fsx.seed).
+func fsx(t *testing.T, mount func() string, fixedOps, randomOps int) {
 	bin := tool(t, "fsx")
 	dir := mount()
 	seed := *fsxSeed
@@ -202,7 +205,7 @@ func fsx(t *testing.T, mount func() string, fixedOps int) {
 		seed     int64
 		ops      int
 		mmapRate float64
-	}{{"fixed", 1, fixedOps, 0.25}, {"random", seed, randomOps(), 1}}
+	}{{"fixed", 1, fixedOps, 0.25}, {"random", seed, randomOps, 1}}
 	for _, r := range runs {
 		if r.ops == 0 {
 			continue
@@ -228,13 +231,13 @@ func fsx(t *testing.T, mount func() string, fixedOps int) {
 	}
 }
 
-// randomOps is the length of the random-seed fsx runs: -fsx.random-ops,
-// at least 100,000 with TXNFS_FUSE_LONG=1.
-func randomOps() int {
-	if os.Getenv("TXNFS_FUSE_LONG") != "" && *fsxRandom > 0 {
-		return max(*fsxRandom, 100000)
+// randomOps is the length of a random-seed fsx run: ops, at least
+// 100,000 with TXNFS_FUSE_LONG=1 (0 skips the run).
+func randomOps(ops int) int {
+	if os.Getenv("TXNFS_FUSE_LONG") != "" && ops > 0 {
+		return max(ops, 100000)
 	}
-	return *fsxRandom
+	return ops
 }
 
 func lastLines(s string, n int) string {
