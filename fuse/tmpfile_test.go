@@ -75,3 +75,25 @@ func TestTmpfileReclaim(t *testing.T) {
 		t.Errorf("named file: %v %v", fi, err)
 	}
 }
+
+// TestTmpfileInSandbox: O_TMPFILE is EOPNOTSUPP while a sandbox is active
+// (docs/fuse.md) and works again after it ends.
+func TestTmpfileInSandbox(t *testing.T) {
+	mnt := mountOne(t)
+	if _, err := Control(mnt, OpBegin); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(mnt, unix.O_TMPFILE|unix.O_RDWR, 0o600)
+	if err == nil {
+		unix.Close(fd)
+	}
+	wantErrno(t, "open(O_TMPFILE) in a sandbox", err, unix.EOPNOTSUPP)
+	if _, err := Control(mnt, OpAbort); err != nil {
+		t.Fatal(err)
+	}
+	fd, err = unix.Open(mnt, unix.O_TMPFILE|unix.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("open(O_TMPFILE) after the sandbox: %v", err)
+	}
+	unix.Close(fd)
+}
