@@ -361,11 +361,14 @@ func TestCrashKill9(t *testing.T) {
 // had unreferenced would show as corrupt data.
 func TestCrashCloneMem(t *testing.T) {
 	for _, noSync := range []bool{false, true} {
-		t.Run(fmt.Sprintf("nosync=%v", noSync), func(t *testing.T) { crashCloneMem(t, noSync) })
+		t.Run(fmt.Sprintf("nosync=%v", noSync), func(t *testing.T) { crashCloneMem(t, noSync, 0) })
 	}
+	// A tiny metadata log buffer: log bytes reach the OS (and so the
+	// clone's random unsynced data) between syncs, after slice flushes.
+	t.Run("nosync=true/logbuffer=4KiB", func(t *testing.T) { crashCloneMem(t, true, 4<<10) })
 }
 
-func crashCloneMem(t *testing.T, noSync bool) {
+func crashCloneMem(t *testing.T, noSync bool, logBuffer int) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("TXNFS_CRASH_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -383,7 +386,7 @@ func crashCloneMem(t *testing.T, noSync bool) {
 	syncDir(t, mem, "/")
 	var committed, durable [workers]atomic.Uint64
 	for round := 0; round < scale(8, 60); round++ {
-		e, err := datadir.Open(ctx, datadir.Options{Dir: "data", FS: mem, CacheBytes: -1})
+		e, err := datadir.Open(ctx, datadir.Options{Dir: "data", FS: mem, CacheBytes: -1, LogBufferBytes: logBuffer})
 		if err != nil {
 			t.Fatalf("seed %d round %d: open: %v", seed, round, err)
 		}
@@ -466,7 +469,7 @@ func crashCloneMem(t *testing.T, noSync bool) {
 		}
 
 		mem = clone
-		e, err = datadir.Open(ctx, datadir.Options{Dir: "data", FS: mem, CacheBytes: -1})
+		e, err = datadir.Open(ctx, datadir.Options{Dir: "data", FS: mem, CacheBytes: -1, LogBufferBytes: logBuffer})
 		if err != nil {
 			t.Fatalf("seed %d round %d: reopening the crash clone: %v", seed, round, err)
 		}
