@@ -51,8 +51,13 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	e3=$(eng_mbps '^BenchmarkStreamWrite$/^nosync=true$' 1x)
 	f4=$(fio_mbps --rw=write --bs=1M --size=64M --numjobs=4 --group_reporting --fsync=1)
 	e4=$(eng_mbps '^BenchmarkWriteParallel$' 256x)
-	awk -v r="$r" -v f1="$f1" -v e1="$e1" -v f2="$f2" -v e2="$e2" -v e3="$e3" -v f4="$f4" -v e4="$e4" 'BEGIN {
-		printf "round %d: durable 1MiB %.0f/%.0f=%.2f  stream(64/txn) %.0f/%.0f=%.2f  stream(NoSync+Sync) %.0f/%.0f=%.2f  4 writers %.0f/%.0f=%.2f\n",
-			r, e1, f1, e1/f1, e2, f2, e2/f2, e3, f2, e3/f2, e4, f4, e4/f4 }'
+	f5=$(fio_mbps --rw=write --bs=4k --size=64M --end_fsync=1)
+	e5=$(eng_mbps '^BenchmarkWriteNoSync$/^size=4KiB$/^sync-every=end$' 16384x)
+	f6=$(fio_mbps --rw=write --bs=1M --size=64M --numjobs=4 --group_reporting --end_fsync=1)
+	e6=$(eng_mbps '^BenchmarkWriteParallelNoSync$/^size=1024KiB$' 512x)
+	awk -v r="$r" -v f1="$f1" -v e1="$e1" -v f2="$f2" -v e2="$e2" -v e3="$e3" -v f4="$f4" -v e4="$e4" \
+		-v f5="$f5" -v e5="$e5" -v f6="$f6" -v e6="$e6" 'BEGIN {
+		printf "round %d: durable 1MiB %.0f/%.0f=%.2f  stream(64/txn) %.0f/%.0f=%.2f  stream(NoSync+Sync) %.0f/%.0f=%.2f  4 writers %.0f/%.0f=%.2f  4KiB NoSync+Sync %.0f/%.0f=%.2f  4 writers NoSync+Sync %.0f/%.0f=%.2f\n",
+			r, e1, f1, e1/f1, e2, f2, e2/f2, e3, f2, e3/f2, e4, f4, e4/f4, e5, f5, e5/f5, e6, f6, e6/f6 }'
 done
 rm -f "$dir/fs.test"
