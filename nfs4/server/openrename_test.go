@@ -23,8 +23,9 @@ import (
 // (NFS4ERR_STALE was the bug: the server pinned the inode after the OPEN's
 // engine transaction, and a rename that committed in between deleted it)
 // and both READs return the same content. Openers use plain compounds,
-// transactional compounds (OP_TXN) and multi-compound transactions (a
-// conflicting END is retried). TXNFS_OPENRENAME_RENAMES sets the number of
+// transactional compounds (OP_TXN), multi-compound transactions (a
+// conflicting END is retried) and OPEN by file handle after a LOOKUP in
+// an earlier compound (STALE, never NOENT, if the file went in between). TXNFS_OPENRENAME_RENAMES sets the number of
 // renames (default 150), TXNFS_OPENRENAME_SEED the seed of the openers'
 // pauses.
 func TestOpenRenameOverNoStale(t *testing.T) {
@@ -50,7 +51,7 @@ func TestOpenRenameOverNoStale(t *testing.T) {
 
 	deadline := time.Now().Add(60 * time.Second)
 	var done atomic.Bool
-	var opens, stale, retried atomic.Int64
+	var opens, stale, retried, fhStale atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	report := func(err error) {
@@ -75,6 +76,12 @@ func TestOpenRenameOverNoStale(t *testing.T) {
 		rng := rand.New(rand.NewPCG(uint64(seed), uint64(k)))
 		owner := fmt.Sprintf("o%d", k)
 		open := openWith(c, "target", owner, nfsv4.OPEN4_SHARE_ACCESS_READ, nfsv4.OPEN4_SHARE_DENY_NONE, nil)
+		openFH := &nfsv4.NfsArgop4_OP_OPEN{Opopen: nfsv4.Open4args{
+			ShareAccess: nfsv4.OPEN4_SHARE_ACCESS_READ, ShareDeny: nfsv4.OPEN4_SHARE_DENY_NONE,
+			Owner:   nfsv4.StateOwner4{Clientid: c.ClientID, Owner: []byte(owner)},
+			Openhow: &nfsv4.Openflag4_default{},
+			Claim:   &nfsv4.OpenClaim4_CLAIM_FH{},
+		}}
 		for !done.Load() && time.Now().Before(deadline) {
 			if rng.IntN(4) == 0 {
 				time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond)
@@ -99,6 +106,31 @@ func TestOpenRenameOverNoStale(t *testing.T) {
 					return
 				}
 				res = rep.Results
+			case "fh":
+				// LOOKUP, then OPEN by file handle in another compound
+				// (as a FUSE mount does): a file renamed over in between
+				// is STALE (the client looks the name up again), never
+				// NOENT.
+				rep, err := c.Compound(putroot(), lookup("target"), getfh())
+				if err != nil || rep.Status != nfsv4.NFS4_OK {
+					report(fmt.Errorf("fh LOOKUP: %v, %v", rep, err))
+					return
+				}
+				fh := fhOf(t, rep.Results[2])
+				rep, err = c.Compound(putfh(fh), openFH, getfh(), read(current, 0, 64))
+				if err != nil {
+					report(err)
+					return
+				}
+				if rep.Status == nfsv4.NFS4ERR_STALE {
+					fhStale.Add(1)
+					continue
+				}
+				if rep.Status != nfsv4.NFS4_OK {
+					report(fmt.Errorf("fh OPEN(CLAIM_FH)+READ: status %d", rep.Status))
+					return
+				}
+				res = append([]nfsv4.NfsResop4{nil}, rep.Results[1:]...)
 			case "multi":
 				id := begin41(t, c)
 				j := join41(t, c, id, putroot(), open, getfh(), read(current, 0, 64))
@@ -145,7 +177,7 @@ func TestOpenRenameOverNoStale(t *testing.T) {
 			}
 		}
 	}
-	modes := []string{"plain", "plain", "txn", "multi"}
+	modes := []string{"plain", "plain", "txn", "multi", "fh"}
 	wg.Add(len(modes))
 	for k, m := range modes {
 		go opener(k, m)
@@ -167,8 +199,8 @@ func TestOpenRenameOverNoStale(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	t.Logf("%d renames, %d open+read pairs, %d stale, %d multi-compound transactions retried after NOT_SAME",
-		renames, opens.Load(), stale.Load(), retried.Load())
+	t.Logf("%d renames, %d open+read pairs, %d stale, %d multi-compound transactions retried after NOT_SAME, %d OPEN(CLAIM_FH) of a renamed-over file STALE",
+		renames, opens.Load(), stale.Load(), retried.Load(), fhStale.Load())
 	if opens.Load() == 0 {
 		t.Fatal("no OPEN succeeded")
 	}
@@ -251,3 +283,4 @@ func TestSetattrSizeThroughWriteOpen(t *testing.T) {
 	rep, err = setSize(rd, 1)
 	wantStatus(t, rep, err, nfsv4.NFS4ERR_OPENMODE)
 }
+

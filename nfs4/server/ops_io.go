@@ -289,7 +289,13 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	for attempt := 0; ; attempt++ {
 		err := run(body)
 		if err != nil {
-			return fail(c.s.toStatus(c.ctx, "OPEN", err, aboutName))
+			// CLAIM_FH and CLAIM_PREVIOUS of a deleted file: STALE
+			// (a Linux client then looks the name up again).
+			about := aboutName
+			if !byName {
+				about = aboutHandle
+			}
+			return fail(c.s.toStatus(c.ctx, "OPEN", err, about))
 		}
 		if obj.Type != fs.TypeRegular {
 			break
@@ -407,6 +413,9 @@ const maxOpenRetries = 16
 // gone the pin is released and false returned: a concurrent rename-over
 // or remove committed between the OPEN's lookup and the pin.
 func (c *compound) pinOpened(h fs.Handle) (bool, error) {
+	mu := c.s.pinLock(h.Ino)
+	mu.Lock()
+	defer mu.Unlock()
 	c.s.fs.Pin(h.Ino)
 	t, err := c.s.fs.Begin(c.ctx, fs.RootCred, fs.TxnOptions{ReadOnly: true})
 	if err == nil {
@@ -417,7 +426,7 @@ func (c *compound) pinOpened(h fs.Handle) (bool, error) {
 			return true, nil
 		}
 	}
-	c.s.unpin(h.Ino)
+	c.s.unpinLocked(h.Ino)
 	if err == nil || errorsIs(err, fs.ErrNotExist) {
 		return false, nil
 	}

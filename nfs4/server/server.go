@@ -128,6 +128,13 @@ func (c *Config) Validate() error {
 type Server struct {
 	cfg   Config
 	fs    *fs.FS
+	// pinLocks (by inode number) serialize OPEN's pin-and-check
+	// (pinOpened) with the release of a pin, which deletes an orphan
+	// inode when it was the last one: without them an OPEN could pin an
+	// orphan just after its last pin was released and find it alive,
+	// and the reclaiming transaction (which does not re-check the pins)
+	// then deletes it under the new open.
+	pinLocks [64]sync.Mutex
 	log   *slog.Logger
 	fh    *fh.Codec
 	st    *state.Manager
@@ -311,8 +318,19 @@ func principal(c *rpc.Cred) string {
 	return "sys:" + strconv.FormatUint(uint64(c.Uid), 10)
 }
 
+// pinLock returns the lock of ino's pins (see Server.pinLocks).
+func (s *Server) pinLock(ino fs.Ino) *sync.Mutex { return &s.pinLocks[uint64(ino)%uint64(len(s.pinLocks))] }
+
 // unpin releases one engine pin of ino (the last of an orphan deletes it).
 func (s *Server) unpin(ino fs.Ino) {
+	mu := s.pinLock(ino)
+	mu.Lock()
+	defer mu.Unlock()
+	s.unpinLocked(ino)
+}
+
+// unpinLocked is unpin with ino's pin lock held.
+func (s *Server) unpinLocked(ino fs.Ino) {
 	if err := s.fs.Unpin(s.bgCtx, ino); err != nil {
 		s.log.Warn("nfs4: unpin failed", "ino", ino, "err", err)
 	}
