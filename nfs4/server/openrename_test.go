@@ -283,4 +283,3 @@ func TestSetattrSizeThroughWriteOpen(t *testing.T) {
 	rep, err = setSize(rd, 1)
 	wantStatus(t, rep, err, nfsv4.NFS4ERR_OPENMODE)
 }
-
