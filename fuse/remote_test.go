@@ -103,9 +103,6 @@ func TestRemoteSmoke(t *testing.T) {
 // remotePOSIXSkips are POSIX suite cases a remote mount does not pass,
 // with the reason.
 var remotePOSIXSkips = map[string]string{
-	"RenameAtomicUnderReaders": "nfs4/server bug: a file whose OPEN succeeded can be deleted by a concurrent rename over it " +
-		"(later PUTFH: NFS4ERR_STALE; reproduced with nfs4/client alone, 71 of 11,064 OPEN+READ during 300 renames) — " +
-		"the server-side twin of engine request 2; reported to the lead",
 	"Locks": "flock(LOCK_EX) through an O_RDONLY descriptor is EBADF on a remote mount (NFS write locks need a write open, " +
 		"NFS4ERR_OPENMODE), as with the Linux NFS client; TestRemoteLocks covers locks across mounts",
 	"Xattr":   "extended attributes are not served over NFS (the server has no NFSv4.2 xattr operations)",
