@@ -281,6 +281,20 @@ func (f *FS) reclaimOrphan(ctx context.Context, ino Ino) error {
 			} else if err != nil {
 				return nil, err
 			}
+			// Pinned again since the last Unpin: the new pinner's last
+			// Unpin reclaims it.
+			f.mu.Lock()
+			repinned := f.mu.pins[ino] > 0
+			if repinned {
+				f.mu.orphans[ino] = struct{}{}
+			}
+			f.mu.Unlock()
+			if repinned {
+				return nil, nil
+			}
+			// Registered like dropLink's deletions, so that a Pin taken
+			// before the commit makes the commit replay (and skip).
+			t.dropped = append(t.dropped, ino)
 			return nil, t.deleteInode(ctx, ino)
 		})
 	})

@@ -239,3 +239,66 @@ func TestCreateOrphan(t *testing.T) {
 		t.Fatalf("Check at the end: %v %+v", err, rep)
 	}
 }
+
+// TestRepinDuringReclaim: the last Unpin of an orphan reclaims it in a
+// transaction of its own; a Pin that returns before that transaction
+// commits must keep the orphan alive until its own last Unpin (nfs4
+// ENGINE-REQUESTS 11: an OPEN by file handle racing the CLOSE of an
+// unlinked file).
+func TestRepinDuringReclaim(t *testing.T) {
+	ctx := context.Background()
+	f := newTestFS(t, fsOpts{wrapKV: func(s kv.Store) kv.Store {
+		return faultkv.Wrap(s, faultkv.Options{Latency: time.Millisecond})
+	}})
+	exists := func(ino fs.Ino) bool {
+		t.Helper()
+		err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) error { _, err := tx.GetAttr(ctx, ino); return err })
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	raced := 0
+	for i := 0; i < 20; i++ {
+		name := fmt.Sprint("f", i)
+		var ino fs.Ino
+		do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+			a, _, err := tx.Create(ctx, fs.RootIno, name, fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+			ino = a.Ino
+			return err
+		})
+		f.Pin(ino)
+		do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { return tx.Unlink(ctx, fs.RootIno, name) })
+		if !exists(ino) {
+			t.Fatalf("iteration %d: pinned file deleted by its unlink", i)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := f.Unpin(ctx, ino); err != nil {
+				t.Error(err)
+			}
+		}()
+		time.Sleep(time.Duration(i%5) * 500 * time.Microsecond)
+		f.Pin(ino)
+		select {
+		case <-done:
+			// Pin returned after the reclaim finished: the orphan may be
+			// gone, and the pin is on nothing.
+		default:
+			raced++
+			<-done
+			if !exists(ino) {
+				t.Fatalf("iteration %d: Pin returned before the reclaim committed, then the orphan was deleted", i)
+			}
+		}
+		if err := f.Unpin(ctx, ino); err != nil {
+			t.Fatal(err)
+		}
+		if exists(ino) {
+			t.Fatalf("iteration %d: orphan survived its last Unpin", i)
+		}
+	}
+	t.Logf("%d of 20 pins raced the reclaim", raced)
+	requireCheckClean(t, f.FS)
+}
