@@ -431,6 +431,20 @@ func (m *RemoteServer) do(h *raw.InHeader, cp *client.Compound) (*client.Reply, 
 	return rep, rep.Err()
 }
 
+// doAttrs is do for a COMPOUND whose result at is a GETATTR: it returns
+// the reply and the decoded attributes, or the FUSE status of op's failure.
+func (m *RemoteServer) doAttrs(h *raw.InHeader, op string, cp *client.Compound, at int) (*client.Reply, client.Attrs, raw.Status) {
+	rep, err := m.do(h, cp)
+	if err != nil {
+		return nil, client.Attrs{}, m.status(op, err)
+	}
+	a, err := resAttrs(rep.Results[at])
+	if err != nil {
+		return nil, client.Attrs{}, m.status(op, err)
+	}
+	return rep, a, raw.OK
+}
+
 // status converts an error of do to a FUSE status.
 func (m *RemoteServer) status(op string, err error) raw.Status {
 	if err == nil {
@@ -683,13 +697,9 @@ func (m *RemoteServer) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.At
 		cp.SetAttr(sid, sa.Encode())
 	}
 	at := cp.GetAttr(client.StatMask)
-	rep, err := m.do(&in.InHeader, &cp)
-	if err != nil {
-		return m.status("setattr", err)
-	}
-	a, err := resAttrs(rep.Results[at])
-	if err != nil {
-		return m.status("setattr", err)
+	_, a, st := m.doAttrs(&in.InHeader, "setattr", &cp, at)
+	if st != raw.OK {
+		return st
 	}
 	m.attrOut(in.NodeId, out, &a)
 	return raw.OK
@@ -707,13 +717,9 @@ func (m *RemoteServer) create(op string, h *raw.InHeader, add func(*client.Compo
 	add(&cp)
 	fhAt := cp.GetFH()
 	attrAt := cp.GetAttr(client.StatMask)
-	rep, err := m.do(h, &cp)
-	if err != nil {
-		return m.status(op, err)
-	}
-	a, err := resAttrs(rep.Results[attrAt])
-	if err != nil {
-		return m.status(op, err)
+	rep, a, st := m.doAttrs(h, op, &cp, attrAt)
+	if st != raw.OK {
+		return st
 	}
 	m.entry(out, resFH(rep.Results[fhAt]), &a)
 	return raw.OK
@@ -779,13 +785,9 @@ func (m *RemoteServer) Link(_ <-chan struct{}, in *raw.LinkIn, name string, out 
 	cp.Link(name)
 	cp.PutFH(file.fh)
 	at := cp.GetAttr(client.StatMask)
-	rep, err := m.do(&in.InHeader, &cp)
-	if err != nil {
-		return m.status("link", err)
-	}
-	a, err := resAttrs(rep.Results[at])
-	if err != nil {
-		return m.status("link", err)
+	_, a, st := m.doAttrs(&in.InHeader, "link", &cp, at)
+	if st != raw.OK {
+		return st
 	}
 	m.entry(out, file.fh, &a)
 	return raw.OK

@@ -94,6 +94,28 @@ func report(b *testing.B, vec, scalar time.Duration, vecRPCs, scalarRPCs uint64,
 	b.ReportMetric(float64(rtt)/1e3, "rtt-us")
 }
 
+// forEachLink runs fn for every benchmarked server and round-trip time,
+// with a latency-injecting link to the server and a direct client (for
+// setup), closing both afterwards.
+func forEachLink(b *testing.B, fn func(p *nfspeers.Peer, rtt time.Duration, l *nfspeers.Link, direct vnfs.FS)) {
+	ctx := context.Background()
+	for _, p := range benchPeers(b) {
+		direct, err := vnfs.Dial(ctx, vnfs.Config{Addr: p.Addr, Root: p.Root})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, rtt := range benchRTTs(b) {
+			l, err := nfspeers.NewLink(ctx, p, rtt)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fn(p, rtt, l, direct)
+			l.Close()
+		}
+		direct.Close()
+	}
+}
+
 // dialPair connects a vectorized and a scalar client through the link.
 func dialPair(b *testing.B, l *nfspeers.Link) (vnfs.FS, vnfs.FS) {
 	ctx := context.Background()
@@ -113,88 +135,76 @@ func dialPair(b *testing.B, l *nfspeers.Link) (vnfs.FS, vnfs.FS) {
 func BenchmarkFiles(b *testing.B) {
 	ctx := context.Background()
 	nfiles, _ := strconv.Atoi(envList("VNFS_BENCH_FILES", "1000")[0])
-	for _, p := range benchPeers(b) {
-		direct, err := vnfs.Dial(ctx, vnfs.Config{Addr: p.Addr, Root: p.Root})
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, rtt := range benchRTTs(b) {
-			l, err := nfspeers.NewLink(ctx, p, rtt)
-			if err != nil {
+	forEachLink(b, func(p *nfspeers.Peer, rtt time.Duration, l *nfspeers.Link, direct vnfs.FS) {
+		for _, sz := range envList("VNFS_BENCH_SIZES", "1KiB,16KiB,256KiB,1MiB") {
+			size := parseSize(sz)
+			dir := fmt.Sprintf("/bench-files-%d", seq.Add(1))
+			if err := vnfs.Mkdir(ctx, direct, dir, 0o755); err != nil {
 				b.Fatal(err)
 			}
-			for _, sz := range envList("VNFS_BENCH_SIZES", "1KiB,16KiB,256KiB,1MiB") {
-				size := parseSize(sz)
-				dir := fmt.Sprintf("/bench-files-%d", seq.Add(1))
-				if err := vnfs.Mkdir(ctx, direct, dir, 0o755); err != nil {
-					b.Fatal(err)
+			mkIOs := func(write bool) []vnfs.IO {
+				ios := make([]vnfs.IO, nfiles)
+				for i := range ios {
+					ios[i] = vnfs.IO{File: vnfs.P(fmt.Sprintf("%s/f%04d", dir, i)), Data: make([]byte, size)}
+					if write {
+						ios[i].Flags = vnfs.Create | vnfs.Truncate | vnfs.Stable
+						ios[i].Data[0] = byte(i)
+					}
 				}
-				mkIOs := func(write bool) []vnfs.IO {
-					ios := make([]vnfs.IO, nfiles)
-					for i := range ios {
-						ios[i] = vnfs.IO{File: vnfs.P(fmt.Sprintf("%s/f%04d", dir, i)), Data: make([]byte, size)}
-						if write {
-							ios[i].Flags = vnfs.Create | vnfs.Truncate | vnfs.Stable
-							ios[i].Data[0] = byte(i)
+				return ios
+			}
+			if _, err := direct.VWrite(ctx, mkIOs(true)); err != nil {
+				b.Fatal(err)
+			}
+			var scalarWrite time.Duration
+			var scalarWriteRPCs uint64
+			for _, op := range envList("VNFS_BENCH_OPS", "read,write,write-unordered") {
+				name := fmt.Sprintf("server=%s/rtt=%v/size=%s/op=%s", p.Name, rtt, sz, op)
+				b.Run(name, func(b *testing.B) {
+					v, s := dialPair(b, l)
+					defer v.Close()
+					defer s.Close()
+					call := func(f vnfs.FS) {
+						ios := mkIOs(op != "read")
+						var err error
+						switch op {
+						case "read":
+							_, err = f.VRead(ctx, ios)
+						case "write":
+							_, err = f.VWrite(ctx, ios)
+						case "write-unordered":
+							_, err = vnfs.Unordered(f).VWrite(ctx, ios)
+						}
+						if err != nil {
+							b.Fatal(err)
 						}
 					}
-					return ios
-				}
-				if _, err := direct.VWrite(ctx, mkIOs(true)); err != nil {
-					b.Fatal(err)
-				}
-				var scalarWrite time.Duration
-				var scalarWriteRPCs uint64
-				for _, op := range envList("VNFS_BENCH_OPS", "read,write,write-unordered") {
-					name := fmt.Sprintf("server=%s/rtt=%v/size=%s/op=%s", p.Name, rtt, sz, op)
-					b.Run(name, func(b *testing.B) {
-						v, s := dialPair(b, l)
-						defer v.Close()
-						defer s.Close()
-						call := func(f vnfs.FS) {
-							ios := mkIOs(op != "read")
-							var err error
-							switch op {
-							case "read":
-								_, err = f.VRead(ctx, ios)
-							case "write":
-								_, err = f.VWrite(ctx, ios)
-							case "write-unordered":
-								_, err = vnfs.Unordered(f).VWrite(ctx, ios)
-							}
-							if err != nil {
-								b.Fatal(err)
-							}
-						}
-						// The scalar baseline has no unordered mode: the
-						// unordered write is compared with the scalar write.
-						scalar, scalarRPCs := scalarWrite, scalarWriteRPCs
-						if op != "write-unordered" || scalar == 0 {
-							r0 := rpcs(s)
-							start := time.Now()
-							call(s)
-							scalar, scalarRPCs = time.Since(start), rpcs(s)-r0
-						}
-						if op == "write" {
-							scalarWrite, scalarWriteRPCs = scalar, scalarRPCs
-						}
-						b.SetBytes(int64(size * nfiles))
-						b.ResetTimer()
-						r0 := rpcs(v)
+					// The scalar baseline has no unordered mode: the
+					// unordered write is compared with the scalar write.
+					scalar, scalarRPCs := scalarWrite, scalarWriteRPCs
+					if op != "write-unordered" || scalar == 0 {
+						r0 := rpcs(s)
 						start := time.Now()
-						for i := 0; i < b.N; i++ {
-							call(v)
-						}
-						vec := time.Since(start) / time.Duration(b.N)
-						report(b, vec, scalar, (rpcs(v)-r0)/uint64(b.N), scalarRPCs, int64(size*nfiles), l.RTT)
-					})
-				}
-				vnfs.RemoveRecursive(ctx, direct, dir)
+						call(s)
+						scalar, scalarRPCs = time.Since(start), rpcs(s)-r0
+					}
+					if op == "write" {
+						scalarWrite, scalarWriteRPCs = scalar, scalarRPCs
+					}
+					b.SetBytes(int64(size * nfiles))
+					b.ResetTimer()
+					r0 := rpcs(v)
+					start := time.Now()
+					for i := 0; i < b.N; i++ {
+						call(v)
+					}
+					vec := time.Since(start) / time.Duration(b.N)
+					report(b, vec, scalar, (rpcs(v)-r0)/uint64(b.N), scalarRPCs, int64(size*nfiles), l.RTT)
+				})
 			}
-			l.Close()
+			vnfs.RemoveRecursive(ctx, direct, dir)
 		}
-		direct.Close()
-	}
+	})
 }
 
 // degreeOp is one API of BenchmarkDegree: setup prepares round r (not
