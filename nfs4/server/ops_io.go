@@ -413,9 +413,6 @@ const maxOpenRetries = 16
 // gone the pin is released and false returned: a concurrent rename-over
 // or remove committed between the OPEN's lookup and the pin.
 func (c *compound) pinOpened(h fs.Handle) (bool, error) {
-	mu := c.s.pinLock(h.Ino)
-	mu.Lock()
-	defer mu.Unlock()
 	c.s.fs.Pin(h.Ino)
 	t, err := c.s.fs.Begin(c.ctx, fs.RootCred, fs.TxnOptions{ReadOnly: true})
 	if err == nil {
@@ -426,7 +423,7 @@ func (c *compound) pinOpened(h fs.Handle) (bool, error) {
 			return true, nil
 		}
 	}
-	c.s.unpinLocked(h.Ino)
+	c.s.unpin(h.Ino)
 	if err == nil || errorsIs(err, fs.ErrNotExist) {
 		return false, nil
 	}
