@@ -559,12 +559,7 @@ func (c *compound) runTxn(ops []decodedOp, txr *txnResult) ([]nfsv4.NfsResop4, n
 		if errors.Is(err, fs.ErrConflict) && attempt < c.s.cfg.TxnRetries {
 			c.s.met.txns.WithLabelValues("retry").Inc()
 			c.cur, c.saved, c.curSid, c.savedSid = cur, saved, curSid, savedSid
-			// Randomized exponential backoff so that conflicting
-			// transactions stop colliding.
-			d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
-			select {
-			case <-time.After(d):
-			case <-c.ctx.Done():
+			if !c.backoff(attempt) {
 				txr.status = nfsv4.NFS4ERR_DELAY
 				return nil, txr.status
 			}
@@ -684,12 +679,25 @@ func (c *compound) runGroup(ops []decodedOp) (res []nfsv4.NfsResop4, st nfsv4.Nf
 			c.s.log.Debug("nfs4: grouped operations run one by one", "err", err)
 			return nil, 0, -1
 		}
-		d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
-		select {
-		case <-time.After(d):
-		case <-c.ctx.Done():
+		if !c.backoff(attempt) {
 			return nil, 0, -1
 		}
+	}
+}
+
+// backoff sleeps before re-running something that conflicted for the
+// attempt-th time: a randomized exponential backoff (up to 1 ms << 6) so
+// that conflicting executions stop colliding. It returns false if the
+// compound's context ended.
+func (c *compound) backoff(attempt int) bool {
+	d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
 	}
 }
 

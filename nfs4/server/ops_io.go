@@ -331,10 +331,10 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			c.reopen = true
 			return fail(nfsv4.NFS4ERR_DELAY)
 		}
-		if attempt >= maxOpenRetries {
+		c.endView()
+		if attempt >= maxOpenRetries || !c.backoff(attempt) {
 			return fail(nfsv4.NFS4ERR_DELAY)
 		}
-		c.endView()
 	}
 	if pinned {
 		defer c.s.unpin(obj.Ino)
@@ -400,8 +400,10 @@ func (c *compound) noteTxnCreated(ino fs.Ino) {
 	c.undo = append(c.undo, func() { delete(m, ino) })
 }
 
-// maxOpenRetries bounds how often a plain OPEN runs again because the
-// file it resolved was deleted before it could be pinned.
+// maxOpenRetries bounds how often a plain OPEN runs again (with backoff)
+// because the file it resolved was deleted before it could be pinned:
+// only a name renamed over or removed continuously for ~0.4 s
+// gets NFS4ERR_DELAY.
 const maxOpenRetries = 16
 
 // pinOpened pins inode h for an OPEN that resolved it and reports whether
