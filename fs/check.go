@@ -32,7 +32,7 @@ func (r *CheckReport) problem(format string, args ...any) {
 // Check verifies the whole file system in one snapshot: every record
 // decodes, directory entries and their cookie index agree, link counts
 // match, every directory is reachable from the root through its parent
-// chain, regions belong to existing files and hold nothing past the end of
+// chain, data chunks belong to existing files and hold nothing past the end of
 // file, and every slice pointer resolves to bytes whose checksum matches.
 // Problems are reported, not repaired. An error means the check itself
 // could not run.
@@ -189,24 +189,24 @@ func (t *Txn) check(ctx context.Context, rep *CheckReport) error {
 	}
 
 	seen := map[slice.Pointer]bool{}
-	err = t.scanAll(ctx, meta.AllRegionsPrefix(), func(p kv.Pair) error {
-		ino, idx, err := meta.ParseRegionKey(p.Key)
+	err = t.scanAll(ctx, meta.AllChunksPrefix(), func(p kv.Pair) error {
+		ino, idx, err := meta.ParseChunkKey(p.Key)
 		if err != nil {
 			rep.problem("%v", err)
 			return nil
 		}
-		var r meta.Region
+		var r meta.Chunk
 		if err := meta.Unmarshal(p.Value, &r); err != nil {
-			rep.problem("inode %d region %d: %v", ino, idx, err)
+			rep.problem("inode %d chunk %d: %v", ino, idx, err)
 			return nil
 		}
 		n, ok := inodes[ino]
 		if !ok || n.Type != uint8(TypeRegular) {
-			rep.problem("region %d of inode %d, which is not a regular file", idx, ino)
+			rep.problem("chunk %d of inode %d, which is not a regular file", idx, ino)
 			return nil
 		}
 		for _, e := range visible(r.Extents) {
-			if end := idx*meta.RegionSize + uint64(e.End()); end > n.Size {
+			if end := idx*meta.ChunkSize + uint64(e.End()); end > n.Size {
 				rep.problem("inode %d has data up to %d past its size %d", ino, end, n.Size)
 				break
 			}
@@ -222,7 +222,7 @@ func (t *Txn) check(ctx context.Context, rep *CheckReport) error {
 				if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 					return err
 				}
-				rep.problem("inode %d region %d: slice %v: %v", ino, idx, ptr, err)
+				rep.problem("inode %d chunk %d: slice %v: %v", ino, idx, ptr, err)
 				continue
 			}
 			rep.SliceBytes += uint64(ptr.Length)
@@ -230,6 +230,20 @@ func (t *Txn) check(ctx context.Context, rep *CheckReport) error {
 		return nil
 	})
 	rep.Slices = len(seen)
+	if err != nil {
+		return err
+	}
+	// Layout: Open converts layout-1 region records to chunks and then
+	// records the layout; neither may be left undone.
+	if b, err := t.getRaw(ctx, meta.MiscKey(meta.LayoutKey)); err != nil {
+		rep.problem("data layout record: %v", err)
+	} else if v, err := decodeUint64(b); err != nil || v != meta.LayoutChunks {
+		rep.problem("data layout %d, want %d (%v)", v, meta.LayoutChunks, err)
+	}
+	err = t.scanAll(ctx, meta.AllRegionsPrefix(), func(p kv.Pair) error {
+		rep.problem("layout-1 region record %x left unconverted", p.Key)
+		return nil
+	})
 	if err != nil {
 		return err
 	}

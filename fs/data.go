@@ -13,7 +13,7 @@ import (
 
 // Region list maintenance thresholds.
 const (
-	// compactAfter: a region list longer than this is compacted (WTF
+	// compactAfter: a chunk's list longer than this is compacted (WTF
 	// §2.8): overwritten and hidden extents are dropped.
 	compactAfter = 32
 	// defragAfter: a compacted list still longer than this has its data
@@ -22,8 +22,8 @@ const (
 	// maxInlineRun: adjacent inline extents are merged up to this size;
 	// longer runs are moved into a slice.
 	maxInlineRun = 16 << 10
-	// inlineBudget bounds the inline bytes one region record holds, so a
-	// region record (rewritten on every write to the region) stays small:
+	// inlineBudget bounds the inline bytes one chunk record holds, so a
+	// chunk record (rewritten on every write to the chunk) stays small:
 	// past it, compaction moves all inline data into slices.
 	inlineBudget = 64 << 10
 )
@@ -66,7 +66,7 @@ func overlay(vis []meta.Extent, e meta.Extent) []meta.Extent {
 	return out
 }
 
-// trim restricts extent e to region offsets [from, to).
+// trim restricts extent e to chunk offsets [from, to).
 func trim(e meta.Extent, from, to uint32) meta.Extent {
 	d := from - e.Off
 	e.Off, e.Len = from, to-from
@@ -79,7 +79,7 @@ func trim(e meta.Extent, from, to uint32) meta.Extent {
 	return e
 }
 
-// visible returns the compacted form of a region's extent list: sorted,
+// visible returns the compacted form of a chunk's extent list: sorted,
 // non-overlapping pieces with data, holes left out.
 func visible(exts []meta.Extent) []meta.Extent {
 	var vis []meta.Extent
@@ -98,16 +98,23 @@ type filePiece struct {
 // pieces returns the visible pieces of ino within [off, off+n), in order,
 // holes left out.
 func (t *Txn) pieces(ctx context.Context, ino Ino, off, n uint64) ([]filePiece, error) {
+	if n == 0 {
+		return nil, nil
+	}
 	var out []filePiece
 	end := off + n
-	for idx := off / meta.RegionSize; idx*meta.RegionSize < end; idx++ {
-		r, err := t.loadRegion(ctx, ino, idx)
+	idxs, err := t.chunksIn(ctx, ino, off/meta.ChunkSize, (end-1)/meta.ChunkSize)
+	if err != nil {
+		return nil, err
+	}
+	for _, idx := range idxs {
+		r, err := t.loadChunk(ctx, ino, idx)
 		if err != nil {
 			return nil, err
 		}
-		base := idx * meta.RegionSize
+		base := idx * meta.ChunkSize
 		lo := uint32(max(off, base) - base)
-		hi := uint32(min(end, base+meta.RegionSize) - base)
+		hi := uint32(min(end, base+meta.ChunkSize) - base)
 		for _, e := range visible(r.Extents) {
 			if e.End() <= lo || e.Off >= hi {
 				continue
@@ -202,7 +209,8 @@ func sliceErr(err error) error {
 }
 
 // storeData turns data destined for file offset off into extents in file
-// coordinates, split at region boundaries and slice.MaxSize; pieces larger
+// coordinates, split at region boundaries and slice.MaxSize (placePieces
+// splits them further at chunk boundaries); pieces larger
 // than the inline threshold are written to the slice store now.
 func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte) ([]filePiece, error) {
 	var out []filePiece
@@ -230,7 +238,7 @@ func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte) (
 // no flush (a NoSync commit over ordered stores, see Config.SlicesOrdered).
 // Small writes then go to slices too: inline data is there to save a
 // durable commit's data flush, and it makes every small write rewrite a
-// region record of up to inlineBudget bytes (measured: 4 KiB NoSync writes
+// chunk record of up to inlineBudget bytes (measured: 4 KiB NoSync writes
 // p50 104 µs, p99 9.7 ms inline; see docs/engine.md).
 func (t *Txn) noFlushSlices() bool { return t.opts.NoSync && t.fs.cfg.SlicesOrdered }
 
@@ -309,8 +317,8 @@ func (t *Txn) AppendAtEnd(ctx context.Context, ino Ino, data []byte) error {
 	if t.done {
 		return ErrTxnDone
 	}
-	// Pieces relative to offset 0: split at slice.MaxSize, which divides
-	// the region size, so only region boundaries need re-splitting later.
+	// Pieces relative to offset 0; placePieces splits them at chunk
+	// boundaries once the offset is known.
 	rel, err := t.storeData(ctx, ino, 0, data)
 	if err != nil {
 		return err
@@ -325,23 +333,9 @@ func (t *Txn) AppendAtEnd(ctx context.Context, ino Ino, data []byte) error {
 		if off+uint64(len(data)) > MaxFileSize || off+uint64(len(data)) < off {
 			return nil, ErrFileTooBig
 		}
-		var ps []filePiece
-		for _, p := range rel {
-			p.Off += off
-			for {
-				// Split where the piece crosses a region boundary.
-				room := meta.RegionSize - p.Off%meta.RegionSize
-				if uint64(p.Ext.Len) <= room {
-					ps = append(ps, p)
-					break
-				}
-				e := p.Ext
-				e.Off = 0
-				head, tail := trim(e, 0, uint32(room)), trim(e, uint32(room), e.Len)
-				head.Off, tail.Off = 0, 0
-				ps = append(ps, filePiece{Off: p.Off, Ext: head})
-				p = filePiece{Off: p.Off + room, Ext: tail}
-			}
+		ps := make([]filePiece, len(rel))
+		for i, p := range rel {
+			ps[i] = filePiece{Off: p.Off + off, Ext: p.Ext}
 		}
 		if err := t.placePieces(ctx, ino, n, ps); err != nil {
 			return nil, err
@@ -356,48 +350,52 @@ func (t *Txn) AppendAtEnd(ctx context.Context, ino Ino, data []byte) error {
 	return err
 }
 
-// placePieces overlays file pieces on the regions of inode n, growing its
-// size to cover them, and compacts regions whose lists grew long.
+// placePieces overlays file pieces (of any length, split here at chunk
+// boundaries) on the chunks of inode n, growing its size to cover them, and
+// compacts chunks whose lists grew long. Only the chunks the pieces touch
+// are loaded and re-encoded.
 func (t *Txn) placePieces(ctx context.Context, ino Ino, n *meta.Inode, ps []filePiece) error {
-	byRegion := map[uint64]*meta.Region{}
+	byChunk := map[uint64]*meta.Chunk{}
 	var order []uint64
-	for _, p := range ps {
-		idx := p.Off / meta.RegionSize
-		r, ok := byRegion[idx]
-		if !ok {
-			var err error
-			if r, err = t.loadRegion(ctx, ino, idx); err != nil {
-				return err
+	for _, whole := range ps {
+		for _, p := range splitPiece(whole.Off, whole.Ext) {
+			idx := p.Off / meta.ChunkSize
+			r, ok := byChunk[idx]
+			if !ok {
+				var err error
+				if r, err = t.loadChunk(ctx, ino, idx); err != nil {
+					return err
+				}
+				byChunk[idx] = r
+				order = append(order, idx)
 			}
-			byRegion[idx] = r
-			order = append(order, idx)
-		}
-		e := p.Ext
-		e.Off = uint32(p.Off % meta.RegionSize)
-		r.Extents = append(r.Extents, e)
-		if e.Kind != meta.KindHole {
-			r.End = max(r.End, e.End())
-		}
-		if end := p.Off + uint64(e.Len); end > n.Size && e.Kind != meta.KindHole {
-			n.Size = end
+			e := p.Ext
+			e.Off = uint32(p.Off % meta.ChunkSize)
+			r.Extents = append(r.Extents, e)
+			if e.Kind != meta.KindHole {
+				r.End = max(r.End, e.End())
+			}
+			if end := p.Off + uint64(e.Len); end > n.Size && e.Kind != meta.KindHole {
+				n.Size = end
+			}
 		}
 	}
 	for _, idx := range order {
-		r := byRegion[idx]
+		r := byChunk[idx]
 		if len(r.Extents) > max(compactAfter, 2*int(r.Compacted)) || inlineBytes(r) > inlineBudget {
 			if err := t.compact(ctx, ino, idx, r); err != nil {
 				return err
 			}
 		}
-		t.putRegion(ino, idx, r)
+		t.putChunk(ino, idx, r)
 	}
 	return nil
 }
 
-// compact rewrites a region's list in compacted form (WTF §2.8): merges
+// compact rewrites a chunk's list in compacted form (WTF §2.8): merges
 // adjacent inline runs, moves long inline runs into slices, and if the list
-// is still long, rewrites the region's data into a few large slices.
-func (t *Txn) compact(ctx context.Context, ino Ino, idx uint64, r *meta.Region) error {
+// is still long, rewrites the chunk's data into a few large slices.
+func (t *Txn) compact(ctx context.Context, ino Ino, idx uint64, r *meta.Chunk) error {
 	vis := visible(r.Extents)
 	var out []meta.Extent
 	for _, e := range vis {
@@ -409,10 +407,10 @@ func (t *Txn) compact(ctx context.Context, ino Ino, idx uint64, r *meta.Region) 
 		}
 		out = append(out, e)
 	}
-	evict := inlineBytes(&meta.Region{Extents: out}) > inlineBudget/2
+	evict := inlineBytes(&meta.Chunk{Extents: out}) > inlineBudget/2
 	for i, e := range out {
 		if e.Kind == meta.KindInline && (evict || int(e.Len) > t.fs.cfg.InlineMax) {
-			p, err := t.putSlice(ctx, ino, idx*meta.RegionSize+uint64(e.Off), e.Data)
+			p, err := t.putSlice(ctx, ino, idx*meta.ChunkSize+uint64(e.Off), e.Data)
 			if err != nil {
 				return err
 			}
@@ -452,7 +450,7 @@ func mergePointers(vis []meta.Extent) []meta.Extent {
 	return out
 }
 
-func inlineBytes(r *meta.Region) int {
+func inlineBytes(r *meta.Chunk) int {
 	n := 0
 	for _, e := range r.Extents {
 		n += len(e.Data)
@@ -460,7 +458,7 @@ func inlineBytes(r *meta.Region) int {
 	return n
 }
 
-// defrag reads a fragmented region's visible data and rewrites contiguous
+// defrag reads a fragmented chunk's visible data and rewrites contiguous
 // runs as slices of up to slice.MaxSize.
 func (t *Txn) defrag(ctx context.Context, ino Ino, idx uint64, vis []meta.Extent) ([]meta.Extent, error) {
 	var out []meta.Extent
@@ -481,7 +479,7 @@ func (t *Txn) defrag(ctx context.Context, ino Ino, idx uint64, vis []meta.Extent
 				return nil, err
 			}
 		}
-		p, err := t.putSlice(ctx, ino, idx*meta.RegionSize+uint64(vis[i].Off), buf)
+		p, err := t.putSlice(ctx, ino, idx*meta.ChunkSize+uint64(vis[i].Off), buf)
 		if err != nil {
 			return nil, err
 		}
@@ -493,21 +491,21 @@ func (t *Txn) defrag(ctx context.Context, ino Ino, idx uint64, vis []meta.Extent
 	return out, nil
 }
 
-// truncate changes a file's size: shrinking drops regions past the end and
+// truncate changes a file's size: shrinking drops chunks past the end and
 // clips the last one, so a later extension reads zeros.
 func (t *Txn) truncate(ctx context.Context, ino Ino, n *meta.Inode, size uint64) error {
 	if size < n.Size {
-		last := size / meta.RegionSize
-		cut := uint32(size % meta.RegionSize)
+		last := size / meta.ChunkSize
+		cut := uint32(size % meta.ChunkSize)
 		first := last + 1
 		if cut == 0 {
 			first = last
 		}
-		if err := t.dropRegionsFrom(ctx, ino, first); err != nil {
+		if err := t.dropChunksFrom(ctx, ino, first); err != nil {
 			return err
 		}
 		if cut != 0 {
-			r, err := t.loadRegion(ctx, ino, last)
+			r, err := t.loadChunk(ctx, ino, last)
 			if err != nil {
 				return err
 			}
@@ -518,17 +516,17 @@ func (t *Txn) truncate(ctx context.Context, ino Ino, n *meta.Inode, size uint64)
 				}
 			}
 			r.Extents, r.End = kept, min(r.End, cut)
-			t.putRegion(ino, last, r)
+			t.putChunk(ino, last, r)
 		}
 	}
 	n.Size = size
 	return nil
 }
 
-// dropRegionsFrom deletes the regions of ino with index >= first.
-func (t *Txn) dropRegionsFrom(ctx context.Context, ino Ino, first uint64) error {
-	start := meta.RegionKey(uint64(ino), first)
-	end := kv.PrefixEnd(meta.RegionPrefix(uint64(ino)))
+// dropChunksFrom deletes the chunks of ino with index >= first.
+func (t *Txn) dropChunksFrom(ctx context.Context, ino Ino, first uint64) error {
+	start := meta.ChunkKey(uint64(ino), first)
+	end := kv.PrefixEnd(meta.ChunkPrefix(uint64(ino)))
 	for {
 		pairs, err := t.scanRaw(ctx, start, end, 1024)
 		if err != nil {
@@ -544,10 +542,104 @@ func (t *Txn) dropRegionsFrom(ctx context.Context, ino Ino, first uint64) error 
 		}
 		start = append(slices.Clone(pairs[len(pairs)-1].Key), 0)
 	}
-	for id := range t.regions {
+	for id := range t.chunks {
 		if id.ino == ino && id.idx >= first {
-			delete(t.regions, id)
+			delete(t.chunks, id)
 		}
+	}
+	return nil
+}
+
+// chunkScanMin: pieces and punchRange find the chunks of a range of at
+// least this many chunks with one range scan (which sees only chunks that
+// exist, so a huge sparse range costs what it holds); shorter ranges get
+// each chunk by key, which keeps their read sets to single keys.
+const chunkScanMin = 16
+
+// chunksIn returns, in order, the indexes of ino's chunks in [first, last]
+// that may hold extents in this transaction's view. Chunks found by a scan
+// are decoded into the transaction's cache on the way.
+func (t *Txn) chunksIn(ctx context.Context, ino Ino, first, last uint64) ([]uint64, error) {
+	if last < first {
+		return nil, nil
+	}
+	if last-first < chunkScanMin {
+		idxs := make([]uint64, 0, last-first+1)
+		for idx := first; idx <= last; idx++ {
+			idxs = append(idxs, idx)
+		}
+		return idxs, nil
+	}
+	found := map[uint64]bool{}
+	start, end := meta.ChunkKey(uint64(ino), first), meta.ChunkKey(uint64(ino), last+1)
+	for {
+		pairs, err := t.scanRaw(ctx, start, end, 1024)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pairs {
+			_, idx, err := meta.ParseChunkKey(p.Key)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+			}
+			found[idx] = true
+			if _, ok := t.chunks[chunkID{ino, idx}]; !ok {
+				if _, err := t.cacheChunk(ino, idx, p.Key, p.Value, true); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if len(pairs) < 1024 {
+			break
+		}
+		start = append(slices.Clone(pairs[len(pairs)-1].Key), 0)
+	}
+	for id, c := range t.chunks { // this transaction's own chunks
+		if id.ino == ino && id.idx >= first && id.idx <= last {
+			found[id.idx] = c.rec != nil
+		}
+	}
+	idxs := make([]uint64, 0, len(found))
+	for idx, ok := range found {
+		if ok {
+			idxs = append(idxs, idx)
+		}
+	}
+	slices.Sort(idxs)
+	return idxs, nil
+}
+
+// punchRange makes file bytes [off, off+n) read as zeros: chunks wholly
+// inside the range are deleted, the (at most two) partly covered ones get a
+// hole and are compacted, so the punched slices lose their references. It
+// costs what the range holds, not its length.
+func (t *Txn) punchRange(ctx context.Context, ino Ino, off, n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	end := off + n
+	idxs, err := t.chunksIn(ctx, ino, off/meta.ChunkSize, (end-1)/meta.ChunkSize)
+	if err != nil {
+		return err
+	}
+	for _, idx := range idxs {
+		r, err := t.loadChunk(ctx, ino, idx)
+		if err != nil {
+			return err
+		}
+		if len(r.Extents) == 0 {
+			continue
+		}
+		base := idx * meta.ChunkSize
+		lo, hi := max(off, base)-base, min(end, base+meta.ChunkSize)-base
+		if lo == 0 && hi == meta.ChunkSize {
+			r.Extents = nil
+		} else {
+			hole := meta.Extent{Off: uint32(lo), Len: uint32(hi - lo), Kind: meta.KindHole}
+			r.Extents = visible(append(r.Extents, hole))
+		}
+		r.Compacted = uint32(len(r.Extents))
+		t.putChunk(ino, idx, r)
 	}
 	return nil
 }

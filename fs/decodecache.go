@@ -12,13 +12,13 @@ const decodeCacheMaxBytes = 32 << 20
 // encoded bytes (map entry, key, the decoded struct).
 const decodeCacheEntryOverhead = 256
 
-// decodeCache keeps decoded inode and region records by kv key together
+// decodeCache keeps decoded inode and chunk records by kv key together
 // with the encoded bytes they were decoded from: a transaction that reads a
 // record whose bytes are identical to the cached ones takes the decoded
 // value instead of decoding CBOR again (nfs4 ENGINE-REQUESTS 4). Byte
 // equality makes it exact whatever snapshot the bytes came from, so it
 // needs no invalidation. Cached values are shared and never modified
-// (loadInode and loadRegion hand out copies; putInode and putRegion store
+// (loadInode and loadChunk hand out copies; putInode and putChunk store
 // new values).
 type decodeCache struct {
 	mu    sync.Mutex

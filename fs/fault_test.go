@@ -297,7 +297,7 @@ func TestCorruptMetadata(t *testing.T) {
 				case "dirent":
 					key = meta.DirentKey(uint64(fs.RootIno), "f1")
 				case "region":
-					key = meta.RegionKey(uint64(b.f1), 0)
+					key = meta.ChunkKey(uint64(b.f1), 0)
 				case "cookie":
 					key = meta.CookieKey(uint64(fs.RootIno), 5)
 				}
@@ -329,7 +329,7 @@ func TestCorruptMetadata(t *testing.T) {
 				case "dirent":
 					decodes = meta.Unmarshal(val, &meta.Dirent{}) == nil
 				case "region":
-					decodes = meta.Unmarshal(val, &meta.Region{}) == nil
+					decodes = meta.Unmarshal(val, &meta.Chunk{}) == nil
 				case "cookie":
 					decodes = true
 				}

@@ -95,7 +95,8 @@ type FS struct {
 }
 
 // Open opens the file system stored in cfg.KV and cfg.Slices, creating the
-// root directory if the store is empty, and reclaims orphan inodes left by
+// root directory if the store is empty, converts a data directory written
+// in an older data layout (see upgradeLayout), and reclaims orphan inodes left by
 // a previous run (files unlinked while open).
 func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if err := cfg.Validate(); err != nil {
@@ -111,6 +112,9 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	f.appender.fs = f
 	f.gcState.init()
 	if err := f.format(ctx); err != nil {
+		return nil, err
+	}
+	if err := f.upgradeLayout(ctx); err != nil {
 		return nil, err
 	}
 	if err := f.reclaimOrphans(ctx); err != nil {

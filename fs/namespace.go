@@ -112,9 +112,9 @@ func (t *Txn) dropLink(ctx context.Context, ino Ino, n *meta.Inode, now int64) e
 	return t.deleteInode(ctx, ino)
 }
 
-// deleteInode removes an inode with all its regions and attributes.
+// deleteInode removes an inode with all its chunks and attributes.
 func (t *Txn) deleteInode(ctx context.Context, ino Ino) error {
-	for _, prefix := range [][]byte{meta.RegionPrefix(uint64(ino)), meta.XattrPrefix(uint64(ino))} {
+	for _, prefix := range [][]byte{meta.ChunkPrefix(uint64(ino)), meta.XattrPrefix(uint64(ino))} {
 		for {
 			pairs, err := t.scanRaw(ctx, prefix, kv.PrefixEnd(prefix), 1024)
 			if err != nil {
@@ -130,9 +130,9 @@ func (t *Txn) deleteInode(ctx context.Context, ino Ino) error {
 			}
 		}
 	}
-	for id := range t.regions {
+	for id := range t.chunks {
 		if id.ino == ino {
-			delete(t.regions, id)
+			delete(t.chunks, id)
 		}
 	}
 	t.putInode(ino, nil)
@@ -242,7 +242,7 @@ func (t *Txn) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 	return attrResult(res, err)
 }
 
-// attrWithUsed is toAttr with Used computed from a regular file's regions
+// attrWithUsed is toAttr with Used computed from a regular file's chunks
 // (GetAttr and GetAttrMask with AttrUsed; elsewhere Used is the size
 // rounded up): the bytes its visible data extents cover, each rounded up
 // to 4 KiB, so holes and punched ranges do not count (fuse
@@ -252,31 +252,31 @@ func (t *Txn) attrWithUsed(ctx context.Context, ino Ino, n *meta.Inode) (Attr, e
 	if a.Type != TypeRegular {
 		return a, nil
 	}
-	prefix := meta.RegionPrefix(uint64(ino))
+	prefix := meta.ChunkPrefix(uint64(ino))
 	pairs, err := t.scanRaw(ctx, prefix, kv.PrefixEnd(prefix), 0)
 	if err != nil {
 		return Attr{}, err
 	}
 	seen := map[uint64]bool{}
 	var used uint64
-	add := func(r *meta.Region) {
+	add := func(r *meta.Chunk) {
 		for _, e := range visible(r.Extents) {
 			used += (uint64(e.Len) + 4095) &^ 4095
 		}
 	}
 	for _, p := range pairs {
-		_, idx, err := meta.ParseRegionKey(p.Key)
+		_, idx, err := meta.ParseChunkKey(p.Key)
 		if err != nil {
 			return Attr{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
 		}
 		seen[idx] = true
-		r, err := t.loadRegion(ctx, ino, idx) // the transaction's own version if it has one
+		r, err := t.loadChunk(ctx, ino, idx) // the transaction's own version if it has one
 		if err != nil {
 			return Attr{}, err
 		}
 		add(r)
 	}
-	for id, c := range t.regions { // regions written by this transaction, not in the store yet
+	for id, c := range t.chunks { // chunks written by this transaction, not in the store yet
 		if id.ino == ino && !seen[id.idx] && c.rec != nil {
 			add(c.rec)
 		}

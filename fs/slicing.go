@@ -134,15 +134,15 @@ func (t *Txn) Paste(ctx context.Context, ino Ino, off uint64, s Slices) error {
 }
 
 // checkSource verifies that every slice in s is still referenced by the
-// region of the source file it was yanked from (in this transaction's
-// view), making the source region part of the read set.
+// chunk of the source file it was yanked from (in this transaction's
+// view), making the source chunk part of the read set.
 func (t *Txn) checkSource(ctx context.Context, s Slices) error {
 	for _, p := range s.Pieces {
 		if p.Ext.Kind != meta.KindSlice {
 			continue
 		}
-		idx := (s.SrcOff + p.Off) / meta.RegionSize
-		r, err := t.loadRegion(ctx, s.Src, idx)
+		idx := (s.SrcOff + p.Off) / meta.ChunkSize
+		r, err := t.loadChunk(ctx, s.Src, idx)
 		if err != nil {
 			return err
 		}
@@ -177,11 +177,13 @@ func (t *Txn) paste(ctx context.Context, ino Ino, f *meta.Inode, off uint64, s S
 		if p.Off == covered {
 			covered += uint64(p.Ext.Len)
 		}
-		ps = append(ps, splitPiece(off+p.Off, p.Ext)...)
+		ps = append(ps, filePiece{Off: off + p.Off, Ext: p.Ext})
 	}
 	if covered < s.Length {
-		// Holes in s must read as zeros: lay a hole under the pieces.
-		ps = append(holes(off, s.Length), ps...)
+		// Holes in s must read as zeros: punch the range first.
+		if err := t.punchRange(ctx, ino, off, s.Length); err != nil {
+			return err
+		}
 	}
 	if err := t.placePieces(ctx, ino, f, ps); err != nil {
 		return err
@@ -192,21 +194,16 @@ func (t *Txn) paste(ctx context.Context, ino Ino, f *meta.Inode, off uint64, s S
 	return nil
 }
 
-// holes returns hole pieces covering [off, off+n), split at regions.
-func holes(off, n uint64) []filePiece {
-	return splitPiece(off, meta.Extent{Kind: meta.KindHole, Len: uint32(min(n, 1<<31))}, n)
-}
-
-// splitPiece cuts extent e placed at file offset off at region boundaries.
-// An optional total length overrides e.Len (for holes longer than 4 GiB).
-func splitPiece(off uint64, e meta.Extent, total ...uint64) []filePiece {
+// splitPiece cuts extent e placed at file offset off at chunk boundaries.
+func splitPiece(off uint64, e meta.Extent) []filePiece {
 	n := uint64(e.Len)
-	if len(total) > 0 {
-		n = total[0]
+	if room := meta.ChunkSize - off%meta.ChunkSize; n <= room {
+		e.Off = 0
+		return []filePiece{{Off: off, Ext: e}} // the common case: no split
 	}
 	var out []filePiece
 	for done := uint64(0); done < n; {
-		room := meta.RegionSize - (off+done)%meta.RegionSize
+		room := meta.ChunkSize - (off+done)%meta.ChunkSize
 		k := min(n-done, room)
 		p := e
 		p.Off, p.Len = 0, uint32(k)
@@ -234,19 +231,8 @@ func (t *Txn) Punch(ctx context.Context, ino Ino, off, n uint64) error {
 		if off >= f.Size || n == 0 {
 			return nil, nil
 		}
-		n := min(n, f.Size-off)
-		if err := t.placePieces(ctx, ino, f, holes(off, n)); err != nil {
+		if err := t.punchRange(ctx, ino, off, min(n, f.Size-off)); err != nil {
 			return nil, err
-		}
-		// Compact the touched regions now so the punched slices lose
-		// their last references.
-		for idx := off / meta.RegionSize; idx*meta.RegionSize < off+n; idx++ {
-			r, err := t.loadRegion(ctx, ino, idx)
-			if err != nil {
-				return nil, err
-			}
-			r.Extents = visible(r.Extents)
-			t.putRegion(ino, idx, r)
 		}
 		touch(f, now)
 		t.putInode(ino, f)
@@ -333,10 +319,10 @@ func (t *Txn) concat(ctx context.Context, dst Ino, srcs []Ino, now int64) error 
 	off := uint64(0)
 	for i, src := range srcs {
 		switch {
-		case !dstIsSrc && off%meta.RegionSize == 0:
-			// Region-aligned: the source's region records are the
+		case !dstIsSrc && off%meta.ChunkSize == 0:
+			// Chunk-aligned: the source's chunk records are the
 			// destination's, shifted; copy them without decoding.
-			if err := t.copyRegions(ctx, src, dst, off/meta.RegionSize); err != nil {
+			if err := t.copyChunks(ctx, src, dst, off/meta.ChunkSize); err != nil {
 				return err
 			}
 		default:
@@ -358,30 +344,30 @@ func (t *Txn) concat(ctx context.Context, dst Ino, srcs []Ino, now int64) error 
 	return nil
 }
 
-// copyRegions gives dst (which has no regions) src's regions, region idx
+// copyChunks gives dst (which has no chunks) src's chunks, chunk idx
 // of src becoming idx+shift of dst. Records not changed by this
-// transaction are copied as stored bytes, so the cost per region is one
+// transaction are copied as stored bytes, so the cost per chunk is one
 // kv read and write, however many extents and bytes it holds.
-func (t *Txn) copyRegions(ctx context.Context, src, dst Ino, shift uint64) error {
+func (t *Txn) copyChunks(ctx context.Context, src, dst Ino, shift uint64) error {
 	inKV := map[uint64]bool{}
-	err := t.scanAll(ctx, meta.RegionPrefix(uint64(src)), func(p kv.Pair) error {
-		_, idx, err := meta.ParseRegionKey(p.Key)
+	err := t.scanAll(ctx, meta.ChunkPrefix(uint64(src)), func(p kv.Pair) error {
+		_, idx, err := meta.ParseChunkKey(p.Key)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrCorrupt, err)
 		}
 		inKV[idx] = true
-		if c, ok := t.regions[regionID{src, idx}]; ok && c.dirty {
+		if c, ok := t.chunks[chunkID{src, idx}]; ok && c.dirty {
 			return nil // changed in this transaction: copied from the cache below
 		}
-		delete(t.regions, regionID{dst, idx + shift})
-		return t.setRaw(ctx, meta.RegionKey(uint64(dst), idx+shift), p.Value)
+		delete(t.chunks, chunkID{dst, idx + shift})
+		return t.setRaw(ctx, meta.ChunkKey(uint64(dst), idx+shift), p.Value)
 	})
 	if err != nil {
 		return err
 	}
-	for id, c := range t.regions {
+	for id, c := range t.chunks {
 		if id.ino == src && c.dirty && c.rec != nil {
-			t.putRegion(dst, id.idx+shift, c.rec)
+			t.putChunk(dst, id.idx+shift, c.rec)
 		}
 	}
 	return nil

@@ -39,7 +39,7 @@ type Txn struct {
 
 	mutations int // bumped by every change, to detect half-done operations
 	inodes    map[Ino]*cachedInode
-	regions   map[regionID]*cachedRegion
+	chunks    map[chunkID]*cachedChunk
 }
 
 type cachedInode struct {
@@ -47,13 +47,13 @@ type cachedInode struct {
 	dirty bool
 }
 
-type regionID struct {
+type chunkID struct {
 	ino Ino
 	idx uint64
 }
 
-type cachedRegion struct {
-	rec   *meta.Region // nil: does not exist
+type cachedChunk struct {
+	rec   *meta.Chunk // nil: does not exist
 	dirty bool
 }
 
@@ -129,7 +129,7 @@ func (t *Txn) reset() {
 		t.kvTxn = nil
 	}
 	t.inodes = map[Ino]*cachedInode{}
-	t.regions = map[regionID]*cachedRegion{}
+	t.chunks = map[chunkID]*cachedChunk{}
 	t.orphaned = nil
 	t.dropped = nil
 	t.tmpfiles = nil
@@ -290,7 +290,7 @@ func (t *Txn) Abort() {
 	t.fs.gcState.end(t, false)
 }
 
-// flush writes the cached inodes and regions into the kv transaction.
+// flush writes the cached inodes and chunks into the kv transaction.
 func (t *Txn) flush() error {
 	kt := t.kvTxn
 	for ino, c := range t.inodes {
@@ -302,11 +302,11 @@ func (t *Txn) flush() error {
 		}
 		c.dirty = false
 	}
-	for id, c := range t.regions {
+	for id, c := range t.chunks {
 		if !c.dirty {
 			continue
 		}
-		if err := t.putRecord(kt, meta.RegionKey(uint64(id.ino), id.idx), c.rec); err != nil {
+		if err := t.putRecord(kt, meta.ChunkKey(uint64(id.ino), id.idx), c.rec); err != nil {
 			return err
 		}
 		c.dirty = false
@@ -314,7 +314,7 @@ func (t *Txn) flush() error {
 	return nil
 }
 
-// putRecord writes an inode or region record (nil deletes it) and offers
+// putRecord writes an inode or chunk record (nil deletes it) and offers
 // the encoding to the decode cache, so the next transaction reading these
 // bytes does not decode them again.
 func (t *Txn) putRecord(kt kv.Txn, key []byte, rec any) error {
@@ -323,7 +323,7 @@ func (t *Txn) putRecord(kt kv.Txn, key []byte, rec any) error {
 		if r == nil {
 			return kvErr(kt.Delete(key))
 		}
-	case *meta.Region:
+	case *meta.Chunk:
 		if r == nil {
 			return kvErr(kt.Delete(key))
 		}
@@ -379,43 +379,52 @@ func (t *Txn) putInode(ino Ino, rec *meta.Inode) {
 	t.inodes[ino] = c
 }
 
-// loadRegion returns a copy of a region record, or an empty region.
-func (t *Txn) loadRegion(ctx context.Context, ino Ino, idx uint64) (*meta.Region, error) {
-	id := regionID{ino, idx}
-	c, ok := t.regions[id]
+// loadChunk returns a copy of a chunk record, or an empty chunk.
+func (t *Txn) loadChunk(ctx context.Context, ino Ino, idx uint64) (*meta.Chunk, error) {
+	c, ok := t.chunks[chunkID{ino, idx}]
 	if !ok {
-		key := meta.RegionKey(uint64(ino), idx)
+		key := meta.ChunkKey(uint64(ino), idx)
 		b, err := t.getRaw(ctx, key)
-		c = &cachedRegion{}
-		if err == nil {
-			if v, ok := t.fs.decoded.get(key, b); ok {
-				c.rec = v.(*meta.Region)
-			} else {
-				c.rec = new(meta.Region)
-				if err := meta.Unmarshal(b, c.rec); err != nil {
-					return nil, fmt.Errorf("%w: inode %d region %d: %v", ErrCorrupt, ino, idx, err)
-				}
-				t.fs.decoded.put(key, b, c.rec)
-			}
-		} else if !errors.Is(err, ErrNotExist) {
+		if err != nil && !errors.Is(err, ErrNotExist) {
 			return nil, err
 		}
-		t.regions[id] = c
+		if c, err = t.cacheChunk(ino, idx, key, b, err == nil); err != nil {
+			return nil, err
+		}
 	}
 	if c.rec == nil {
-		return &meta.Region{}, nil
+		return &meta.Chunk{}, nil
 	}
-	return &meta.Region{End: c.rec.End, Extents: slices.Clone(c.rec.Extents), Compacted: c.rec.Compacted}, nil
+	return &meta.Chunk{End: c.rec.End, Extents: slices.Clone(c.rec.Extents), Compacted: c.rec.Compacted}, nil
 }
 
-// putRegion stores a region (an empty one is deleted).
-func (t *Txn) putRegion(ino Ino, idx uint64, r *meta.Region) {
-	t.mutations++
-	c := &cachedRegion{dirty: true}
-	if r != nil && len(r.Extents) > 0 {
-		c.rec = &meta.Region{End: r.End, Extents: slices.Clone(r.Extents), Compacted: r.Compacted}
+// cacheChunk decodes chunk record b read from the store (if exists) into
+// the transaction's cache.
+func (t *Txn) cacheChunk(ino Ino, idx uint64, key, b []byte, exists bool) (*cachedChunk, error) {
+	c := &cachedChunk{}
+	if exists {
+		if v, ok := t.fs.decoded.get(key, b); ok {
+			c.rec = v.(*meta.Chunk)
+		} else {
+			c.rec = new(meta.Chunk)
+			if err := meta.Unmarshal(b, c.rec); err != nil {
+				return nil, fmt.Errorf("%w: inode %d chunk %d: %v", ErrCorrupt, ino, idx, err)
+			}
+			t.fs.decoded.put(key, b, c.rec)
+		}
 	}
-	t.regions[regionID{ino, idx}] = c
+	t.chunks[chunkID{ino, idx}] = c
+	return c, nil
+}
+
+// putChunk stores a chunk (an empty one is deleted).
+func (t *Txn) putChunk(ino Ino, idx uint64, r *meta.Chunk) {
+	t.mutations++
+	c := &cachedChunk{dirty: true}
+	if r != nil && len(r.Extents) > 0 {
+		c.rec = &meta.Chunk{End: r.End, Extents: slices.Clone(r.Extents), Compacted: r.Compacted}
+	}
+	t.chunks[chunkID{ino, idx}] = c
 }
 
 func (t *Txn) getRaw(ctx context.Context, key []byte) ([]byte, error) {

@@ -8,11 +8,14 @@
 //	"i" ino                      -> Inode         one per inode
 //	"d" dir  name                -> Dirent        directory entry, by (parent, name)
 //	"c" dir  cookie              -> name          readdir order; cookie index of "d"
-//	"r" ino  region              -> Region        slice list of one RegionSize region
+//	"e" ino  chunk               -> Chunk         slice list of one ChunkSize chunk
+//	"r" ino  region              -> Region        layout 1 only: slice list of one
+//	                                               RegionSize region (converted to
+//	                                               chunks when the FS is opened)
 //	"x" ino  name                -> value bytes   extended attribute
 //	"o" ino                      -> ""            orphan: nlink 0, still open
 //	"m" name                     -> bytes         engine bookkeeping (inode counter,
-//	                                               secrets, GC state)
+//	                                               secrets, GC state, "layout")
 //
 // Records are CBOR arrays (github.com/fxamacker/cbor) prefixed with one
 // format byte, decoded with strict size limits: corrupt bytes give an

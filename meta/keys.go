@@ -10,15 +10,33 @@ const (
 	prefixInode  = 'i'
 	prefixDirent = 'd'
 	prefixCookie = 'c'
-	prefixRegion = 'r'
+	prefixRegion = 'r' // layout 1 only (see ChunkKey)
+	prefixChunk  = 'e'
 	prefixXattr  = 'x'
 	prefixOrphan = 'o'
 	prefixMisc   = 'm'
 )
 
-// RegionSize is the size of the file regions that each have their own slice
-// list (WTF §2.3).
+// RegionSize is the size of the file regions that each had one slice list
+// (WTF §2.3) in layout 1. It still bounds an extent (Extent.Off is
+// region-relative in layout 1) and is the unit of slice placement hints.
 const RegionSize = 64 << 20
+
+// ChunkSize is the span of file data one Chunk record (layout 2) describes:
+// a write re-encodes only the chunks it touches, so its cost does not grow
+// with the number of extents elsewhere in the file.
+const ChunkSize = 1 << 20
+
+// Data layouts (the MiscKey(LayoutKey) record, a big-endian uint64; absent
+// means LayoutRegions).
+const (
+	// LayoutRegions: one Region record per 64 MiB region ("r" keys).
+	LayoutRegions = 1
+	// LayoutChunks: one Chunk record per 1 MiB chunk ("e" keys).
+	LayoutChunks = 2
+	// LayoutKey names the misc record holding the layout.
+	LayoutKey = "layout"
+)
 
 func key(prefix byte, n uint64, rest []byte) []byte {
 	k := make([]byte, 0, 9+len(rest))
@@ -53,7 +71,7 @@ func CookiePrefix(dir uint64) []byte { return key(prefixCookie, dir, nil) }
 // AllCookiesPrefix covers every cookie index entry.
 func AllCookiesPrefix() []byte { return []byte{prefixCookie} }
 
-// RegionKey is the key of region idx of inode ino.
+// RegionKey is the key of region idx of inode ino (layout 1).
 func RegionKey(ino, idx uint64) []byte { return key(prefixRegion, ino, u64(idx)) }
 
 // RegionPrefix covers all regions of ino.
@@ -61,6 +79,16 @@ func RegionPrefix(ino uint64) []byte { return key(prefixRegion, ino, nil) }
 
 // AllRegionsPrefix covers every region of every file.
 func AllRegionsPrefix() []byte { return []byte{prefixRegion} }
+
+// ChunkKey is the key of chunk idx (file bytes [idx*ChunkSize,
+// (idx+1)*ChunkSize)) of inode ino.
+func ChunkKey(ino, idx uint64) []byte { return key(prefixChunk, ino, u64(idx)) }
+
+// ChunkPrefix covers all chunks of ino.
+func ChunkPrefix(ino uint64) []byte { return key(prefixChunk, ino, nil) }
+
+// AllChunksPrefix covers every chunk of every file.
+func AllChunksPrefix() []byte { return []byte{prefixChunk} }
 
 // XattrKey is the key of extended attribute name of ino.
 func XattrKey(ino uint64, name string) []byte { return key(prefixXattr, ino, []byte(name)) }
@@ -79,7 +107,7 @@ func MiscKey(name string) []byte { return append([]byte{prefixMisc}, name...) }
 
 // ParseInodeKey, ParseRegionKey etc. decode keys found by scans.
 
-// ParseIno decodes the inode number of an "i", "r", "x", "o", "d" or "c" key.
+// ParseIno decodes the inode number of an "i", "r", "e", "x", "o", "d" or "c" key.
 func ParseIno(k []byte) (uint64, error) {
 	if len(k) < 9 {
 		return 0, fmt.Errorf("%w: short key %x", ErrCorrupt, k)
@@ -91,6 +119,14 @@ func ParseIno(k []byte) (uint64, error) {
 func ParseRegionKey(k []byte) (ino, idx uint64, err error) {
 	if len(k) != 17 || k[0] != prefixRegion {
 		return 0, 0, fmt.Errorf("%w: bad region key %x", ErrCorrupt, k)
+	}
+	return binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:17]), nil
+}
+
+// ParseChunkKey decodes a chunk key into inode and chunk index.
+func ParseChunkKey(k []byte) (ino, idx uint64, err error) {
+	if len(k) != 17 || k[0] != prefixChunk {
+		return 0, 0, fmt.Errorf("%w: bad chunk key %x", ErrCorrupt, k)
 	}
 	return binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:17]), nil
 }

@@ -179,8 +179,10 @@ func (e *Extent) check() error {
 	return nil
 }
 
-// Region is the slice list of one region of a file: extents in the order
-// they were written; where they overlap the later one wins (WTF §2.1).
+// Region is the slice list of one region of a file in layout 1: extents in
+// the order they were written; where they overlap the later one wins (WTF
+// §2.1). Layout 2 stores Chunk records instead; Region remains so that a
+// data directory written by layout 1 can be read and converted.
 type Region struct {
 	_ struct{} `cbor:",toarray"`
 	// End is the region offset just past the last byte ever written in
@@ -199,6 +201,37 @@ func (r *Region) check() error {
 	for i := range r.Extents {
 		if err := r.Extents[i].check(); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// Chunk is the slice list of one ChunkSize chunk of a file (layout 2):
+// extents at chunk offsets, in the order they were written; where they
+// overlap the later one wins (WTF §2.1). The engine keeps it compacted
+// most of the time (fs/data.go).
+type Chunk struct {
+	_ struct{} `cbor:",toarray"`
+	// End is the chunk offset just past the last byte ever written in
+	// this chunk.
+	End     uint32
+	Extents []Extent
+	// Compacted is the list length after the last compaction; the list
+	// is compacted again when it has grown well past it.
+	Compacted uint32
+}
+
+func (c *Chunk) check() error {
+	if c.End > ChunkSize {
+		return fmt.Errorf("chunk end %d", c.End)
+	}
+	for i := range c.Extents {
+		e := &c.Extents[i]
+		if err := e.check(); err != nil {
+			return err
+		}
+		if uint64(e.Off)+uint64(e.Len) > ChunkSize {
+			return fmt.Errorf("extent [%d,+%d) outside chunk", e.Off, e.Len)
 		}
 	}
 	return nil

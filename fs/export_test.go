@@ -1,0 +1,85 @@
+package fs
+
+import (
+	"context"
+	"slices"
+
+	"github.com/txnfs/txnfs/kv"
+	"github.com/txnfs/txnfs/meta"
+)
+
+// WriteLayout1ForTest rewrites the store in data layout 1, as an engine
+// before layout 2 would have left it: the chunk records are merged into
+// one Region record per meta.RegionSize region and the layout record is
+// deleted. Pieces of one extent that were cut at chunk boundaries are
+// joined again, and each region's list starts with a hole over the whole
+// region and a garbage inline copy of every slice extent, all overwritten
+// by the later extents (layout 1's "later extent wins" lists), so the
+// conversion must honour list order.
+func WriteLayout1ForTest(ctx context.Context, f *FS) error {
+	return f.Do(ctx, RootCred, func(t *Txn) error {
+		return t.internal(ctx, "downgrade", func(ctx context.Context) (any, error) {
+			type rid struct{ ino, idx uint64 }
+			regions := map[rid][]meta.Extent{}
+			var keys [][]byte
+			err := t.scanAll(ctx, meta.AllChunksPrefix(), func(p kv.Pair) error {
+				ino, cidx, err := meta.ParseChunkKey(p.Key)
+				if err != nil {
+					return err
+				}
+				var c meta.Chunk
+				if err := meta.Unmarshal(p.Value, &c); err != nil {
+					return err
+				}
+				id := rid{ino, cidx * meta.ChunkSize / meta.RegionSize}
+				shift := uint32(cidx * meta.ChunkSize % meta.RegionSize)
+				for _, e := range visible(c.Extents) {
+					e.Off += shift
+					l := regions[id]
+					if k := len(l) - 1; k >= 0 && l[k].Kind == meta.KindSlice && e.Kind == meta.KindSlice &&
+						l[k].End() == e.Off && l[k].Pointer() == e.Pointer() && l[k].SliceOff+l[k].Len == e.SliceOff {
+						l[k].Len += e.Len
+						continue
+					}
+					regions[id] = append(l, e)
+				}
+				keys = append(keys, slices.Clone(p.Key))
+				return nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			for _, k := range keys {
+				if err := t.deleteRaw(ctx, k); err != nil {
+					return nil, err
+				}
+			}
+			t.chunks = map[chunkID]*cachedChunk{}
+			for id, exts := range regions {
+				r := meta.Region{}
+				for _, e := range exts {
+					r.End = max(r.End, e.End())
+				}
+				r.Extents = append(r.Extents, meta.Extent{Kind: meta.KindHole, Len: r.End})
+				for _, e := range exts {
+					if e.Kind == meta.KindSlice {
+						g := make([]byte, e.Len)
+						for i := range g {
+							g[i] = 0xee
+						}
+						r.Extents = append(r.Extents, meta.Extent{Off: e.Off, Len: e.Len, Kind: meta.KindInline, Data: g})
+					}
+				}
+				r.Extents = append(r.Extents, exts...)
+				b, err := meta.Marshal(&r)
+				if err != nil {
+					return nil, err
+				}
+				if err := t.setRaw(ctx, meta.RegionKey(id.ino, id.idx), b); err != nil {
+					return nil, err
+				}
+			}
+			return nil, t.deleteRaw(ctx, meta.MiscKey(meta.LayoutKey))
+		})
+	})
+}

@@ -1,0 +1,182 @@
+package fs_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/kv"
+	"github.com/txnfs/txnfs/meta"
+)
+
+// TestLayout1Upgrade: a store written in data layout 1 (one Region record
+// per 64 MiB region, made by fs.WriteLayout1ForTest from files written
+// through the API) opens, reads the same bytes, passes Check, holds no
+// region records and is writable afterwards. More than one upgrade batch
+// of regions is converted (a sparse file with data in 70 regions).
+func TestLayout1Upgrade(t *testing.T) {
+	for _, kind := range []storeKind{storeMem, storePebble} {
+		t.Run(kind.String(), func(t *testing.T) {
+			seed := uint64(time.Now().UnixNano())
+			t.Logf("seed %d", seed)
+			rng := rand.New(rand.NewPCG(seed, 1))
+			ctx := context.Background()
+			tf := newTestFS(t, fsOpts{kind: kind, inlineMax: 64})
+			f := tf.FS
+			type file struct {
+				ino  fs.Ino
+				size uint64
+			}
+			var files []file
+			create := func(name string) fs.Ino {
+				var ino fs.Ino
+				do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+					a, _, err := tx.Create(ctx, fs.RootIno, name, fs.CreateRequest{Type: fs.TypeRegular})
+					ino = a.Ino
+					return err
+				})
+				return ino
+			}
+			// A fragmented file: random writes across chunk boundaries,
+			// some larger than a chunk, some inline, and punches.
+			frag := create("frag")
+			for i := 0; i < 300; i++ {
+				off := rng.Uint64N(5 << 20)
+				n := 1 + rng.IntN(9000)
+				if i%20 == 0 {
+					n = 1 + rng.IntN(3<<20)
+				}
+				data := pattern(byte(i)|1, n)
+				do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+					if i%17 == 0 {
+						return tx.Punch(ctx, frag, off, uint64(n))
+					}
+					return tx.Write(ctx, frag, off, data)
+				})
+			}
+			// A sparse file with data in 70 regions, straddling each
+			// region boundary.
+			sparse := create("sparse")
+			for r := uint64(1); r <= 70; r++ {
+				do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+					return tx.Write(ctx, sparse, r*meta.RegionSize-3000, pattern(byte(r), 6000))
+				})
+			}
+			small := create("small")
+			do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, small, 10, []byte("inline")) })
+			for _, ino := range []fs.Ino{frag, sparse, small} {
+				var a fs.Attr
+				do(t, f, func(ctx context.Context, tx *fs.Txn) (err error) { a, err = tx.GetAttr(ctx, ino); return err })
+				files = append(files, file{ino, a.Size})
+			}
+			// What each file reads: whole for the small ones, windows of
+			// the sparse one.
+			readFile := func(f *fs.FS, fl file) []byte {
+				var out []byte
+				err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
+					if fl.ino != sparse {
+						b, err := readAll(ctx, tx, fl.ino, fl.size)
+						out = b
+						return err
+					}
+					for r := uint64(1); r <= 70; r++ {
+						buf := make([]byte, 8000)
+						n, _, err := tx.Read(ctx, fl.ino, r*meta.RegionSize-4000, buf)
+						if err != nil {
+							return err
+						}
+						out = append(out, buf[:n]...)
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out
+			}
+			var want [][]byte
+			for _, fl := range files {
+				want = append(want, readFile(f, fl))
+			}
+			if err := fs.WriteLayout1ForTest(ctx, f); err != nil {
+				t.Fatal(err)
+			}
+			if n := countKeys(t, tf.KV, meta.AllRegionsPrefix()); n < 71 {
+				t.Fatalf("layout 1 store has %d region records, want at least 71", n)
+			}
+			if n := countKeys(t, tf.KV, meta.AllChunksPrefix()); n != 0 {
+				t.Fatalf("layout 1 store has %d chunk records", n)
+			}
+			f2, err := fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices, Clock: fixedClock, InlineMax: 64, GCWait: time.Millisecond})
+			if err != nil {
+				t.Fatalf("opening the layout 1 store: %v", err)
+			}
+			if n := countKeys(t, tf.KV, meta.AllRegionsPrefix()); n != 0 {
+				t.Fatalf("%d region records left after the upgrade", n)
+			}
+			for i, fl := range files {
+				if got := readFile(f2, fl); !bytes.Equal(got, want[i]) {
+					t.Fatalf("file %d reads differently after the upgrade (%d bytes, want %d)", i, len(got), len(want[i]))
+				}
+			}
+			requireCheckClean(t, f2)
+			// Still writable, and the GC frees nothing that is referenced.
+			do(t, f2, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, frag, 1<<20-5, []byte("0123456789")) })
+			copy(want[0][1<<20-5:], "0123456789")
+			for i := 0; i < 2; i++ {
+				if _, err := f2.CollectGarbage(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, fl := range files {
+				if got := readFile(f2, fl); !bytes.Equal(got, want[i]) {
+					t.Fatalf("file %d reads differently after a write and GC", i)
+				}
+			}
+			requireCheckClean(t, f2)
+		})
+	}
+}
+
+// TestLayoutNewerRefused: a store recording a later data layout is not
+// opened.
+func TestLayoutNewerRefused(t *testing.T) {
+	ctx := context.Background()
+	tf := newTestFS(t, fsOpts{})
+	kt, err := tf.KV.Begin(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kt.Set(meta.MiscKey(meta.LayoutKey), []byte{0, 0, 0, 0, 0, 0, 0, 3})
+	if err := kt.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices})
+	if !errors.Is(err, fs.ErrNotSupported) {
+		t.Fatalf("Open of a layout-3 store: %v, want ErrNotSupported", err)
+	}
+	rep, err := tf.Check(ctx)
+	if err != nil || rep.OK() {
+		t.Fatalf("Check of a layout-3 store: OK=%v %v", rep.OK(), err)
+	}
+}
+
+func countKeys(t *testing.T, s kv.Store, prefix []byte) int {
+	t.Helper()
+	ctx := context.Background()
+	kt, err := s.Begin(ctx, kv.TxnOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kt.Rollback()
+	pairs, err := kt.Scan(ctx, prefix, kv.PrefixEnd(prefix), 0)
+	if err != nil {
+		t.Fatal(fmt.Errorf("scan: %w", err))
+	}
+	return len(pairs)
+}
