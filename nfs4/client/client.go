@@ -164,6 +164,8 @@ type Client struct {
 		// txns are the transactions TxnBegin opened and TxnEnd did
 		// not end (aborted by Close).
 		txns map[TxnID]bool
+		// reclaim is the hook SetReclaim installed (nil: none).
+		reclaim ReclaimFunc
 	}
 	// sessMu serializes session (re)establishment.
 	sessMu sync.Mutex
@@ -212,6 +214,27 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		go c.renewLoop()
 	}
 	return c, nil
+}
+
+// ReclaimFunc re-acquires a client's open and lock state after the server
+// lost it (a restart): OPEN with Reclaim set (CLAIM_PREVIOUS) and LOCK
+// with reclaim set, sent with do, in the new session, before the client
+// sends RECLAIM_COMPLETE. Other COMPOUNDs wait until it returns, so they
+// run after the state was reclaimed; a stateid they carry from before the
+// restart is answered NFS4ERR_BAD_STATEID, and the caller resends it with
+// the reclaimed one. It must not call Do (which would wait for it). Its
+// error is logged; RECLAIM_COMPLETE is sent anyway.
+type ReclaimFunc func(ctx context.Context, do func(context.Context, *Compound) (*Reply, error)) error
+
+// SetReclaim installs fn (nil removes it), called whenever the client
+// re-establishes itself with a server that no longer knows it
+// (EXCHANGE_ID without EXCHGID4_FLAG_CONFIRMED_R after a lost session:
+// the server restarted, or the lease expired), inside its grace period
+// if it has one (RFC 8881 §8.4.2.1).
+func (c *Client) SetReclaim(fn ReclaimFunc) {
+	c.mu.Lock()
+	c.mu.reclaim = fn
+	c.mu.Unlock()
 }
 
 // ClientID returns the current client ID (for OPEN owners).
@@ -421,22 +444,36 @@ func (c *Client) establish(ctx context.Context, old *session) error {
 	}
 	s.limit = lim
 	c.mu.Lock()
-	c.mu.sess = s
 	c.mu.clientID = eid.EirClientid
 	c.mu.limits = lim
 	c.mu.lastUse = c.cfg.Clock()
+	reclaim := c.mu.reclaim
 	c.mu.Unlock()
 	c.cfg.Logger.Debug("nfs4 client: session established", "minor", minor, "server", lim.ServerImpl,
 		"maxreq", lim.MaxRequestSize, "maxresp", lim.MaxResponseSize, "maxops", lim.MaxOps, "slots", lim.Slots)
 
-	// RECLAIM_COMPLETE: we hold no state to reclaim (RFC 8881 §18.51).
+	// Reclaim (RFC 8881 §8.4.2.1) when the server lost this client's
+	// state. The session is published only afterwards: COMPOUNDs of other
+	// goroutines find the old one dead and wait in establish (sessMu).
+	if old != nil && reclaim != nil && eid.EirFlags&nfsv4.EXCHGID4_FLAG_CONFIRMED_R == 0 {
+		do := func(ctx context.Context, cp *Compound) (*Reply, error) { return c.doSession(ctx, cp, s) }
+		if err := reclaim(ctx, do); err != nil {
+			c.cfg.Logger.Warn("nfs4 client: reclaiming state after a server restart", "err", err)
+		}
+	}
+	c.mu.Lock()
+	c.mu.sess = s
+	c.mu.Unlock()
+
+	// RECLAIM_COMPLETE: all state is reclaimed (or there was none; RFC
+	// 8881 §18.51).
 	var rc Compound
 	rc.Add(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{OpreclaimComplete: nfsv4.ReclaimComplete4args{}})
 	if rep, err := c.doSession(ctx, &rc, s); err != nil {
 		return fmt.Errorf("nfs4 client: RECLAIM_COMPLETE: %w", err)
 	} else if rep.Status != nfsv4.NFS4_OK && rep.Status != nfsv4.NFS4ERR_COMPLETE_ALREADY {
-		// Nothing depends on it (we reclaim nothing); a server that
-		// refuses it will say so again on the operations that matter.
+		// Nothing depends on it; a server that refuses it will say so
+		// again on the operations that matter.
 		c.cfg.Logger.Warn("nfs4 client: RECLAIM_COMPLETE failed", "err", rep.Err())
 	}
 	// Lease time, for renewal.

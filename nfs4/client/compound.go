@@ -161,6 +161,9 @@ type OpenArgs struct {
 	Create, Exclusive bool
 	// CreateAttrs are applied on creation (mode; size 0 truncates).
 	CreateAttrs nfsv4.Fattr4
+	// Reclaim re-acquires an open of the current file held before the
+	// server restarted (CLAIM_PREVIOUS, no delegation; see SetReclaim).
+	Reclaim bool
 }
 
 // Open adds OPEN; owner is the open-owner. The stateid of the opened file
@@ -175,7 +178,10 @@ func (c *Compound) Open(clientID uint64, owner []byte, a OpenArgs) int {
 		how = &nfsv4.Openflag4_OPEN4_CREATE{How: ch}
 	}
 	var claim nfsv4.OpenClaim4 = &nfsv4.OpenClaim4_CLAIM_NULL{File: a.Name}
-	if a.Name == "" {
+	switch {
+	case a.Reclaim:
+		claim = &nfsv4.OpenClaim4_CLAIM_PREVIOUS{DelegateType: nfsv4.OPEN_DELEGATE_NONE}
+	case a.Name == "":
 		claim = &nfsv4.OpenClaim4_CLAIM_FH{}
 	}
 	return c.Add(&nfsv4.NfsArgop4_OP_OPEN{Opopen: nfsv4.Open4args{
