@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -29,6 +30,15 @@ const MaxFiles = 1 << 10
 // once (see startWriteback); smaller ones are left to the next Sync, which
 // flushes them together.
 const writebackMin = 64 << 10
+
+// DefaultDirectMin is LocalOptions.DirectMin when it is zero: puts of at
+// least 256 KiB go to disk with O_DIRECT (see LocalOptions.DirectMin).
+const DefaultDirectMin = 256 << 10
+
+// directAlign is the file offset, length and memory alignment of O_DIRECT
+// writes: 4 KiB satisfies every logical block size and page size Linux file
+// systems ask for.
+const directAlign = 4096
 
 // ErrEmpty is returned by Put for empty data.
 var ErrEmpty = errors.New("slice: empty slice")
@@ -84,6 +94,15 @@ type LocalOptions struct {
 	Files int
 	// Logger receives open/sync-failure/corruption reports; nil discards.
 	Logger *slog.Logger
+	// DirectMin: puts of at least this many bytes are written with
+	// O_DIRECT, straight from a 4 KiB-aligned buffer to the disk, bypassing
+	// the page cache (see "Direct writes" in the package doc); 0 means
+	// DefaultDirectMin, negative disables direct writes. Only used when FS
+	// is vfs.Default (direct writes bypass the vfs seam, so fault-injecting
+	// and in-memory file systems always get buffered writes), and only for
+	// files whose file system accepts O_DIRECT: otherwise, or when a direct
+	// write is refused with EINVAL, the file falls back to buffered writes.
+	DirectMin int
 }
 
 // Validate reports whether o can be used (after defaults are applied).
@@ -108,12 +127,19 @@ func (o *LocalOptions) withDefaults() LocalOptions {
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.DiscardHandler)
 	}
+	if r.DirectMin == 0 {
+		r.DirectMin = DefaultDirectMin
+	}
+	if r.FS != vfs.Default {
+		r.DirectMin = -1
+	}
 	return r
 }
 
 // LocalStats are cumulative counters of a Local store.
 type LocalStats struct {
 	Puts, PutBytes   uint64
+	DirectPuts       uint64 // puts written with O_DIRECT
 	Syncs            uint64 // Sync calls
 	Fsyncs           uint64 // SyncData calls on backing files
 	Reads, ReadBytes uint64 // slices read from disk and bytes read
@@ -123,6 +149,7 @@ type LocalStats struct {
 
 type localStats struct {
 	puts, putBytes   atomic.Uint64
+	directPuts       atomic.Uint64
 	syncs, fsyncs    atomic.Uint64
 	reads, readBytes atomic.Uint64
 	corrupt          atomic.Uint64
@@ -140,6 +167,8 @@ type Local struct {
 	byID     map[uint32]*backing // read-only after OpenLocal
 	all      []*backing          // sorted by id
 	writable []*backing          // ids 1..Files; Put picks among these
+
+	directMin int // puts of at least this many bytes go direct; <= 0: never
 
 	// life is held shared by every operation and exclusively by Close.
 	life   sync.RWMutex
@@ -162,6 +191,10 @@ type backing struct {
 
 	// mu serializes writes (appends and zero-fills) to f.
 	mu sync.Mutex
+	// dfd is a second descriptor of the file opened with O_DIRECT, or -1
+	// if direct writes are off for this file (disabled, not an OS file,
+	// refused by the file system). Guarded by mu.
+	dfd int
 	// size is the next append offset. Every byte below it has been
 	// written (or its write failed and the range was never handed out).
 	// Written under mu, read atomically anywhere.
@@ -194,7 +227,8 @@ func OpenLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	l := &Local{fs: o.FS, dir: o.Dir, log: o.Logger.With("component", "slice.local", "dir", o.Dir), byID: map[uint32]*backing{}}
+	l := &Local{fs: o.FS, dir: o.Dir, log: o.Logger.With("component", "slice.local", "dir", o.Dir), byID: map[uint32]*backing{},
+		directMin: o.DirectMin}
 	ok := false
 	defer func() {
 		if !ok {
@@ -229,7 +263,7 @@ func OpenLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		}
 	}
 	for id := range ids {
-		b := &backing{id: id, name: l.fs.PathJoin(l.dir, BackingName(id)), writable: id <= uint32(o.Files)}
+		b := &backing{id: id, name: l.fs.PathJoin(l.dir, BackingName(id)), writable: id <= uint32(o.Files), dfd: -1}
 		// Register before opening so a failure below closes what opened.
 		l.byID[id] = b
 		l.all = append(l.all, b)
@@ -243,6 +277,13 @@ func OpenLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 			return nil, fmt.Errorf("slice: stat %s: %w", b.name, err)
 		}
 		b.size.Store(uint64(st.Size()))
+		if b.writable && l.directMin > 0 && b.fd != vfs.InvalidFd {
+			if dfd, err := openDirect(b.name); err == nil {
+				b.dfd = dfd
+			} else {
+				l.log.Info("O_DIRECT refused; buffered writes only", "backing", id, "err", err)
+			}
+		}
 		// synced stays 0: after a restart the page cache may still hold
 		// bytes that never reached the disk, so the first Sync fsyncs.
 	}
@@ -326,7 +367,7 @@ func (l *Local) exit() { l.life.RUnlock() }
 func (l *Local) Stats() LocalStats {
 	s := &l.stats
 	return LocalStats{
-		Puts: s.puts.Load(), PutBytes: s.putBytes.Load(),
+		Puts: s.puts.Load(), PutBytes: s.putBytes.Load(), DirectPuts: s.directPuts.Load(),
 		Syncs: s.syncs.Load(), Fsyncs: s.fsyncs.Load(),
 		Reads: s.reads.Load(), ReadBytes: s.readBytes.Load(),
 		Corrupt: s.corrupt.Load(),
@@ -355,11 +396,13 @@ func (l *Local) Put(ctx context.Context, hint uint64, data []byte) (Pointer, err
 		if b.syncFailed() != nil {
 			continue
 		}
-		off, err := b.append(data)
+		off, direct, err := l.append(b, data)
 		if err != nil {
 			return Pointer{}, fmt.Errorf("slice: put %d bytes to %s: %w", len(data), b.name, err)
 		}
-		if len(data) >= writebackMin {
+		if direct {
+			l.stats.directPuts.Add(1)
+		} else if len(data) >= writebackMin {
 			startWriteback(b.fd, off, uint64(len(data)))
 		}
 		l.stats.puts.Add(1)
@@ -369,11 +412,30 @@ func (l *Local) Put(ctx context.Context, hint uint64, data []byte) (Pointer, err
 	return Pointer{}, fmt.Errorf("slice: put: every backing file has a failed sync (reopen the store): %w", l.writable[hint%n].syncFailed())
 }
 
-// append writes data at the end of b and returns its offset. A failed write
-// still consumes its range, which is never handed out and never reused.
-func (b *backing) append(data []byte) (uint64, error) {
+// append writes data at the end of b and returns its offset and whether it
+// was written with O_DIRECT (see appendDirect). A failed write still
+// consumes its range, which is never handed out and never reused.
+func (l *Local) append(b *backing, data []byte) (off uint64, direct bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.dfd >= 0 && len(data) >= l.directMin {
+		off, refused, err := b.appendDirect(data)
+		if !refused {
+			return off, true, err
+		}
+		l.log.Warn("O_DIRECT write refused; this backing file falls back to buffered writes", "backing", b.id, "err", err)
+		if cerr := closeDirect(b.dfd); cerr != nil {
+			l.log.Warn("closing O_DIRECT descriptor", "backing", b.id, "err", cerr)
+		}
+		b.dfd = -1
+	}
+	off, err = b.appendBuffered(data)
+	return off, false, err
+}
+
+// appendBuffered writes data at b's size through the page cache. b.mu is
+// held.
+func (b *backing) appendBuffered(data []byte) (uint64, error) {
 	off := b.size.Load()
 	// WriteAt, not Write: vfs.File.Write may scribble on its argument.
 	n, err := b.f.WriteAt(data, int64(off))
@@ -383,6 +445,46 @@ func (b *backing) append(data []byte) (uint64, error) {
 	}
 	return off, err
 }
+
+// appendDirect writes data with O_DIRECT at b's size rounded up to
+// directAlign, padded with zeros to a multiple of directAlign, from data
+// itself if it is aligned or else from a pooled aligned copy. The gap
+// before the slice and the padding after it are garbage. refused reports
+// that the file system refused the write before writing anything (EINVAL:
+// no O_DIRECT or a stricter alignment); b's size is then unchanged and the
+// caller falls back to a buffered write. b.mu is held.
+func (b *backing) appendDirect(data []byte) (off uint64, refused bool, err error) {
+	off = alignUp(b.size.Load())
+	n := alignUp(uint64(len(data)))
+	buf := data
+	if uintptr(unsafe.Pointer(&data[0]))%directAlign != 0 || uint64(len(data)) != n {
+		ab := getAligned()
+		defer putAligned(ab)
+		buf = (*ab)[:n]
+		copy(buf, data)
+		clear(buf[len(data):])
+	}
+	for done := 0; done < len(buf); {
+		w, err := pwriteDirect(b.dfd, buf[done:], int64(off)+int64(done))
+		if err != nil {
+			if done == 0 && directRefused(err) {
+				return 0, true, err
+			}
+			b.size.Store(off + n)
+			return off, false, err
+		}
+		if w <= 0 {
+			b.size.Store(off + n)
+			return off, false, io.ErrShortWrite
+		}
+		done += w
+	}
+	b.size.Store(off + n)
+	return off, false, nil
+}
+
+// alignUp rounds n up to a multiple of directAlign.
+func alignUp(n uint64) uint64 { return (n + directAlign - 1) &^ (directAlign - 1) }
 
 func (b *backing) syncFailed() error {
 	b.smu.Lock()
@@ -707,6 +809,10 @@ func (l *Local) closeFiles() error {
 		if b.f != nil {
 			errs = append(errs, b.f.Close())
 			b.f = nil
+		}
+		if b.dfd >= 0 {
+			errs = append(errs, closeDirect(b.dfd))
+			b.dfd = -1
 		}
 	}
 	if l.lock != nil {

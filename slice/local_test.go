@@ -323,3 +323,15 @@ func TestSyncParallelFiles(t *testing.T) {
 		t.Fatalf("fsyncs = %d, want 4 (one per backing file)", fsyncs.Load())
 	}
 }
+
+// TestLocalConformanceDiskDirect runs the suite with every put of more than
+// 9000 bytes written with O_DIRECT (where the file system allows it).
+func TestLocalConformanceDiskDirect(t *testing.T) {
+	slicetest.Run(t, func(t *testing.T) slice.Store {
+		l, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: vfs.Default, Dir: t.TempDir(), DirectMin: 9001})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
@@ -58,6 +59,12 @@ type Config struct {
 	// time-based trust). Transactional views (Txn, Begin) bypass it.
 	// Ignored with Scalar. See docs/vnfs.md, "Data cache".
 	Cache int64
+	// DirCacheTTL is how long a directory's file handle, learnt from a
+	// listing or a mkdir, is used to reach the directory by PUTFH
+	// instead of LOOKUPs from the root (default 30 s, the kernel
+	// client's acdirmin; negative disables the cache). Ignored with
+	// Scalar, which has its own. See docs/vnfs.md, "Directory handles".
+	DirCacheTTL time.Duration
 	// Logger receives debug logs (default: discard).
 	Logger *slog.Logger
 }
@@ -102,6 +109,13 @@ func Dial(ctx context.Context, cfg Config) (FS, error) {
 	if cfg.Cache > 0 && !cfg.Scalar {
 		n.sh.cache = newDataCache(cfg.Cache)
 	}
+	if cfg.DirCacheTTL >= 0 && !cfg.Scalar {
+		ttl := cfg.DirCacheTTL
+		if ttl == 0 {
+			ttl = defaultDirCacheTTL
+		}
+		n.sh.dirs = newDirHandles(ttl)
+	}
 	if err := n.init(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -144,6 +158,8 @@ type shared struct {
 	cloneOK  atomic.Int32
 	// cache is the data cache (Config.Cache), or nil.
 	cache *dataCache
+	// dirs is the directory-handle cache (Config.DirCacheTTL), or nil.
+	dirs *dirHandles
 }
 
 type fdEntry struct {

@@ -31,6 +31,8 @@ type listTask struct {
 	eof    bool
 	max    int
 	fn     func(DirEntry) error
+	// dirs, if not nil, learns the handles of subdirectories.
+	dirs *dirHandles
 	// sub collects subdirectories (recursive listing).
 	sub *[]listDir
 }
@@ -74,6 +76,9 @@ func (t *listTask) handle(res nfsv4.NfsResop4) error {
 			return fmt.Errorf("entry %q: %w", e.Name, err)
 		}
 		de := DirEntry{Dir: t.shown, Name: e.Name, Attr: fromNFS(&a), Depth: t.depth}
+		if de.Attr.Type == TypeDir {
+			t.dirs.put(joinPath(t.dir, e.Name), a.Handle)
+		}
 		if t.sub != nil && de.Attr.Type == TypeDir {
 			*t.sub = append(*t.sub, listDir{dir: path.Join(t.dir, e.Name), shown: path.Join(t.shown, e.Name)})
 		}
@@ -100,6 +105,12 @@ func (e *callbackError) Unwrap() error { return e.err }
 // VListDir implements FS.
 func (n *nfsFS) VListDir(ctx context.Context, dirs []string, opts ListOptions, fn func(DirEntry) error) error {
 	mask := bitmap(opts.Mask | AttrType)
+	dh := n.dirs()
+	if dh != nil {
+		// Subdirectories' handles come with the listing: the next
+		// level (and later calls) reach them with one PUTFH.
+		mask = mask.With(nfsv4.FATTR4_FILEHANDLE)
+	}
 	level := make([]listDir, len(dirs))
 	for i, d := range dirs {
 		c, err := cleanPath(d)
@@ -112,7 +123,7 @@ func (n *nfsFS) VListDir(ctx context.Context, dirs []string, opts ListOptions, f
 		var next []listDir
 		tasks := make([]*listTask, len(level))
 		for i, d := range level {
-			tasks[i] = &listTask{dir: d.dir, shown: d.shown, depth: depth, mask: mask, max: firstMaxcount, fn: fn}
+			tasks[i] = &listTask{dir: d.dir, shown: d.shown, depth: depth, mask: mask, max: firstMaxcount, fn: fn, dirs: dh}
 			if opts.Recursive {
 				// Each directory collects its own subdirectories so that
 				// the next level keeps this level's order.

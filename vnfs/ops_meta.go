@@ -185,11 +185,24 @@ func (n *nfsFS) VMkdir(ctx context.Context, items []MkdirItem) (int, error) {
 			return 0, err
 		}
 		attrs := modeAttrs(items[i].Mode, 0o755)
+		dh := n.dirs()
 		tasks[i] = &fnTask{dir: dir, nav: true, fn: func(b *batch, ti int) {
 			b.cd(ti, dir)
 			b.cp.Mkdir(name, attrs)
 			b.track(ti, respCreate, nil)
-			b.cur = pos{path: path.Join(dir, name), valid: true, dir: true}
+			p := joinPath(dir, name)
+			b.cur = pos{path: p, valid: true, dir: true}
+			if dh != nil {
+				// The new directory's handle, for the files that
+				// will be created in it.
+				b.cp.GetFH()
+				b.track(ti, respFH, func(res nfsv4.NfsResop4) error {
+					if ok, isOK := res.(*nfsv4.NfsResop4_OP_GETFH).Opgetfh.(*nfsv4.Getfh4res_NFS4_OK); isOK {
+						dh.put(p, ok.Resok4.Object)
+					}
+					return nil
+				})
+			}
 		}}
 	}
 	return n.run(ctx, runOpts{op: "mkdir", names: func(i int) string { return items[i].Path }, txn: n.txn}, tasks)
@@ -198,6 +211,7 @@ func (n *nfsFS) VMkdir(ctx context.Context, items []MkdirItem) (int, error) {
 // VRemove implements FS.
 func (n *nfsFS) VRemove(ctx context.Context, paths []string) (int, error) {
 	defer n.dropPaths(paths...)
+	defer n.dropDirs(paths...)
 	tasks := make([]task, len(paths))
 	for i, p := range paths {
 		dir, name, err := n.parentOf("remove", i, p)
@@ -216,6 +230,13 @@ func (n *nfsFS) VRemove(ctx context.Context, paths []string) (int, error) {
 
 // VRename implements FS.
 func (n *nfsFS) VRename(ctx context.Context, items []RenameItem) (int, error) {
+	if n.sh.dirs != nil {
+		defer func() {
+			for i := range items {
+				n.dropDirs(items[i].Old, items[i].New)
+			}
+		}()
+	}
 	if n.sh.cache != nil {
 		defer func() {
 			for i := range items {

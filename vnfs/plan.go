@@ -167,7 +167,14 @@ func (b *batch) cd(task int, dir string) {
 		return
 	}
 	best, how := 1+len(components(dir)), 0
+	var cfh []byte
+	var canc string
 	if b.compress {
+		if fh, anc, ok := b.n.dirs().nearest(dir); ok {
+			if c := 1 + len(components(dir)) - len(components(anc)); c < best {
+				best, how, cfh, canc = c, 3, fh, anc
+			}
+		}
 		if c := costFrom(b.cur, dir); c >= 0 && c < best {
 			best, how = c, 1
 		}
@@ -185,6 +192,10 @@ func (b *batch) cd(task int, dir string) {
 		b.cp.RestoreFH()
 		b.track(task, respSmall, nil)
 		from = b.saved.path
+	case 3:
+		b.cp.PutFH(cfh)
+		b.track(task, respSmall, nil)
+		from = canc
 	}
 	ups, _ := dist(from, dir)
 	for i := 0; i < ups; i++ {
@@ -216,6 +227,16 @@ func (b *batch) putFH(task int, fh []byte, p string) {
 	b.cur = pos{path: p, valid: p != "", dir: false}
 }
 
+// baseCost is the operations needed to reach dir without the current or
+// saved handle: from the root, or from a cached directory handle.
+func (b *batch) baseCost(dir string) int {
+	c := 1 + len(components(dir))
+	if _, anc, ok := b.n.dirs().nearest(dir); ok {
+		c = min(c, 1+len(components(dir))-len(components(anc)))
+	}
+	return c
+}
+
 // keepDir is called by a task whose current file handle is dir and that
 // is about to move it to a non-directory. It saves dir when that makes the
 // next tasks cheaper.
@@ -225,7 +246,7 @@ func (b *batch) keepDir(task int, dir string) {
 	}
 	gain := -1 // the SAVEFH itself
 	for _, next := range b.lookahead {
-		without := 1 + len(components(next))
+		without := b.baseCost(next)
 		if c := costFrom(b.saved, next); c >= 0 && c+1 < without {
 			without = c + 1
 		}
@@ -244,6 +265,7 @@ func (b *batch) keepDir(task int, dir string) {
 // invalidate forgets file-handle positions at or below p (renamed or
 // removed: the handles may now be elsewhere or stale).
 func (b *batch) invalidate(p string) {
+	b.n.dirs().drop(p)
 	for _, q := range []*pos{&b.cur, &b.saved} {
 		if q.valid && (q.path == p || strings.HasPrefix(q.path, p+"/")) {
 			*q = pos{}
@@ -477,6 +499,9 @@ func (n *nfsFS) processQuiet(ctx context.Context, o runOpts, f *flight, quiet bo
 	for k, res := range rep.Results {
 		h := b.hs[k]
 		if st := rep.Statuses[k]; st != nfsv4.NFS4_OK {
+			if staleHandle(st) {
+				n.sh.dirs.clear()
+			}
 			return h.task, n.itemErr(o, h.task, &client.StatusError{Op: res.GetResop(), Index: k, Status: st})
 		}
 		if h.fn != nil {

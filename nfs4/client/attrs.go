@@ -61,6 +61,7 @@ type Attrs struct {
 	Supported Bitmap          // FATTR4_SUPPORTED_ATTRS
 	CloneBlk  uint32          // FATTR4_CLONE_BLKSIZE
 	Error     nfsv4.Nfsstat4  // FATTR4_RDATTR_ERROR (READDIR entries)
+	Handle    []byte          // FATTR4_FILEHANDLE
 }
 
 // Common attribute masks.
@@ -130,7 +131,7 @@ func DecodeAttrs(f nfsv4.Fattr4) (Attrs, error) {
 			case nfsv4.FATTR4_RDATTR_ERROR:
 				a.Error, _, err = nfsv4.ReadFattr4RdattrError(r)
 			case nfsv4.FATTR4_FILEHANDLE:
-				_, _, err = nfsv4.ReadFattr4Filehandle(r)
+				a.Handle, _, err = nfsv4.ReadFattr4Filehandle(r)
 			case nfsv4.FATTR4_FILEID:
 				a.FileID, _, err = nfsv4.ReadFattr4Fileid(r)
 			case nfsv4.FATTR4_FILES_AVAIL, nfsv4.FATTR4_FILES_FREE, nfsv4.FATTR4_FILES_TOTAL,

@@ -1,0 +1,269 @@
+package slice
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/sys/unix"
+)
+
+// directData returns n pseudo-random bytes starting at a deliberately
+// unaligned address (so appendDirect must stage them).
+func directData(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, n+1)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b[1:]
+}
+
+func openDirectLocal(t *testing.T, dir string, directMin int) *Local {
+	t.Helper()
+	l, err := OpenLocal(context.Background(), LocalOptions{FS: vfs.Default, Dir: dir, Files: 1, DirectMin: directMin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func mustGet(t *testing.T, l *Local, p Pointer, want []byte) {
+	t.Helper()
+	got := make([]byte, p.Length)
+	if err := l.ReadAt(context.Background(), p, 0, got); err != nil {
+		t.Fatalf("ReadAt(%v): %v", p, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("ReadAt(%v): wrong data", p)
+	}
+}
+
+// TestDirectPuts: on a file system that does O_DIRECT, large puts go
+// direct at 4 KiB-aligned offsets, small buffered puts fill the gaps
+// between them, and everything reads back before and after a reopen; Free
+// of a direct slice makes it unreadable.
+func TestDirectPuts(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	l := openDirectLocal(t, dir, 0)
+	if l.writable[0].dfd < 0 {
+		t.Skipf("file system under %s refuses O_DIRECT", dir)
+	}
+	type put struct {
+		p    Pointer
+		data []byte
+	}
+	var puts []put
+	for i, n := range []int{MaxSize, 100, MaxSize - 1, 5000, DefaultDirectMin, DefaultDirectMin - 1, 3, MaxSize} {
+		d := directData(uint64(i), n)
+		if i == 0 { // aligned and a multiple of 4 KiB: written from d itself
+			d = getAlignedCopy(d)
+		}
+		p, err := l.Put(ctx, 0, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n >= DefaultDirectMin && p.Offset%directAlign != 0 {
+			t.Errorf("direct put of %d bytes at unaligned offset %d", n, p.Offset)
+		}
+		puts = append(puts, put{p, d})
+	}
+	if got := l.Stats().DirectPuts; got != 4 {
+		t.Errorf("DirectPuts = %d, want 4", got)
+	}
+	var ptrs []Pointer
+	for _, p := range puts {
+		mustGet(t, l, p.p, p.data)
+		ptrs = append(ptrs, p.p)
+	}
+	if err := l.Sync(ctx, ptrs); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openDirectLocal(t, dir, 0)
+	defer l.Close()
+	for _, p := range puts {
+		mustGet(t, l, p.p, p.data)
+	}
+	// Appends continue after the padded end; a later put reads back.
+	d := directData(99, MaxSize)
+	p, err := l.Put(ctx, 0, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := puts[len(puts)-1].p; p.Offset < alignUp(last.End()) {
+		t.Errorf("put after reopen at %d overlaps the last slice %v", p.Offset, last)
+	}
+	mustGet(t, l, p, d)
+	if err := l.Free(ctx, puts[2].p.Backing, puts[2].p.Offset, uint64(puts[2].p.Length)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ReadAt(ctx, puts[2].p, 0, make([]byte, puts[2].p.Length)); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("read of a freed direct slice = %v, want ErrCorrupt", err)
+	}
+	mustGet(t, l, puts[1].p, puts[1].data)
+	mustGet(t, l, puts[3].p, puts[3].data)
+}
+
+func getAlignedCopy(d []byte) []byte {
+	b := getAligned()
+	return append((*b)[:0], d...)
+}
+
+// TestDirectRefusedAtOpen: a file system that refuses O_DIRECT at open
+// gets buffered, adjacent puts.
+func TestDirectRefusedAtOpen(t *testing.T) {
+	old := openDirect
+	openDirect = func(string) (int, error) { return -1, unix.EINVAL }
+	defer func() { openDirect = old }()
+	l := openDirectLocal(t, t.TempDir(), 0)
+	defer l.Close()
+	a, b := directData(1, 100), directData(2, MaxSize)
+	pa, err := l.Put(context.Background(), 0, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := l.Put(context.Background(), 0, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pb.Offset != pa.End() || l.Stats().DirectPuts != 0 {
+		t.Errorf("puts %v %v (direct %d), want adjacent buffered puts", pa, pb, l.Stats().DirectPuts)
+	}
+	mustGet(t, l, pa, a)
+	mustGet(t, l, pb, b)
+}
+
+// TestDirectRefusedAtWrite: a direct write refused with EINVAL (a file
+// system that accepts O_DIRECT opens but not this alignment) falls back to
+// a buffered write at the unpadded end, and the file stays buffered.
+func TestDirectRefusedAtWrite(t *testing.T) {
+	dir := t.TempDir()
+	l := openDirectLocal(t, dir, 0)
+	defer l.Close()
+	if l.writable[0].dfd < 0 {
+		t.Skipf("file system under %s refuses O_DIRECT", dir)
+	}
+	old := pwriteDirect
+	calls := 0
+	pwriteDirect = func(int, []byte, int64) (int, error) { calls++; return -1, unix.EINVAL }
+	defer func() { pwriteDirect = old }()
+	a, b, c := directData(1, 100), directData(2, MaxSize), directData(3, MaxSize)
+	var ps []Pointer
+	for _, d := range [][]byte{a, b, c} {
+		p, err := l.Put(context.Background(), 0, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	if calls != 1 || l.writable[0].dfd >= 0 || l.Stats().DirectPuts != 0 {
+		t.Errorf("direct write calls %d, dfd %d, DirectPuts %d; want one refused call, then buffered", calls, l.writable[0].dfd, l.Stats().DirectPuts)
+	}
+	if ps[1].Offset != ps[0].End() || ps[2].Offset != ps[1].End() {
+		t.Errorf("puts %v, want adjacent", ps)
+	}
+	for i, d := range [][]byte{a, b, c} {
+		mustGet(t, l, ps[i], d)
+	}
+}
+
+// TestDirectWriteFails: a direct write that fails otherwise (EIO, a short
+// write) fails the put, consumes its range and leaves the store usable.
+func TestDirectWriteFails(t *testing.T) {
+	dir := t.TempDir()
+	l := openDirectLocal(t, dir, 0)
+	defer l.Close()
+	if l.writable[0].dfd < 0 {
+		t.Skipf("file system under %s refuses O_DIRECT", dir)
+	}
+	old := pwriteDirect
+	defer func() { pwriteDirect = old }()
+	for _, fail := range []func(fd int, buf []byte, off int64) (int, error){
+		func(int, []byte, int64) (int, error) { return -1, unix.EIO },
+		func(fd int, buf []byte, off int64) (int, error) { return old(fd, buf[:directAlign], off) }, // then 0 bytes
+	} {
+		n := 0
+		pwriteDirect = func(fd int, buf []byte, off int64) (int, error) {
+			n++
+			if n == 1 {
+				return fail(fd, buf, off)
+			}
+			return 0, nil
+		}
+		before := l.writable[0].size.Load()
+		if _, err := l.Put(context.Background(), 0, directData(1, MaxSize)); err == nil {
+			t.Fatal("put with a failing direct write succeeded")
+		}
+		if l.writable[0].size.Load() <= before {
+			t.Error("failed direct put did not consume its range")
+		}
+		pwriteDirect = old
+		d := directData(2, MaxSize)
+		p, err := l.Put(context.Background(), 0, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Offset < before+MaxSize {
+			t.Errorf("put after a failed one at %d reuses its range (from %d)", p.Offset, before)
+		}
+		mustGet(t, l, p, d)
+	}
+}
+
+// TestDirectTmpfs: on tmpfs (O_DIRECT refused or emulated, depending on
+// the kernel) puts of every size work.
+func TestDirectTmpfs(t *testing.T) {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/dev/shm", &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	dir, err := os.MkdirTemp("/dev/shm", "slice-direct-")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer os.RemoveAll(dir)
+	l := openDirectLocal(t, filepath.Join(dir, "s"), 0)
+	defer l.Close()
+	t.Logf("tmpfs: O_DIRECT descriptor %v", l.writable[0].dfd >= 0)
+	for i, n := range []int{MaxSize, 1, MaxSize - 1, DefaultDirectMin} {
+		d := directData(uint64(i), n)
+		p, err := l.Put(context.Background(), 0, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustGet(t, l, p, d)
+		if err := l.Sync(context.Background(), []Pointer{p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDirectOnlyOnOSFS: any FS other than vfs.Default (in-memory,
+// fault-injecting wrappers whose Fd passes through) never goes direct.
+func TestDirectOnlyOnOSFS(t *testing.T) {
+	l, err := OpenLocal(context.Background(), LocalOptions{FS: vfs.NewMem(), Dir: "s", DirectMin: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Put(context.Background(), 0, directData(1, MaxSize)); err != nil {
+		t.Fatal(err)
+	}
+	if l.directMin > 0 || l.Stats().DirectPuts != 0 {
+		t.Errorf("MemFS store: directMin %d, DirectPuts %d", l.directMin, l.Stats().DirectPuts)
+	}
+	l2 := openDirectLocal(t, t.TempDir(), -1)
+	defer l2.Close()
+	if l2.writable[0].dfd >= 0 {
+		t.Error("DirectMin -1 opened an O_DIRECT descriptor")
+	}
+}
