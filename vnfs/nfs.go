@@ -160,6 +160,11 @@ type shared struct {
 	cache *dataCache
 	// dirs is the directory-handle cache (Config.DirCacheTTL), or nil.
 	dirs *dirHandles
+	// delayRetries counts resends after NFS4ERR_DELAY.
+	delayRetries atomic.Uint64
+	// do, if set, sends the COMPOUNDs of vector calls instead of the
+	// client (tests inject server refusals with it).
+	do func(context.Context, *client.Compound) (*client.Reply, error)
 }
 
 type fdEntry struct {
@@ -370,4 +375,14 @@ func (n *nfsFS) probeMaxOps(ctx context.Context) error {
 	n.cfg.Logger.Debug("vnfs: server accepts fewer operations than negotiated", "maxops", lo+1)
 	n.maxOps = lo
 	return nil
+}
+
+// DelayRetries reports how many times f (an NFS FS from Dial, or a view
+// of one) sent items again after the server refused one with
+// NFS4ERR_DELAY, and 0 for other file systems.
+func DelayRetries(f FS) uint64 {
+	if n, ok := f.(*nfsFS); ok {
+		return n.sh.delayRetries.Load()
+	}
+	return 0
 }

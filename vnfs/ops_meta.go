@@ -205,7 +205,7 @@ func (n *nfsFS) VMkdir(ctx context.Context, items []MkdirItem) (int, error) {
 			}
 		}}
 	}
-	return n.run(ctx, runOpts{op: "mkdir", names: func(i int) string { return items[i].Path }, txn: n.txn}, tasks)
+	return n.run(ctx, runOpts{op: "mkdir", names: func(i int) string { return items[i].Path }, txn: n.txn, retryDelay: true}, tasks)
 }
 
 // VRemove implements FS.
@@ -225,7 +225,7 @@ func (n *nfsFS) VRemove(ctx context.Context, paths []string) (int, error) {
 			b.invalidate(path.Join(dir, name))
 		}}
 	}
-	return n.run(ctx, runOpts{op: "remove", names: func(i int) string { return paths[i] }, txn: n.txn}, tasks)
+	return n.run(ctx, runOpts{op: "remove", names: func(i int) string { return paths[i] }, txn: n.txn, retryDelay: true}, tasks)
 }
 
 // VRename implements FS.
@@ -269,7 +269,7 @@ func (n *nfsFS) VRename(ctx context.Context, items []RenameItem) (int, error) {
 			b.invalidate(path.Join(ddir, dname))
 		}}
 	}
-	return n.run(ctx, runOpts{op: "rename", names: func(i int) string { return items[i].Old }, txn: n.txn}, tasks)
+	return n.run(ctx, runOpts{op: "rename", names: func(i int) string { return items[i].Old }, txn: n.txn, retryDelay: true}, tasks)
 }
 
 // VHardlink implements FS.
@@ -317,7 +317,7 @@ func (n *nfsFS) VSymlink(ctx context.Context, items []SymlinkItem) (int, error) 
 			b.cur = pos{path: path.Join(dir, name), valid: true}
 		}}
 	}
-	return n.run(ctx, runOpts{op: "symlink", names: func(i int) string { return items[i].Path }, txn: n.txn}, tasks)
+	return n.run(ctx, runOpts{op: "symlink", names: func(i int) string { return items[i].Path }, txn: n.txn, retryDelay: true}, tasks)
 }
 
 // VReadlink implements FS.

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"sort"
 	"strings"
+	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
@@ -312,6 +314,82 @@ type runOpts struct {
 	// reset clears the outputs of item i (called for items after a
 	// failure, whose results are discarded).
 	reset func(i int)
+	// retryDelay: an item that failed with NFS4ERR_DELAY on one of the
+	// operations retryOp accepts had no effect (its only operation with
+	// an effect is the last it sends), so it is sent again, with the
+	// items the failure kept from running (see runRetry).
+	retryDelay bool
+	// attempt counts the retries of a run (internal).
+	attempt int
+}
+
+// maxDelayRetries bounds the resends of items refused with NFS4ERR_DELAY;
+// the pauses between them double from 1 ms (about 0.5 s in all).
+var maxDelayRetries = 9
+
+// maxDelayRetriesForTest sets maxDelayRetries and returns the old value.
+func maxDelayRetriesForTest(v int) int {
+	old := maxDelayRetries
+	maxDelayRetries = v
+	return old
+}
+
+// retryOp reports whether an item whose op failed with NFS4ERR_DELAY can
+// be sent again when the item's only effect is its last operation
+// (REMOVE, RENAME, CREATE) and it failed there or while navigating.
+func retryOp(op nfsv4.NfsOpnum4) bool {
+	switch op {
+	case nfsv4.OP_PUTFH, nfsv4.OP_PUTROOTFH, nfsv4.OP_LOOKUP, nfsv4.OP_LOOKUPP, nfsv4.OP_SAVEFH,
+		nfsv4.OP_RESTOREFH, nfsv4.OP_REMOVE, nfsv4.OP_RENAME, nfsv4.OP_CREATE:
+		return true
+	}
+	return false
+}
+
+// delayed reports whether err is a retryable NFS4ERR_DELAY of o.
+func delayed(o runOpts, err error) bool {
+	if !o.retryDelay || o.txn || o.attempt >= maxDelayRetries {
+		return false
+	}
+	var se *client.StatusError
+	return errors.As(err, &se) && se.Status == nfsv4.NFS4ERR_DELAY && retryOp(se.Op)
+}
+
+// runRetry sends tasks[redo...] again after a pause (their COMPOUNDs
+// failed with a retryable NFS4ERR_DELAY) and maps the result back: it
+// returns the index, in tasks, of the first item that failed, or -1.
+func (n *nfsFS) runRetry(ctx context.Context, o runOpts, tasks []task, redo []int) (int, error) {
+	n.sh.delayRetries.Add(1)
+	pause := time.Millisecond << o.attempt
+	select {
+	case <-time.After(pause):
+	case <-ctx.Done():
+		return redo[0], n.itemErr(o, redo[0], ctx.Err())
+	}
+	sub := make([]task, len(redo))
+	for j, i := range redo {
+		sub[j] = tasks[i]
+	}
+	o2 := o
+	o2.attempt++
+	if o.names != nil {
+		o2.names = func(j int) string { return o.names(redo[j]) }
+	}
+	if o.reset != nil {
+		o2.reset = func(j int) { o.reset(redo[j]) }
+	}
+	k, err := n.run(ctx, o2, sub)
+	if err == nil {
+		return -1, nil
+	}
+	var e *Error
+	if errors.As(err, &e) && e.Index < len(redo) {
+		e.Index = redo[e.Index]
+	}
+	if k < len(redo) {
+		return redo[k], err
+	}
+	return redo[len(redo)-1], err
 }
 
 // run executes tasks in order, splitting them over as many COMPOUNDs as
@@ -334,6 +412,11 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 	}
 	var q []*flight
 	failIdx, failErr := -1, error(nil)
+	// redo lists the tasks of unordered COMPOUNDs refused with a
+	// retryable NFS4ERR_DELAY: the failed item and the rest of its
+	// COMPOUND, which did not run.
+	var redo []int
+	redoIdx, redoErr := -1, error(nil) // the first of them
 	// multi is the multi-compound transaction of a transactional vector
 	// too large for one COMPOUND (begun when the first COMPOUND turns
 	// out not to hold it all); it is aborted unless committed below.
@@ -350,6 +433,15 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 		q = q[1:]
 		<-f.done
 		idx, err := n.processQuiet(ctx, o, f, failIdx >= 0)
+		if idx >= 0 && failIdx < 0 && n.unordered && delayed(o, err) && len(f.b.hs) > 0 {
+			for i := idx; i <= f.b.hs[len(f.b.hs)-1].task; i++ {
+				redo = append(redo, i)
+			}
+			if redoErr == nil || idx < redoIdx {
+				redoIdx, redoErr = idx, err
+			}
+			return
+		}
 		if idx >= 0 && failIdx < 0 {
 			failIdx, failErr = idx, err
 		}
@@ -393,8 +485,12 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 		}
 		b.cp.Tag = "vnfs " + o.op
 		f := &flight{b: b, first: first, done: make(chan struct{})}
+		do := n.c.Do
+		if n.sh.do != nil {
+			do = n.sh.do
+		}
 		go func() {
-			f.rep, f.err = n.c.Do(ctx, &f.b.cp)
+			f.rep, f.err = do(ctx, &f.b.cp)
 			close(f.done)
 		}()
 		q = append(q, f)
@@ -451,6 +547,32 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 	}
 	for len(q) > 0 {
 		finish()
+	}
+	if failIdx >= 0 && redoErr != nil && redoIdx < failIdx {
+		// An earlier item was refused and not retried.
+		failIdx, failErr = redoIdx, redoErr
+	}
+	// Attempts are counted while no item gets through.
+	if failIdx < 0 && len(redo) > 0 {
+		if len(redo) < len(tasks) {
+			o.attempt = 0
+		}
+		sort.Ints(redo)
+		failIdx, failErr = n.runRetry(ctx, o, tasks, redo)
+	} else if failIdx > 0 && !n.unordered && delayed(runOpts{retryDelay: o.retryDelay, txn: o.txn}, failErr) {
+		o.attempt = 0
+		rest := make([]int, 0, len(tasks)-failIdx)
+		for i := failIdx; i < len(tasks); i++ {
+			rest = append(rest, i)
+		}
+		failIdx, failErr = n.runRetry(ctx, o, tasks, rest)
+	} else if failIdx >= 0 && !n.unordered && delayed(o, failErr) {
+		// In order: nothing after the failed item ran.
+		rest := make([]int, 0, len(tasks)-failIdx)
+		for i := failIdx; i < len(tasks); i++ {
+			rest = append(rest, i)
+		}
+		failIdx, failErr = n.runRetry(ctx, o, tasks, rest)
 	}
 	if failIdx >= 0 {
 		if o.reset != nil {
