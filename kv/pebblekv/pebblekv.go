@@ -32,6 +32,13 @@ type Options struct {
 	// are dropped and the transactions that needed them fail with
 	// kv.ErrConflict. Zero means 64 MiB.
 	MaxLogBytes int
+	// CacheBytes is the size of Pebble's block cache (decompressed
+	// sstable blocks). Zero means 128 MiB. Pebble's own default, 8 MiB,
+	// is outgrown by the metadata of a few ten thousand files: every
+	// point read then decompresses blocks again (40% of the NFS server's
+	// CPU creating small files, 16 clients in one directory; 128 MiB
+	// gave 2.2–2.4x the files/s, docs/nfs-server.md).
+	CacheBytes int64
 }
 
 // Validate reports whether the options are usable.
@@ -41,6 +48,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxLogBytes < 0 {
 		return fmt.Errorf("pebblekv: negative Options.MaxLogBytes: %w", kv.ErrInvalid)
+	}
+	if o.CacheBytes < 0 {
+		return fmt.Errorf("pebblekv: negative Options.CacheBytes: %w", kv.ErrInvalid)
 	}
 	return nil
 }
@@ -162,10 +172,15 @@ func Open(opts Options) (kv.Store, error) {
 	if maxLog == 0 {
 		maxLog = 64 << 20
 	}
+	cacheBytes := opts.CacheBytes
+	if cacheBytes == 0 {
+		cacheBytes = 128 << 20
+	}
 	db, err := pebble.Open(opts.Dir, &pebble.Options{
 		FS:                 fs,
 		Logger:             slogLogger{logger},
 		FormatMajorVersion: pebble.FormatNewest,
+		CacheSize:          cacheBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pebblekv: open %s: %w", opts.Dir, err)
