@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log"
 	"os"
 	"strconv"
 	"sync"
@@ -47,6 +46,8 @@ const DefaultRemoteTimeout = time.Second
 type RemoteServer struct {
 	raw.RawFileSystem
 
+	mountLife // dir, srv, Dir, Wait, Unmount
+
 	cfg Config
 	c   *client.Client
 	log interface {
@@ -55,11 +56,9 @@ type RemoteServer struct {
 		Info(msg string, args ...any)
 		Debug(msg string, args ...any)
 	}
-	dir    string
 	uid    uint32
 	ctx    context.Context
 	cancel context.CancelFunc
-	srv    *raw.Server
 
 	maxRead, maxWrite int
 	appendExt         bool // WRITE at client.AppendOffset appends atomically
@@ -72,10 +71,9 @@ type RemoteServer struct {
 	}
 	notify   notifier
 	locks    remoteLocks
+	reclaims atomic.Uint64 // reclaims done (remote_reclaim.go)
 	sb       remoteSandbox
 	sbActive atomic.Bool // mirrors sb.active, for cache timeouts
-
-	shutdownOnce sync.Once
 }
 
 var _ raw.RawFileSystem = (*RemoteServer)(nil)
@@ -234,9 +232,31 @@ func (t *rnodeTable) known() []fs.Ino {
 type rhandle struct {
 	node   uint64
 	n      *rnode
-	sid    nfsv4.Stateid4
 	write  bool
 	append bool
+	// owner, access and cred are the OPEN's, for its reclaim after a
+	// server restart (remote_reclaim.go).
+	owner  []byte
+	access uint32
+	cred   *client.Cred
+
+	mu  sync.Mutex
+	sid nfsv4.Stateid4 // replaced by a reclaim
+}
+
+// newHandle registers the open state sid of node id (served by n) that
+// cp, an OPEN of owner with the caller's flags, created, and returns
+// its FUSE handle.
+func (m *RemoteServer) newHandle(id uint64, n *rnode, flags uint32, owner []byte, cp *client.Compound, sid nfsv4.Stateid4) uint64 {
+	return m.addHandle(&rhandle{node: id, n: n, sid: sid, owner: owner, access: shareAccess(flags), cred: cp.Cred,
+		write: flags&syscall.O_ACCMODE != syscall.O_RDONLY, append: flags&syscall.O_APPEND != 0})
+}
+
+// stateid returns the handle's current open stateid.
+func (h *rhandle) stateid() nfsv4.Stateid4 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sid
 }
 
 // MountRemote mounts the NFSv4.1 server reached by cfg.Client on dir.
@@ -263,11 +283,12 @@ func MountRemote(ctx context.Context, dir string, cfg Config) (*RemoteServer, er
 		cfg:           cfg,
 		c:             cfg.Client,
 		log:           cfg.Logger.With("mount", dir),
-		dir:           dir,
+		mountLife:     mountLife{dir: dir},
 		uid:           uint32(os.Getuid()),
 		ctx:           mctx,
 		cancel:        cancel,
 	}
+	m.onShutdown = m.doShutdown
 	m.handles.m = map[uint64]*rhandle{}
 	if err := m.probe(ctx); err != nil {
 		cancel()
@@ -277,47 +298,28 @@ func MountRemote(ctx context.Context, dir string, cfg Config) (*RemoteServer, er
 		cfg.MaxWrite = m.maxWrite
 		m.cfg.MaxWrite = m.maxWrite
 	}
-	opts := &raw.MountOptions{
-		AllowOther:    cfg.AllowOther,
-		FsName:        cfg.FsName,
-		Name:          "txnfs",
-		MaxWrite:      cfg.MaxWrite,
-		MaxBackground: 64,
-		DirectMount:   cfg.DirectMount,
-		Debug:         cfg.Debug,
-		Logger:        log.New(&logWriter{cfg.Logger}, "", 0),
-		// flock and POSIX locks are NFS locks (remote_locks.go).
-		EnableLocks: true,
-		// As for a local mount: the kernel checks permissions from the
-		// attributes it caches, the server checks them again for the
-		// caller's AUTH_SYS identity.
-		Options: []string{"default_permissions"},
-		// No ATOMIC_O_TRUNC: with it the file system truncates in
-		// OPEN, before the kernel's ETXTBSY check (get_write_access in
-		// handle_truncate), so open(O_TRUNC) of a running executable
-		// truncated it under the running program (pjdfstest
-		// open::etxtbsy caught it) and then failed. Without it the
-		// kernel opens, checks, and sends SETATTR(size 0) with the
-		// open's handle.
-		// HANDLE_KILLPRIV: the server clears setuid/setgid on write.
-		// IOCTL_DIR: the sandbox control ioctl on the root.
-		ExtraCapabilities: raw.CAP_HANDLE_KILLPRIV | raw.CAP_IOCTL_DIR | raw.CAP_DIRECT_IO_ALLOW_MMAP,
-	}
-	srv, err := raw.NewServer(m, dir, opts)
-	if err != nil {
+	opts := cfg.mountOptions(cfg.Logger)
+	// flock and POSIX locks are NFS locks (remote_locks.go).
+	opts.EnableLocks = true
+	// No ATOMIC_O_TRUNC: with it the file system truncates in
+	// OPEN, before the kernel's ETXTBSY check (get_write_access in
+	// handle_truncate), so open(O_TRUNC) of a running executable
+	// truncated it under the running program (pjdfstest
+	// open::etxtbsy caught it) and then failed. Without it the
+	// kernel opens, checks, and sends SETATTR(size 0) with the
+	// open's handle.
+	// HANDLE_KILLPRIV: the server clears setuid/setgid on write.
+	// IOCTL_DIR: the sandbox control ioctl on the root.
+	opts.ExtraCapabilities = raw.CAP_HANDLE_KILLPRIV | raw.CAP_IOCTL_DIR | raw.CAP_DIRECT_IO_ALLOW_MMAP
+	if err := m.serve(m, opts, cfg.ReadAheadKB, cfg.Logger, func(srv *raw.Server) {
+		m.notify.start(srv, cfg.Logger)
+		// After a server restart the client reclaims the mount's
+		// opens and locks (remote_reclaim.go).
+		m.c.SetReclaim(m.reclaim)
+	}); err != nil {
+		m.c.SetReclaim(nil)
 		cancel()
-		return nil, fmt.Errorf("fuse: mounting %s: %w", dir, err)
-	}
-	m.srv = srv
-	m.notify.start(srv, cfg.Logger)
-	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
-		srv.Unmount()
-		cancel()
-		return nil, fmt.Errorf("fuse: mounting %s: %w", dir, err)
-	}
-	if cfg.ReadAheadKB > 0 {
-		(&Server{dir: dir, log: cfg.Logger}).setReadAhead(cfg.ReadAheadKB)
+		return nil, err
 	}
 	return m, nil
 }
@@ -360,43 +362,29 @@ func (m *RemoteServer) probe(ctx context.Context) error {
 	return nil
 }
 
-// Dir returns the mount point.
-func (m *RemoteServer) Dir() string { return m.dir }
-
-// Wait blocks until the file system is unmounted.
-func (m *RemoteServer) Wait() {
-	m.srv.Wait()
-	m.shutdown()
-}
-
-// Unmount unmounts the file system; it fails (EBUSY) while in use. An
-// active sandbox is aborted.
-func (m *RemoteServer) Unmount() error {
-	if err := m.srv.Unmount(); err != nil {
-		return fmt.Errorf("fuse: unmounting %s: %w", m.dir, err)
+// doShutdown releases the mount's state once the kernel is gone.
+func (m *RemoteServer) doShutdown() {
+	m.abortSandboxAtExit()
+	m.notify.stop()
+	m.c.SetReclaim(nil)
+	// Close the open states the kernel did not release.
+	m.handles.Lock()
+	hs := m.handles.m
+	m.handles.m = map[uint64]*rhandle{}
+	m.handles.Unlock()
+	m.locks.mu.Lock()
+	for fh, h := range m.locks.lingering {
+		hs[fh] = h
 	}
-	m.srv.Wait()
-	m.shutdown()
-	return nil
-}
-
-func (m *RemoteServer) shutdown() {
-	m.shutdownOnce.Do(func() {
-		m.abortSandboxAtExit()
-		m.notify.stop()
-		// Close the open states the kernel did not release.
-		m.handles.Lock()
-		hs := m.handles.m
-		m.handles.m = map[uint64]*rhandle{}
-		m.handles.Unlock()
-		for _, h := range hs {
-			var cp client.Compound
-			cp.PutFH(h.n.fh)
-			cp.Close(h.sid)
-			m.c.Do(m.ctx, &cp)
-		}
-		m.cancel()
-	})
+	m.locks.lingering = nil
+	m.locks.mu.Unlock()
+	for _, h := range hs {
+		var cp client.Compound
+		cp.PutFH(h.n.fh)
+		cp.Close(h.stateid())
+		m.c.Do(m.ctx, &cp)
+	}
+	m.cancel()
 }
 
 // String implements RawFileSystem.
@@ -665,19 +653,17 @@ func (m *RemoteServer) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.At
 	if gid, ok := in.GetGID(); ok {
 		sa.SetGid, sa.Gid = true, gid
 	}
-	sid := client.AnonymousStateid
+	var h *rhandle // the open file whose stateid truncates
 	if fh, ok := in.GetFh(); ok {
-		if h := m.handle(fh); h != nil {
+		if h = m.handle(fh); h != nil {
 			n = h.n // through an open file (see reopenByName)
-			if h.write {
-				sid = h.sid
-			}
 		}
 	}
 	if size, ok := in.GetSize(); ok {
 		sa.SetSize, sa.Size = true, size
-	} else {
-		sid = client.AnonymousStateid
+	}
+	if h != nil && (!h.write || !sa.SetSize) {
+		h = nil
 	}
 	if in.Valid&raw.FATTR_ATIME != 0 {
 		sa.SetAtime = true
@@ -691,15 +677,24 @@ func (m *RemoteServer) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.At
 			sa.Mtime = time.Unix(int64(in.Mtime), int64(in.Mtimensec))
 		}
 	}
-	var cp client.Compound
-	cp.PutFH(n.fh)
-	if !sa.Empty() {
-		cp.SetAttr(sid, sa.Encode())
+	var at int
+	rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+		cp.PutFH(n.fh)
+		if !sa.Empty() {
+			sid := client.AnonymousStateid
+			if h != nil {
+				sid = h.stateid()
+			}
+			cp.SetAttr(sid, sa.Encode())
+		}
+		at = cp.GetAttr(client.StatMask)
+	})
+	if err != nil {
+		return m.status("setattr", err)
 	}
-	at := cp.GetAttr(client.StatMask)
-	_, a, st := m.doAttrs(&in.InHeader, "setattr", &cp, at)
-	if st != raw.OK {
-		return st
+	a, err := resAttrs(rep.Results[at])
+	if err != nil {
+		return m.status("setattr", err)
 	}
 	m.attrOut(in.NodeId, out, &a)
 	return raw.OK
@@ -1089,7 +1084,8 @@ func (m *RemoteServer) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut)
 	}
 	var cp client.Compound
 	cp.PutFH(n.fh)
-	openAt := cp.Open(m.c.ClientID(), m.newOwner(), client.OpenArgs{Access: shareAccess(in.Flags)})
+	owner := m.newOwner()
+	openAt := cp.Open(m.c.ClientID(), owner, client.OpenArgs{Access: shareAccess(in.Flags)})
 	if in.Flags&syscall.O_TRUNC != 0 {
 		// POSIX updates mtime and ctime on O_TRUNC even if the file
 		// was empty.
@@ -1116,8 +1112,7 @@ func (m *RemoteServer) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut)
 		m.closeState(&in.InHeader, n.fh, sid)
 		return m.status("open", err)
 	}
-	out.Fh = m.addHandle(&rhandle{node: in.NodeId, n: n, sid: sid,
-		write: in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY, append: in.Flags&syscall.O_APPEND != 0})
+	out.Fh = m.newHandle(in.NodeId, n, in.Flags, owner, &cp, sid)
 	out.OpenFlags = m.openFlags(in.NodeId, in.Flags, a.Change)
 	return raw.OK
 }
@@ -1139,7 +1134,8 @@ func (m *RemoteServer) reopenByName(in *raw.OpenIn, out *raw.OpenOut) raw.Status
 	}
 	var cp client.Compound
 	cp.PutFH(dir.fh)
-	openAt := cp.Open(m.c.ClientID(), m.newOwner(), client.OpenArgs{Name: name, Access: shareAccess(in.Flags)})
+	owner := m.newOwner()
+	openAt := cp.Open(m.c.ClientID(), owner, client.OpenArgs{Name: name, Access: shareAccess(in.Flags)})
 	if in.Flags&syscall.O_TRUNC != 0 {
 		sa := client.SetAttrs{SetSize: true, SetMtime: true}
 		cp.SetAttr(client.CurrentStateid, sa.Encode())
@@ -1167,8 +1163,7 @@ func (m *RemoteServer) reopenByName(in *raw.OpenIn, out *raw.OpenOut) raw.Status
 		return raw.Status(syscall.ESTALE)
 	}
 	n := &rnode{fh: fh, fileid: a.FileID}
-	out.Fh = m.addHandle(&rhandle{node: in.NodeId, n: n, sid: sid,
-		write: in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY, append: in.Flags&syscall.O_APPEND != 0})
+	out.Fh = m.newHandle(in.NodeId, n, in.Flags, owner, &cp, sid)
 	m.nodes.saw(in.NodeId, 0)
 	m.srv.InodeNotify(in.NodeId, -1, 0)
 	out.OpenFlags = raw.FOPEN_DIRECT_IO
@@ -1196,7 +1191,8 @@ func (m *RemoteServer) Create(_ <-chan struct{}, in *raw.CreateIn, name string, 
 	}
 	var cp client.Compound
 	cp.PutFH(dir.fh)
-	openAt := cp.Open(m.c.ClientID(), m.newOwner(), client.OpenArgs{Name: name, Access: shareAccess(in.Flags),
+	owner := m.newOwner()
+	openAt := cp.Open(m.c.ClientID(), owner, client.OpenArgs{Name: name, Access: shareAccess(in.Flags),
 		Create: true, Exclusive: in.Flags&syscall.O_EXCL != 0, CreateAttrs: sa.Encode()})
 	fhAt := cp.GetFH()
 	at := cp.GetAttr(client.StatMask)
@@ -1214,8 +1210,7 @@ func (m *RemoteServer) Create(_ <-chan struct{}, in *raw.CreateIn, name string, 
 	m.entry(&out.EntryOut, fh, &a)
 	m.nodes.named(out.NodeId, in.NodeId, name)
 	n := m.node(out.NodeId)
-	out.Fh = m.addHandle(&rhandle{node: out.NodeId, n: n, sid: sid,
-		write: in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY, append: in.Flags&syscall.O_APPEND != 0})
+	out.Fh = m.newHandle(out.NodeId, n, in.Flags, owner, &cp, sid)
 	m.nodes.opened(out.NodeId, a.Change)
 	if in.Flags&syscall.O_APPEND != 0 {
 		out.OpenFlags |= raw.FOPEN_DIRECT_IO
@@ -1258,14 +1253,30 @@ func (m *RemoteServer) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 		delete(m.handles.m, in.Fh)
 		m.handles.Unlock()
 	}
-	m.locks.released(in.Fh)
-	var cp client.Compound
-	cp.PutFH(h.n.fh)
-	if h.write && h.n.dirty.Swap(false) {
-		cp.Commit()
+	m.locks.rpc.Lock()
+	defer m.locks.rpc.Unlock()
+	if m.locks.released(in.Fh, h) {
+		// A lock state from this open holds locks (remote_locks.go):
+		// the open stays until they are unlocked.
+		if err := m.commit(&in.InHeader, h.n); err != nil {
+			m.log.Debug("commit at release failed", "err", err)
+		}
+		return
 	}
-	cp.Close(h.sid)
-	if _, err := m.do(&in.InHeader, &cp); err != nil {
+	m.closeOpen(&in.InHeader, h)
+}
+
+// closeOpen sends CLOSE of h's open state, with COMMIT first if the file
+// has UNSTABLE writes.
+func (m *RemoteServer) closeOpen(hdr *raw.InHeader, h *rhandle) {
+	commit := h.write && h.n.dirty.Swap(false)
+	if _, err := m.doSid(hdr, func(cp *client.Compound) {
+		cp.PutFH(h.n.fh)
+		if commit {
+			cp.Commit()
+		}
+		cp.Close(h.stateid())
+	}); err != nil {
 		m.log.Debug("close failed", "err", err)
 	}
 }
@@ -1310,10 +1321,10 @@ func (m *RemoteServer) Read(_ <-chan struct{}, in *raw.ReadIn, buf []byte) (raw.
 	buf = buf[:min(len(buf), int(in.Size))]
 	n := 0
 	for n < len(buf) {
-		var cp client.Compound
-		cp.PutFH(h.n.fh)
-		cp.Read(h.sid, in.Offset+uint64(n), uint32(min(len(buf)-n, m.maxRead)))
-		rep, err := m.do(&in.InHeader, &cp)
+		rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+			cp.PutFH(h.n.fh)
+			cp.Read(h.stateid(), in.Offset+uint64(n), uint32(min(len(buf)-n, m.maxRead)))
+		})
 		if err != nil {
 			return nil, m.status("read", err)
 		}
@@ -1346,10 +1357,10 @@ func (m *RemoteServer) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (u
 	done := 0
 	for done < len(data) {
 		chunk := data[done:min(len(data), done+m.maxWrite)]
-		var cp client.Compound
-		cp.PutFH(h.n.fh)
-		cp.Write(h.sid, in.Offset+uint64(done), chunk, false)
-		rep, err := m.do(&in.InHeader, &cp)
+		rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+			cp.PutFH(h.n.fh)
+			cp.Write(h.stateid(), in.Offset+uint64(done), chunk, false)
+		})
 		if err != nil {
 			return uint32(done), m.status("write", err)
 		}
@@ -1380,11 +1391,10 @@ func (m *RemoteServer) appendWrite(in *raw.WriteIn, h *rhandle, data []byte) (ui
 		// One request, one atomic append: max_write is the server's.
 		return 0, raw.Status(syscall.EFBIG)
 	}
-	var cp client.Compound
-	cp.PutFH(h.n.fh)
-	if m.appendExt {
-		cp.Write(h.sid, client.AppendOffset, data, false)
-	} else {
+	var off uint64 = client.AppendOffset
+	if !m.appendExt {
+		var cp client.Compound
+		cp.PutFH(h.n.fh)
 		cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_SIZE))
 		rep, err := m.do(&in.InHeader, &cp)
 		if err != nil {
@@ -1394,12 +1404,14 @@ func (m *RemoteServer) appendWrite(in *raw.WriteIn, h *rhandle, data []byte) (ui
 		if err != nil {
 			return 0, m.status("write", err)
 		}
-		cp = client.Compound{}
-		cp.PutFH(h.n.fh)
-		cp.Write(h.sid, a.Size, data, false)
+		off = a.Size
 	}
-	at := cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_SIZE))
-	rep, err := m.do(&in.InHeader, &cp)
+	var at int
+	rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+		cp.PutFH(h.n.fh)
+		cp.Write(h.stateid(), off, data, false)
+		at = cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_SIZE))
+	})
 	if err != nil {
 		return 0, m.status("write", err)
 	}
@@ -1419,30 +1431,27 @@ func (m *RemoteServer) appendWrite(in *raw.WriteIn, h *rhandle, data []byte) (ui
 // Fallocate implements RawFileSystem with ALLOCATE (mode 0) and
 // DEALLOCATE (PUNCH_HOLE, ZERO_RANGE).
 func (m *RemoteServer) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Status {
-	mode := in.Mode
-	if mode&^(fallocKeepSize|fallocPunchHole|fallocZeroRange) != 0 ||
-		(mode&fallocPunchHole != 0 && (mode&fallocKeepSize == 0 || mode&fallocZeroRange != 0)) {
-		return raw.Status(syscall.EOPNOTSUPP)
-	}
-	if in.Length == 0 {
-		return raw.EINVAL
+	dealloc, alloc, st := fallocMode(in)
+	if st != raw.OK {
+		return st
 	}
 	h, st := m.stateid(in.Fh)
 	if st != raw.OK {
 		return st
 	}
-	var cp client.Compound
-	cp.PutFH(h.n.fh)
-	if mode&(fallocPunchHole|fallocZeroRange) != 0 {
-		cp.Add(&nfsv4.NfsArgop4_OP_DEALLOCATE{Opdeallocate: nfsv4.Deallocate4args{DaStateid: h.sid, DaOffset: in.Offset, DaLength: in.Length}})
-	}
-	if mode&fallocKeepSize == 0 {
-		cp.Add(&nfsv4.NfsArgop4_OP_ALLOCATE{Opallocate: nfsv4.Allocate4args{AaStateid: h.sid, AaOffset: in.Offset, AaLength: in.Length}})
-	}
-	if cp.Len() == 1 {
+	if !dealloc && !alloc {
 		return raw.OK // KEEP_SIZE alone: nothing is reserved
 	}
-	_, err := m.do(&in.InHeader, &cp)
+	_, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+		cp.PutFH(h.n.fh)
+		sid := h.stateid()
+		if dealloc {
+			cp.Add(&nfsv4.NfsArgop4_OP_DEALLOCATE{Opdeallocate: nfsv4.Deallocate4args{DaStateid: sid, DaOffset: in.Offset, DaLength: in.Length}})
+		}
+		if alloc {
+			cp.Add(&nfsv4.NfsArgop4_OP_ALLOCATE{Opallocate: nfsv4.Allocate4args{AaStateid: sid, AaOffset: in.Offset, AaLength: in.Length}})
+		}
+	})
 	return m.status("fallocate", err)
 }
 
@@ -1464,12 +1473,12 @@ func (m *RemoteServer) CopyFileRange(_ <-chan struct{}, in *raw.CopyFileRangeIn)
 	if st != raw.OK {
 		return 0, st
 	}
-	var cp client.Compound
-	cp.PutFH(src.n.fh)
-	cp.SaveFH()
-	cp.PutFH(dst.n.fh)
-	cp.Copy(src.sid, dst.sid, in.OffIn, in.OffOut, n)
-	rep, err := m.do(&in.InHeader, &cp)
+	rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+		cp.PutFH(src.n.fh)
+		cp.SaveFH()
+		cp.PutFH(dst.n.fh)
+		cp.Copy(src.stateid(), dst.stateid(), in.OffIn, in.OffOut, n)
+	})
 	if err != nil {
 		return 0, m.status("copy_file_range", err)
 	}
@@ -1649,10 +1658,10 @@ func (m *RemoteServer) Lseek(_ <-chan struct{}, in *raw.LseekIn, out *raw.LseekO
 	if st != raw.OK {
 		return st
 	}
-	var cp client.Compound
-	cp.PutFH(h.n.fh)
-	cp.Add(&nfsv4.NfsArgop4_OP_SEEK{Opseek: nfsv4.Seek4args{SaStateid: h.sid, SaOffset: in.Offset, SaWhat: what}})
-	rep, err := m.do(&in.InHeader, &cp)
+	rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+		cp.PutFH(h.n.fh)
+		cp.Add(&nfsv4.NfsArgop4_OP_SEEK{Opseek: nfsv4.Seek4args{SaStateid: h.stateid(), SaOffset: in.Offset, SaWhat: what}})
+	})
 	if err != nil {
 		return m.status("lseek", err)
 	}

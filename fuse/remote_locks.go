@@ -30,25 +30,89 @@ type lockKey struct {
 }
 
 type lockState struct {
-	sid nfsv4.Stateid4
-	fh  uint64 // the FUSE handle whose open state it came from
+	sid  nfsv4.Stateid4
+	fh   uint64      // the FUSE handle whose open state it came from
+	held []heldRange // what the server granted, for reclaim (remote_reclaim.go)
 }
 
 // remoteLocks is the lock-state table of a mount.
+//
+// The server frees a lock state with the open it came from, and with it
+// all of its lock-owner's locks on the file. RELEASE is asynchronous: a
+// process can close a descriptor (the kernel unlocks its POSIX locks on
+// the file at once) and lock again through another descriptor, with the
+// same lock-owner and so the same lock state, before the first one's
+// RELEASE arrives. That RELEASE then keeps its open state (the handle
+// lingers) until the lock state holds no more locks, instead of closing
+// it and dropping the new lock (TestRemoteLocks caught it, rarely).
 type remoteLocks struct {
-	mu sync.Mutex
-	m  map[lockKey]lockState
+	// rpc orders LOCK and LOCKU with the release of the open states
+	// lock states come from (held across those RPCs).
+	rpc sync.Mutex
+	mu  sync.Mutex
+	m   map[lockKey]lockState
+	// lingering are released handles whose open state is kept because a
+	// lock state from it holds locks.
+	lingering map[uint64]*rhandle
 }
 
-// released forgets the lock states that came from FUSE handle fh.
-func (l *remoteLocks) released(fh uint64) {
+// released forgets the lock states that came from FUSE handle fh (of
+// open file h), or, if one of them holds locks, makes h linger and
+// reports true: its open state must stay. Called with rpc held.
+func (l *remoteLocks) released(fh uint64, h *rhandle) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	keep := false
 	for k, s := range l.m {
-		if s.fh == fh {
-			delete(l.m, k)
+		if s.fh != fh {
+			continue
+		}
+		if len(s.held) > 0 {
+			keep = true
+			continue
+		}
+		delete(l.m, k)
+	}
+	if keep {
+		if l.lingering == nil {
+			l.lingering = map[uint64]*rhandle{}
+		}
+		l.lingering[fh] = h
+	}
+	return keep
+}
+
+// unlocked records that key holds only held now (after LOCKU) and, if
+// that emptied a lock state of a lingering handle no other lock state
+// needs, returns that handle, to be closed. Called with rpc held.
+func (l *remoteLocks) unlocked(key lockKey, sid nfsv4.Stateid4, held []heldRange) *rhandle {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cur, found := l.m[key]
+	if !found || cur.sid.Other != sid.Other {
+		return nil
+	}
+	l.m[key] = lockState{sid: sid, fh: cur.fh, held: held}
+	h := l.lingering[cur.fh]
+	if h == nil || len(held) > 0 {
+		return nil
+	}
+	delete(l.m, key)
+	for _, s := range l.m {
+		if s.fh == cur.fh {
+			return nil
 		}
 	}
+	delete(l.lingering, cur.fh)
+	return h
+}
+
+// lockState returns the lock state of key.
+func (m *RemoteServer) lockState(key lockKey) (lockState, bool) {
+	m.locks.mu.Lock()
+	defer m.locks.mu.Unlock()
+	ls, ok := m.locks.m[key]
+	return ls, ok
 }
 
 func (m *RemoteServer) lockOwner(owner uint64) nfsv4.StateOwner4 {
@@ -136,65 +200,37 @@ func (m *RemoteServer) setLk(cancel <-chan struct{}, in *raw.LkIn, wait bool) ra
 	key := lockKey{h.n, in.Owner}
 	off, length := lockRange(&in.Lk, in.LkFlags&raw.LK_FLOCK != 0)
 	if in.Lk.Typ == syscall.F_UNLCK {
-		m.locks.mu.Lock()
-		ls, ok := m.locks.m[key]
-		m.locks.mu.Unlock()
-		if !ok {
+		m.locks.rpc.Lock()
+		defer m.locks.rpc.Unlock()
+		if _, ok := m.lockState(key); !ok {
 			return raw.OK // never locked through NFS
 		}
-		var cp client.Compound
-		cp.PutFH(h.n.fh)
-		cp.Add(&nfsv4.NfsArgop4_OP_LOCKU{Oplocku: nfsv4.Locku4args{Locktype: nfsv4.WRITE_LT,
-			LockStateid: ls.sid, Offset: off, Length: length}})
-		rep, err := m.do(&in.InHeader, &cp)
+		rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+			ls, _ := m.lockState(key)
+			cp.PutFH(h.n.fh)
+			cp.Add(&nfsv4.NfsArgop4_OP_LOCKU{Oplocku: nfsv4.Locku4args{Locktype: nfsv4.WRITE_LT,
+				LockStateid: ls.sid, Offset: off, Length: length}})
+		})
 		if err != nil {
 			return m.status("unlock", err)
 		}
 		if r, _ := rep.Results[1].(*nfsv4.NfsResop4_OP_LOCKU); r != nil {
 			if ok, _ := r.Oplocku.(*nfsv4.Locku4res_NFS4_OK); ok != nil {
-				m.locks.mu.Lock()
-				if cur, found := m.locks.m[key]; found && cur.sid.Other == ok.LockStateid.Other {
-					m.locks.m[key] = lockState{sid: ok.LockStateid, fh: cur.fh}
+				ls, _ := m.lockState(key)
+				if done := m.locks.unlocked(key, ok.LockStateid, unheld(ls.held, off, rangeEnd(off, length))); done != nil {
+					m.closeOpen(&in.InHeader, done)
 				}
-				m.locks.mu.Unlock()
 			}
 		}
 		return raw.OK
 	}
 	delay := 10 * time.Millisecond
+	typ := nfsLockType(in.Lk.Typ, wait)
 	for {
-		m.locks.mu.Lock()
-		ls, have := m.locks.m[key]
-		m.locks.mu.Unlock()
-		var locker nfsv4.Locker4
-		if have {
-			locker = &nfsv4.Locker4_FALSE{LockOwner: nfsv4.ExistLockOwner4{LockStateid: ls.sid}}
-		} else {
-			locker = &nfsv4.Locker4_TRUE{OpenOwner: nfsv4.OpenToLockOwner4{OpenStateid: h.sid, LockOwner: m.lockOwner(in.Owner)}}
-		}
-		var cp client.Compound
-		cp.PutFH(h.n.fh)
-		cp.Add(&nfsv4.NfsArgop4_OP_LOCK{Oplock: nfsv4.Lock4args{Locktype: nfsLockType(in.Lk.Typ, wait),
-			Offset: off, Length: length, Locker: locker}})
-		rep, err := m.do(&in.InHeader, &cp)
+		have, err := m.lockOnce(in, h, key, typ, off, length)
 		var se *client.StatusError
 		switch {
 		case err == nil:
-			r, _ := rep.Results[1].(*nfsv4.NfsResop4_OP_LOCK)
-			ok, _ := r.Oplock.(*nfsv4.Lock4res_NFS4_OK)
-			if ok == nil {
-				return raw.EIO
-			}
-			m.locks.mu.Lock()
-			if m.locks.m == nil {
-				m.locks.m = map[lockKey]lockState{}
-			}
-			fh := in.Fh
-			if have {
-				fh = ls.fh
-			}
-			m.locks.m[key] = lockState{sid: ok.Resok4.LockStateid, fh: fh}
-			m.locks.mu.Unlock()
 			return raw.OK
 		case !errors.As(err, &se):
 			return m.status("lock", err)
@@ -225,4 +261,43 @@ func (m *RemoteServer) setLk(cancel <-chan struct{}, in *raw.LkIn, wait bool) ra
 		}
 		delay = min(2*delay, time.Second)
 	}
+}
+
+// lockOnce sends one LOCK of key's owner through handle h (from its lock
+// state if it has one: have) and records the granted range.
+func (m *RemoteServer) lockOnce(in *raw.LkIn, h *rhandle, key lockKey, typ nfsv4.NfsLockType4, off, length uint64) (have bool, err error) {
+	m.locks.rpc.Lock()
+	defer m.locks.rpc.Unlock()
+	rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+		var ls lockState
+		ls, have = m.lockState(key)
+		var locker nfsv4.Locker4
+		if have {
+			locker = &nfsv4.Locker4_FALSE{LockOwner: nfsv4.ExistLockOwner4{LockStateid: ls.sid}}
+		} else {
+			locker = &nfsv4.Locker4_TRUE{OpenOwner: nfsv4.OpenToLockOwner4{OpenStateid: h.stateid(), LockOwner: m.lockOwner(in.Owner)}}
+		}
+		cp.PutFH(h.n.fh)
+		cp.Add(&nfsv4.NfsArgop4_OP_LOCK{Oplock: nfsv4.Lock4args{Locktype: typ,
+			Offset: off, Length: length, Locker: locker}})
+	})
+	if err != nil {
+		return have, err
+	}
+	r, _ := rep.Results[1].(*nfsv4.NfsResop4_OP_LOCK)
+	ok, _ := r.Oplock.(*nfsv4.Lock4res_NFS4_OK)
+	if ok == nil {
+		return have, errors.New("LOCK reply without a stateid")
+	}
+	m.locks.mu.Lock()
+	defer m.locks.mu.Unlock()
+	if m.locks.m == nil {
+		m.locks.m = map[lockKey]lockState{}
+	}
+	cur, found := m.locks.m[key]
+	if !found {
+		cur.fh = in.Fh
+	}
+	m.locks.m[key] = lockState{sid: ok.Resok4.LockStateid, fh: cur.fh, held: held(cur.held, off, rangeEnd(off, length), typ)}
+	return have, nil
 }
