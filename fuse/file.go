@@ -289,29 +289,40 @@ const (
 	fallocZeroRange = 0x10
 )
 
+// fallocMode checks a FALLOCATE request of either kind of mount and
+// says what it asks: drop the range's data (PUNCH_HOLE, ZERO_RANGE)
+// and/or allocate it, extending the file (no KEEP_SIZE).
+func fallocMode(in *raw.FallocateIn) (punch, allocate bool, st raw.Status) {
+	mode := in.Mode
+	if mode&^(fallocKeepSize|fallocPunchHole|fallocZeroRange) != 0 ||
+		(mode&fallocPunchHole != 0 && (mode&fallocKeepSize == 0 || mode&fallocZeroRange != 0)) {
+		return false, false, raw.Status(syscall.EOPNOTSUPP)
+	}
+	if in.Length == 0 {
+		return false, false, raw.EINVAL
+	}
+	return mode&(fallocPunchHole|fallocZeroRange) != 0, mode&fallocKeepSize == 0, raw.OK
+}
+
 // Fallocate implements RawFileSystem: plain allocation extends the file
 // (space is not reserved: slices are allocated when written), PUNCH_HOLE
 // and ZERO_RANGE drop the range's slices (metadata only).
 func (m *Server) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Status {
 	ino := fs.Ino(in.NodeId)
-	mode := in.Mode
-	if mode&^(fallocKeepSize|fallocPunchHole|fallocZeroRange) != 0 ||
-		(mode&fallocPunchHole != 0 && (mode&fallocKeepSize == 0 || mode&fallocZeroRange != 0)) {
-		return raw.Status(syscall.EOPNOTSUPP)
-	}
-	if in.Length == 0 {
-		return raw.EINVAL
+	punch, allocate, st := fallocMode(in)
+	if st != raw.OK {
+		return st
 	}
 	if in.Offset+in.Length < in.Offset || in.Offset+in.Length > fs.MaxFileSize {
 		return raw.Status(syscall.EFBIG)
 	}
 	err := m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) error {
-		if mode&(fallocPunchHole|fallocZeroRange) != 0 {
+		if punch {
 			if err := t.Punch(m.ctx, ino, in.Offset, in.Length); err != nil {
 				return err
 			}
 		}
-		if mode&fallocKeepSize != 0 {
+		if !allocate {
 			// Nothing to reserve; the inode must still exist.
 			_, err := t.GetAttr(m.ctx, ino)
 			return err

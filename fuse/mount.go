@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"log"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -122,15 +119,15 @@ func (c *Config) Validate() error {
 type Server struct {
 	raw.RawFileSystem // ENOSYS for the operations not implemented here
 
+	mountLife // dir, srv, Dir, Wait, Unmount
+
 	cfg Config
 	eng *fs.FS
 	log *slog.Logger
-	dir string
 	uid uint32 // the daemon's uid: it and root may control the sandbox
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	srv    *raw.Server
 
 	handles handleTable
 	nodes   nodeTable
@@ -138,8 +135,6 @@ type Server struct {
 	notify  notifier
 	pins    *pinGate
 	unpins  sync.WaitGroup // unpinLater goroutines
-
-	shutdownOnce sync.Once
 }
 
 var _ raw.RawFileSystem = (*Server)(nil)
@@ -162,116 +157,51 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
 		cfg:           cfg,
 		eng:           cfg.FS,
 		log:           cfg.Logger.With("mount", dir),
-		dir:           dir,
+		mountLife:     mountLife{dir: dir},
 		uid:           uint32(os.Getuid()),
 		ctx:           mctx,
 		cancel:        cancel,
 	}
+	m.onShutdown = m.doShutdown
 	m.handles.init()
 	m.nodes.init()
 	m.pins = &pinGate{}
 	if cfg.Group != nil {
 		m.pins = &cfg.Group.pins
 	}
-	opts := &raw.MountOptions{
-		AllowOther:    cfg.AllowOther,
-		FsName:        cfg.FsName,
-		Name:          "txnfs",
-		MaxWrite:      cfg.MaxWrite,
-		MaxBackground: 64,
-		DirectMount:   cfg.DirectMount,
-		Debug:         cfg.Debug,
-		Logger:        log.New(&logWriter{m.log}, "", 0),
-		// The kernel checks permissions from its cached attributes, as
-		// the engine does again from its own: without this, paths the
-		// kernel has cached are walked without search permission checks
-		// and execute permission is "any x bit".
-		Options: []string{"default_permissions"},
-		// No ATOMIC_O_TRUNC: with it O_TRUNC is applied in OPEN, before
-		// the kernel's ETXTBSY check (handle_truncate), so open(O_TRUNC)
-		// of a running program emptied it and then failed. The kernel
-		// then truncates with SETATTR(size 0, the open's handle) after
-		// its checks.
-		// HANDLE_KILLPRIV: the engine clears setuid/setgid on write,
-		// truncate and chown; without it the kernel would send a mode
-		// change on behalf of a writer who does not own the file.
-		// HANDLE_KILLPRIV_V2 (protocol 7.33, honoured by the kernel at
-		// the 7.28 go-fuse speaks): the file system is known to clear
-		// setuid/setgid itself, so the kernel sets SB_NOSEC and stops
-		// asking GETXATTR(security.capability) before every write once
-		// it has seen a file without privileges to remove (one FUSE
-		// round trip and an engine read per write(2) otherwise).
-		// IOCTL_DIR: the sandbox is controlled by an ioctl on the root.
-		// DIRECT_IO_ALLOW_MMAP: files opened with O_APPEND use direct
-		// I/O (see appendFlags) and may still be mapped shared.
-		ExtraCapabilities: raw.CAP_HANDLE_KILLPRIV | raw.CAP_HANDLE_KILLPRIV_V2 | raw.CAP_IOCTL_DIR | raw.CAP_DIRECT_IO_ALLOW_MMAP,
-	}
+	opts := cfg.mountOptions(m.log)
+	// No ATOMIC_O_TRUNC: with it O_TRUNC is applied in OPEN, before
+	// the kernel's ETXTBSY check (handle_truncate), so open(O_TRUNC)
+	// of a running program emptied it and then failed. The kernel
+	// then truncates with SETATTR(size 0, the open's handle) after
+	// its checks.
+	// HANDLE_KILLPRIV: the engine clears setuid/setgid on write,
+	// truncate and chown; without it the kernel would send a mode
+	// change on behalf of a writer who does not own the file.
+	// HANDLE_KILLPRIV_V2 (protocol 7.33, honoured by the kernel at
+	// the 7.28 go-fuse speaks): the file system is known to clear
+	// setuid/setgid itself, so the kernel sets SB_NOSEC and stops
+	// asking GETXATTR(security.capability) before every write once
+	// it has seen a file without privileges to remove (one FUSE
+	// round trip and an engine read per write(2) otherwise).
+	// IOCTL_DIR: the sandbox is controlled by an ioctl on the root.
+	// DIRECT_IO_ALLOW_MMAP: files opened with O_APPEND use direct
+	// I/O (see appendFlags) and may still be mapped shared.
+	opts.ExtraCapabilities = raw.CAP_HANDLE_KILLPRIV | raw.CAP_HANDLE_KILLPRIV_V2 | raw.CAP_IOCTL_DIR | raw.CAP_DIRECT_IO_ALLOW_MMAP
 	if cfg.Writeback {
 		opts.ExtraCapabilities |= raw.CAP_WRITEBACK_CACHE
 	}
-	srv, err := raw.NewServer(m, dir, opts)
-	if err != nil {
+	if err := m.serve(m, opts, cfg.ReadAheadKB, m.log, func(srv *raw.Server) { m.notify.start(srv, m.log) }); err != nil {
 		cancel()
-		return nil, fmt.Errorf("fuse: mounting %s: %w", dir, err)
-	}
-	m.srv = srv
-	m.notify.start(srv, m.log)
-	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
-		srv.Unmount()
-		cancel()
-		return nil, fmt.Errorf("fuse: mounting %s: %w", dir, err)
+		return nil, err
 	}
 	if cfg.Group != nil {
 		cfg.Group.add(m)
 	}
-	if cfg.ReadAheadKB > 0 {
-		m.setReadAhead(cfg.ReadAheadKB)
-	}
 	return m, nil
 }
 
-// setReadAhead sets the mount's read-ahead through its backing device
-// info (best effort: it needs root).
-func (m *Server) setReadAhead(kb int) {
-	abs, err := filepath.Abs(m.dir)
-	if err != nil {
-		return
-	}
-	mi, err := findMount(filepath.Clean(abs))
-	if err != nil {
-		return
-	}
-	p := filepath.Join("/sys/class/bdi", mi.dev, "read_ahead_kb")
-	if err := os.WriteFile(p, []byte(strconv.Itoa(kb)), 0); err != nil {
-		m.log.Debug("cannot set read-ahead", "path", p, "err", err)
-	}
-}
-
-// Dir returns the mount point.
-func (m *Server) Dir() string { return m.dir }
-
-// Wait blocks until the file system is unmounted.
-func (m *Server) Wait() {
-	m.srv.Wait()
-	m.shutdown()
-}
-
-// Unmount unmounts the file system; it fails (EBUSY) while it is in use.
-// An active sandbox is aborted.
-func (m *Server) Unmount() error {
-	if err := m.srv.Unmount(); err != nil {
-		return fmt.Errorf("fuse: unmounting %s: %w", m.dir, err)
-	}
-	m.srv.Wait()
-	m.shutdown()
-	return nil
-}
-
-// shutdown releases the mount's state once the kernel is gone; Wait and
-// Unmount may both call it, concurrently.
-func (m *Server) shutdown() { m.shutdownOnce.Do(m.doShutdown) }
-
+// doShutdown releases the mount's state once the kernel is gone.
 func (m *Server) doShutdown() {
 	if m.cfg.Group != nil {
 		m.cfg.Group.remove(m)

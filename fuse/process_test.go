@@ -21,7 +21,11 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv("TXNFS_TEST_APPENDER"); spec != "" {
 		os.Exit(appenderMain(spec))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if txnfsBinDir != "" {
+		os.RemoveAll(txnfsBinDir) // 35 MB per test run otherwise
+	}
+	os.Exit(code)
 }
 
 // appenderMain appends n records as writer w to path: "path,w,n".
@@ -93,6 +97,14 @@ func TestCloseToOpen(t *testing.T) {
 	e := newEnv(t, envOptions{group: true})
 	a, _ := e.mount()
 	b, _ := e.mount()
+	closeToOpenRounds(t, a, b)
+}
+
+// closeToOpenRounds writes a file through mount a (in place, or a new
+// file renamed over it) and reads it in full through mount b, and back,
+// for 20 rounds of growing sizes.
+func closeToOpenRounds(t *testing.T, a, b string) {
+	t.Helper()
 	p, q := filepath.Join(a, "f"), filepath.Join(b, "f")
 	for i := range 20 {
 		want := strings.Repeat(fmt.Sprint(i%10), 1000*(i+1))
@@ -116,12 +128,16 @@ func TestCloseToOpen(t *testing.T) {
 	}
 }
 
+// txnfsBinDir holds the binary txnfsBinary built (removed by TestMain).
+var txnfsBinDir string
+
 // txnfsBinary builds cmd/txnfs once per test binary.
 var txnfsBinary = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "txnfs-bin")
 	if err != nil {
 		return "", err
 	}
+	txnfsBinDir = dir
 	bin := filepath.Join(dir, "txnfs")
 	out, err := exec.Command("go", "build", "-o", bin, "../cmd/txnfs").CombinedOutput()
 	if err != nil {

@@ -163,26 +163,7 @@ func TestRemoteCloseToOpen(t *testing.T) {
 	e := newRemoteEnv(t)
 	a, _ := e.mount()
 	b, _ := e.mount()
-	p, q := filepath.Join(a, "f"), filepath.Join(b, "f")
-	for i := range 20 {
-		want := strings.Repeat(fmt.Sprint(i%10), 1000*(i+1))
-		if i%2 == 0 {
-			writeFile(t, p, want)
-		} else {
-			writeFile(t, p+".tmp", want)
-			if err := os.Rename(p+".tmp", p); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got := readFile(t, q); got != want {
-			t.Fatalf("round %d: other mount read %d bytes, want %d", i, len(got), len(want))
-		}
-		want += "!"
-		writeFile(t, q, want)
-		if got := readFile(t, p); got != want {
-			t.Fatalf("round %d: first mount read %d bytes, want %d", i, len(got), len(want))
-		}
-	}
+	closeToOpenRounds(t, a, b)
 }
 
 // TestRemoteAppendTwoMounts: two processes append with O_APPEND through
@@ -358,38 +339,14 @@ func TestRemotePermissionsNonRoot(t *testing.T) {
 // "txnfs umount".
 func TestRemoteMountCommand(t *testing.T) {
 	requireFUSE(t)
-	bin, err := txnfsBinary()
-	if err != nil {
-		t.Skip(err)
-	}
+	srv := startServeProcess(t)
+	bin, addr, srvLog := srv.bin, srv.addr, srv.log
 	root := t.TempDir()
-	port, err := nfspeers.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	srv := exec.Command(bin, "serve", "--data", filepath.Join(root, "data"), "--listen", addr, "--log-level", "warn")
-	srvLog := &syncBuffer{}
-	srv.Stdout, srv.Stderr = srvLog, srvLog
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		srv.Process.Signal(syscall.SIGTERM)
-		srv.Wait()
-	}()
 	mnt := filepath.Join(root, "mnt")
 	os.Mkdir(mnt, 0o755)
-	var out []byte
-	for attempt := 0; ; attempt++ { // until the server listens
-		out, err = exec.Command(bin, "mount", "--background", "--log", filepath.Join(root, "log"), "--server", addr, mnt).CombinedOutput()
-		if err == nil {
-			break
-		}
-		if attempt == 100 {
-			t.Fatalf("mount --server: %v\n%s\nserver: %s", err, out, srvLog.String())
-		}
-		time.Sleep(100 * time.Millisecond)
+	// startServeProcess waited until the server listens.
+	if out, err := exec.Command(bin, "mount", "--background", "--log", filepath.Join(root, "log"), "--server", addr, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount --server: %v\n%s\nserver: %s", err, out, srvLog.String())
 	}
 	defer exec.Command(bin, "umount", "--force", mnt).Run()
 	if mi, err := findMount(mnt); err != nil || mi.fstype != "fuse.txnfs" {

@@ -13,6 +13,7 @@
 # Prints markdown tables (docs/fuse.md records one run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-fuse-lib.sh
 work=${1:-$(mktemp -d /var/tmp/txnfs-rbench.XXXXXX)}
 SIZE=${SIZE:-256m}
 RUNTIME=${RUNTIME:-10}
@@ -33,20 +34,6 @@ bytes=$(python3 -c "import sys; s='$SIZE'.lower(); m={'k':1<<10,'m':1<<20,'g':1<
 "$work/benchvnfs" -addr "127.0.0.1:$port" -size "$bytes" -runtime "${RUNTIME}s" -files "$NFILES" >"$work/vnfs.txt"
 mkdir -p "$work/mnt/fio"
 
-# fio JOB-NAME DIR fio-args... -> prints "MiB/s IOPS"
-runfio() {
-	local name=$1 dir=$2; shift 2
-	fio --name="$name" --directory="$dir" --filename="bench.$name" --ioengine=psync --size="$SIZE" \
-		--output-format=json "$@" >"$work/fio.json"
-	python3 - "$work/fio.json" <<'PY'
-import json, sys
-j = json.load(open(sys.argv[1]))["jobs"][0]
-r, w = j["read"], j["write"]
-d = r if r["io_bytes"] > 0 else w
-print("%.0f %.0f" % (d["bw_bytes"] / 2**20, d["iops"]))
-PY
-}
-
 printf '| workload | local dir | vnfs library | txnfs remote FUSE | FUSE / vnfs | FUSE / local |\n|---|---|---|---|---|---|\n'
 row() {
 	local name=$1; shift
@@ -62,41 +49,17 @@ bw = lambda v: max(float(v.split()[0]), 1e-9)
 print("| %s | %s | %s | %s | %.2f | %.2f |" % (name, fmt(l), fmt(v), fmt(m), bw(m) / bw(v), bw(m) / bw(l)))
 PY
 }
-row seq-write-1M --rw=write --bs=1M --end_fsync=1
-row seq-read-1M --rw=read --bs=1M --invalidate=0
-row seq-read-1M-again --rw=read --bs=1M --invalidate=0
-row seq-write-4K --rw=write --bs=4k --end_fsync=1 --runtime="$RUNTIME" --time_based=0
-row rand-read-4K --rw=randread --bs=4k --invalidate=0 --runtime="$RUNTIME" --time_based
-row rand-write-4K --rw=randwrite --bs=4k --runtime="$RUNTIME" --time_based --end_fsync=1
-row rand-read-1M --rw=randread --bs=1M --invalidate=0 --runtime="$RUNTIME" --time_based
-row rand-write-1M --rw=randwrite --bs=1M --runtime="$RUNTIME" --time_based --end_fsync=1
+fio_jobs row
 
 echo
 echo "| metadata ($NFILES files) | local dir ops/s | vnfs, 1 per call | vnfs, 256 per call | txnfs remote FUSE ops/s | FUSE / vnfs(1) | FUSE / local |"
 echo "|---|---|---|---|---|---|---|"
-python3 - "$work/local/meta" "$work/mnt/meta" "$NFILES" "$work/vnfs.txt" <<'PY'
-import os, sys, time
-local, mnt, n, vf = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-v = {l.split()[0]: float(l.split()[1]) for l in open(vf) if len(l.split()) == 2}
-def bench(d):
-    os.makedirs(d, exist_ok=True)
-    res = {}
-    t = time.perf_counter()
-    for i in range(n):
-        os.close(os.open(os.path.join(d, "f%06d" % i), os.O_CREAT | os.O_WRONLY, 0o644))
-    res["create"] = n / (time.perf_counter() - t)
-    t = time.perf_counter()
-    for i in range(n):
-        os.stat(os.path.join(d, "f%06d" % i))
-    res["stat"] = n / (time.perf_counter() - t)
-    t = time.perf_counter()
-    for i in range(n):
-        os.unlink(os.path.join(d, "f%06d" % i))
-    res["unlink"] = n / (time.perf_counter() - t)
-    return res
-l, m = bench(local), bench(mnt)
-for op in ("create", "stat", "unlink"):
-    v1, v256 = v[op + "-x1"], v[op + "-x256"]
-    print("| %s | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f |" % (op, l[op], v1, v256, m[op], m[op] / v1, m[op] / l[op]))
-PY
+metabench "$work/local/meta" "$NFILES" >"$work/meta.local"
+metabench "$work/mnt/meta" "$NFILES" >"$work/meta.mnt"
+paste "$work/meta.local" "$work/meta.mnt" | while read -r op l _ m; do
+	v1=$(awk -v k="$op-x1" '$1 == k { print $2 }' "$work/vnfs.txt")
+	v256=$(awk -v k="$op-x256" '$1 == k { print $2 }' "$work/vnfs.txt")
+	awk -v op="$op" -v l="$l" -v v1="$v1" -v v256="$v256" -v m="$m" \
+		'BEGIN { printf "| %s | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f |\n", op, l, v1, v256, m, m / v1, m / l }'
+done
 echo "uptime after: $(uptime)"

@@ -18,6 +18,7 @@
 # WORKDIR/cpu.N.pprof, written at unmount).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-fuse-lib.sh
 work=${1:-$(mktemp -d /var/tmp/txnfs-wbench.XXXXXX)}
 ROUNDS=${ROUNDS:-3}
 SIZE=${SIZE:-128m}
@@ -64,13 +65,13 @@ args() { # job name -> fio arguments
 	echo "--rw=$rw --bs=$bs $sync"
 }
 
-# fio JOB DIR -> MiB/s (the file is removed afterwards: every run lays out a new file)
-runfio() {
+# wfio JOB DIR -> MiB/s (the file is removed afterwards: every run lays out a new file)
+wfio() {
+	local v
 	# shellcheck disable=SC2046
-	fio --name="$1" --directory="$2" --filename="wbench.$1" --ioengine=psync --size="$SIZE" \
-		--output-format=json $(args "$1") >"$work/fio.json"
-	rm -f "$2/wbench.$1"
-	python3 -c 'import json,sys; w=json.load(open(sys.argv[1]))["jobs"][0]["write"]; print("%.1f" % (w["bw_bytes"]/2**20))' "$work/fio.json"
+	v=$(runfio "$1" "$2" $(args "$1"))
+	rm -f "$2/bench.$1"
+	echo "${v%% *}"
 }
 
 echo "uptime before: $(uptime)"
@@ -82,11 +83,11 @@ echo "$sep"
 : >"$work/ratios"
 for job in $JOBS; do
 	for r in $(seq "$ROUNDS"); do
-		l=$(runfio "$job" "$work/local")
+		l=$(wfio "$job" "$work/local")
 		line="| $job | $r | $l |"
 		i=0
 		for m in "${mnts[@]}"; do
-			v=$(runfio "$job" "$m")
+			v=$(wfio "$job" "$m")
 			ratio=$(python3 -c "print('%.2f' % ($v / max($l, 1e-9)))")
 			line+=" $v | $ratio |"
 			echo "$job $i $ratio" >>"$work/ratios"

@@ -10,6 +10,7 @@
 # Prints a markdown table (docs/fuse.md records one run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-fuse-lib.sh
 work=${1:-$(mktemp -d /var/tmp/txnfs-bench.XXXXXX)}
 SIZE=${SIZE:-256m}
 RUNTIME=${RUNTIME:-10}
@@ -18,20 +19,6 @@ mkdir -p "$work/local" "$work/mnt"
 go build -o "$work/txnfs" ./cmd/txnfs
 "$work/txnfs" mount --background --log "$work/mount.log" --data "$work/data" "$work/mnt"
 trap '"$work/txnfs" umount --force "$work/mnt" 2>/dev/null || true' EXIT
-
-# fio JOB-NAME DIR fio-args... -> prints "MiB/s IOPS"
-runfio() {
-	local name=$1 dir=$2; shift 2
-	fio --name="$name" --directory="$dir" --filename="bench.$name" --ioengine=psync --size="$SIZE" \
-		--output-format=json "$@" >"$work/fio.json"
-	python3 - "$work/fio.json" <<'PY'
-import json, sys
-j = json.load(open(sys.argv[1]))["jobs"][0]
-r, w = j["read"], j["write"]
-d = r if r["io_bytes"] > 0 else w
-print("%.0f %.0f" % (d["bw_bytes"] / 2**20, d["iops"]))
-PY
-}
 
 printf '| workload | local dir | local dir, fsync each write | txnfs FUSE | txnfs / local |\n|---|---|---|---|---|\n'
 row() { # name, fio args (a write job also runs with --fsync=1 on the local directory)
@@ -52,38 +39,11 @@ ratio = float(m.split()[0]) / max(float(l.split()[0]), 1e-9)
 print("| %s | %s | %s | %s | %.2f |" % (name, fmt(l), fmt(s), fmt(m), ratio))
 PY
 }
-row seq-write-1M --rw=write --bs=1M --end_fsync=1
-row seq-read-1M --rw=read --bs=1M --invalidate=0
-row seq-read-1M-again --rw=read --bs=1M --invalidate=0
-row seq-write-4K --rw=write --bs=4k --end_fsync=1 --runtime="$RUNTIME" --time_based=0
-row rand-read-4K --rw=randread --bs=4k --invalidate=0 --runtime="$RUNTIME" --time_based
-row rand-write-4K --rw=randwrite --bs=4k --runtime="$RUNTIME" --time_based --end_fsync=1
-row rand-read-1M --rw=randread --bs=1M --invalidate=0 --runtime="$RUNTIME" --time_based
-row rand-write-1M --rw=randwrite --bs=1M --runtime="$RUNTIME" --time_based --end_fsync=1
+fio_jobs row
 
 echo
 echo "| metadata ($NFILES files) | local dir ops/s | txnfs FUSE ops/s | txnfs / local |"
 echo "|---|---|---|---|"
-python3 - "$work/local/meta" "$work/mnt/meta" "$NFILES" <<'PY'
-import os, sys, time
-local, mnt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def bench(d):
-    os.makedirs(d, exist_ok=True)
-    res = {}
-    t = time.perf_counter()
-    for i in range(n):
-        os.close(os.open(os.path.join(d, "f%06d" % i), os.O_CREAT | os.O_WRONLY, 0o644))
-    res["create"] = n / (time.perf_counter() - t)
-    t = time.perf_counter()
-    for i in range(n):
-        os.stat(os.path.join(d, "f%06d" % i))
-    res["stat"] = n / (time.perf_counter() - t)
-    t = time.perf_counter()
-    for i in range(n):
-        os.unlink(os.path.join(d, "f%06d" % i))
-    res["unlink"] = n / (time.perf_counter() - t)
-    return res
-l, m = bench(local), bench(mnt)
-for op in ("create", "stat", "unlink"):
-    print("| %s | %.0f | %.0f | %.2f |" % (op, l[op], m[op], m[op] / l[op]))
-PY
+metabench "$work/local/meta" "$NFILES" >"$work/meta.local"
+metabench "$work/mnt/meta" "$NFILES" >"$work/meta.mnt"
+paste "$work/meta.local" "$work/meta.mnt" | awk '{ printf "| %s | %.0f | %.0f | %.2f |\n", $1, $2, $4, $4 / $2 }'

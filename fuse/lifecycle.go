@@ -1,0 +1,107 @@
+package fuse
+
+import (
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	raw "github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// mountLife is the lifecycle both kinds of mount (Server, RemoteServer)
+// share: mounting through go-fuse, Dir, Wait and Unmount, and the mount's
+// own shutdown, run once when the kernel is gone.
+type mountLife struct {
+	dir          string
+	srv          *raw.Server
+	onShutdown   func() // releases the mount's state (set before serve)
+	shutdownOnce sync.Once
+}
+
+// serve mounts fsys on l.dir with opts and serves it in the background.
+// started runs once the go-fuse server exists, before the first request
+// (the kernel notifier needs it); read-ahead is raised to readAheadKB
+// (if positive) once the mount exists.
+func (l *mountLife) serve(fsys raw.RawFileSystem, opts *raw.MountOptions, readAheadKB int, log *slog.Logger, started func(*raw.Server)) error {
+	srv, err := raw.NewServer(fsys, l.dir, opts)
+	if err != nil {
+		return fmt.Errorf("fuse: mounting %s: %w", l.dir, err)
+	}
+	l.srv = srv
+	started(srv)
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		srv.Unmount()
+		return fmt.Errorf("fuse: mounting %s: %w", l.dir, err)
+	}
+	if readAheadKB > 0 {
+		l.setReadAhead(readAheadKB, log)
+	}
+	return nil
+}
+
+// setReadAhead sets the mount's read-ahead through its backing device
+// info (best effort: it needs root).
+func (l *mountLife) setReadAhead(kb int, log *slog.Logger) {
+	abs, err := filepath.Abs(l.dir)
+	if err != nil {
+		return
+	}
+	mi, err := findMount(filepath.Clean(abs))
+	if err != nil {
+		return
+	}
+	p := filepath.Join("/sys/class/bdi", mi.dev, "read_ahead_kb")
+	if err := os.WriteFile(p, []byte(strconv.Itoa(kb)), 0); err != nil {
+		log.Debug("cannot set read-ahead", "path", p, "err", err)
+	}
+}
+
+// Dir returns the mount point.
+func (l *mountLife) Dir() string { return l.dir }
+
+// Wait blocks until the file system is unmounted.
+func (l *mountLife) Wait() {
+	l.srv.Wait()
+	l.shutdown()
+}
+
+// Unmount unmounts the file system; it fails (EBUSY) while it is in use.
+// An active sandbox is aborted.
+func (l *mountLife) Unmount() error {
+	if err := l.srv.Unmount(); err != nil {
+		return fmt.Errorf("fuse: unmounting %s: %w", l.dir, err)
+	}
+	l.srv.Wait()
+	l.shutdown()
+	return nil
+}
+
+// shutdown runs onShutdown once; Wait and Unmount may both call it,
+// concurrently.
+func (l *mountLife) shutdown() { l.shutdownOnce.Do(l.onShutdown) }
+
+// mountOptions are the go-fuse options both kinds of mount start from;
+// each adds its capabilities.
+func (cfg *Config) mountOptions(logger *slog.Logger) *raw.MountOptions {
+	return &raw.MountOptions{
+		AllowOther:    cfg.AllowOther,
+		FsName:        cfg.FsName,
+		Name:          "txnfs",
+		MaxWrite:      cfg.MaxWrite,
+		MaxBackground: 64,
+		DirectMount:   cfg.DirectMount,
+		Debug:         cfg.Debug,
+		Logger:        log.New(&logWriter{logger}, "", 0),
+		// The kernel checks permissions from its cached attributes, as
+		// the engine (or the server, for the caller's AUTH_SYS
+		// identity) does again: without this, paths the kernel has
+		// cached are walked without search permission checks and
+		// execute permission is "any x bit".
+		Options: []string{"default_permissions"},
+	}
+}

@@ -1,0 +1,50 @@
+# Common parts of scripts/bench-fuse.sh, bench-fuse-remote.sh and
+# bench-fuse-write.sh; sourced. Needs $work (scratch directory) and
+# $SIZE (fio file size); fio_jobs also $RUNTIME.
+
+# runfio JOB-NAME DIR fio-args... -> prints "MiB/s IOPS" of the job (its
+# reads if it read, else its writes); fio's JSON is left in $work/fio.json
+# and the file DIR/bench.JOB-NAME stays.
+runfio() {
+	local name=$1 dir=$2
+	shift 2
+	fio --name="$name" --directory="$dir" --filename="bench.$name" --ioengine=psync --size="$SIZE" \
+		--output-format=json "$@" >"$work/fio.json"
+	python3 - "$work/fio.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]
+r, w = j["read"], j["write"]
+d = r if r["io_bytes"] > 0 else w
+print("%.1f %.0f" % (d["bw_bytes"] / 2**20, d["iops"]))
+PY
+}
+
+# fio_jobs FN: calls FN NAME fio-args... for each workload of the
+# comparison tables (reads use the file the write before them laid out).
+fio_jobs() {
+	"$1" seq-write-1M --rw=write --bs=1M --end_fsync=1
+	"$1" seq-read-1M --rw=read --bs=1M --invalidate=0
+	"$1" seq-read-1M-again --rw=read --bs=1M --invalidate=0
+	"$1" seq-write-4K --rw=write --bs=4k --end_fsync=1 --runtime="$RUNTIME" --time_based=0
+	"$1" rand-read-4K --rw=randread --bs=4k --invalidate=0 --runtime="$RUNTIME" --time_based
+	"$1" rand-write-4K --rw=randwrite --bs=4k --runtime="$RUNTIME" --time_based --end_fsync=1
+	"$1" rand-read-1M --rw=randread --bs=1M --invalidate=0 --runtime="$RUNTIME" --time_based
+	"$1" rand-write-1M --rw=randwrite --bs=1M --runtime="$RUNTIME" --time_based --end_fsync=1
+}
+
+# metabench DIR N -> lines "create OPS/s", "stat OPS/s", "unlink OPS/s":
+# N empty files created, then stat'ed, then unlinked in DIR, one call each.
+metabench() {
+	python3 - "$1" "$2" <<'PY'
+import os, sys, time
+d, n = sys.argv[1], int(sys.argv[2])
+os.makedirs(d, exist_ok=True)
+names = [os.path.join(d, "f%06d" % i) for i in range(n)]
+for op, fn in (("create", lambda p: os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o644))),
+               ("stat", os.stat), ("unlink", os.unlink)):
+    t = time.perf_counter()
+    for p in names:
+        fn(p)
+    print("%s %.0f" % (op, n / (time.perf_counter() - t)))
+PY
+}
