@@ -1264,6 +1264,7 @@ func (m *RemoteServer) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 		return
 	}
 	m.closeOpen(&in.InHeader, h)
+	m.locks.wake(h.n) // the CLOSE freed its lock states' locks
 }
 
 // closeOpen sends CLOSE of h's open state, with COMMIT first if the file

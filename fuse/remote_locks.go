@@ -54,6 +54,36 @@ type remoteLocks struct {
 	// lingering are released handles whose open state is kept because a
 	// lock state from it holds locks.
 	lingering map[uint64]*rhandle
+	// freed has, per file, a channel closed when this mount releases
+	// locks on it (LOCKU, CLOSE): blocked F_SETLKW requests of the mount
+	// retry at once instead of at their next poll.
+	freed map[*rnode]chan struct{}
+}
+
+// freedCh returns the channel closed at the next release of locks on n
+// by this mount.
+func (l *remoteLocks) freedCh(n *rnode) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.freed == nil {
+		l.freed = map[*rnode]chan struct{}{}
+	}
+	ch := l.freed[n]
+	if ch == nil {
+		ch = make(chan struct{})
+		l.freed[n] = ch
+	}
+	return ch
+}
+
+// wake tells the mount's waiters on n that locks on it were released.
+func (l *remoteLocks) wake(n *rnode) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ch := l.freed[n]; ch != nil {
+		close(ch)
+		delete(l.freed, n)
+	}
 }
 
 // released forgets the lock states that came from FUSE handle fh (of
@@ -186,8 +216,9 @@ func (m *RemoteServer) SetLk(cancel <-chan struct{}, in *raw.LkIn) raw.Status {
 }
 
 // SetLkw implements RawFileSystem (F_SETLKW, blocking flock): LOCK is
-// retried (from 10 ms to 1 s apart: NFSv4.1 has no lock callbacks here)
-// until it succeeds or the caller is interrupted.
+// retried (from 10 ms to 1 s apart: the client has no callback channel
+// for CB_NOTIFY_LOCK) until it succeeds or the caller is interrupted, and
+// at once when this mount releases locks on the file.
 func (m *RemoteServer) SetLkw(cancel <-chan struct{}, in *raw.LkIn) raw.Status {
 	return m.setLk(cancel, in, true)
 }
@@ -214,6 +245,7 @@ func (m *RemoteServer) setLk(cancel <-chan struct{}, in *raw.LkIn, wait bool) ra
 		if err != nil {
 			return m.status("unlock", err)
 		}
+		m.locks.wake(h.n)
 		if r, _ := rep.Results[1].(*nfsv4.NfsResop4_OP_LOCKU); r != nil {
 			if ok, _ := r.Oplocku.(*nfsv4.Locku4res_NFS4_OK); ok != nil {
 				ls, _ := m.lockState(key)
@@ -227,6 +259,10 @@ func (m *RemoteServer) setLk(cancel <-chan struct{}, in *raw.LkIn, wait bool) ra
 	delay := 10 * time.Millisecond
 	typ := nfsLockType(in.Lk.Typ, wait)
 	for {
+		var freed <-chan struct{}
+		if wait {
+			freed = m.locks.freedCh(h.n) // before LOCK: no release is missed
+		}
 		have, err := m.lockOnce(in, h, key, typ, off, length)
 		var se *client.StatusError
 		switch {
@@ -258,8 +294,9 @@ func (m *RemoteServer) setLk(cancel <-chan struct{}, in *raw.LkIn, wait bool) ra
 		case <-m.ctx.Done():
 			return raw.EINTR
 		case <-time.After(delay):
+			delay = min(2*delay, time.Second)
+		case <-freed:
 		}
-		delay = min(2*delay, time.Second)
 	}
 }
 

@@ -275,3 +275,54 @@ func TestRemoteLockAfterCloseRace(t *testing.T) {
 	}
 	m.Release(nil, &raw.ReleaseIn{InHeader: raw.InHeader{NodeId: entry.NodeId}, Fh: fh2, LockOwner: owner})
 }
+
+// TestRemoteLockWaitWakes: a blocked flock (F_SETLKW-like) on a remote
+// mount gets the lock as soon as another descriptor of the same mount
+// unlocks, not at its next poll (which is up to 1 s away after a long
+// wait).
+func TestRemoteLockWaitWakes(t *testing.T) {
+	mnt := mountRemoteOne(t)
+	p := filepath.Join(mnt, "lock")
+	writeFile(t, p, "x")
+	f1, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f1.Close()
+	f2, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Close()
+	if err := unix.Flock(int(f1.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		if err := unix.Flock(int(f2.Fd()), unix.LOCK_EX); err != nil {
+			t.Error(err)
+		}
+		got <- time.Now()
+	}()
+	// Long enough for the poll interval to reach 1 s (10 ms doubling).
+	time.Sleep(1500 * time.Millisecond)
+	select {
+	case <-got:
+		t.Fatal("second flock returned while the first held the lock")
+	default:
+	}
+	unlocked := time.Now()
+	if err := unix.Flock(int(f1.Fd()), unix.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got:
+		lat := at.Sub(unlocked)
+		t.Logf("waiter got the lock %v after the unlock", lat)
+		if lat > 700*time.Millisecond {
+			t.Errorf("waiter got the lock %v after the unlock: it polled instead of being woken", lat)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter still blocked 10 s after the unlock")
+	}
+}
