@@ -54,9 +54,18 @@ func EnsureDirectory(ctx context.Context, f FS, dir string, mode uint32) error {
 }
 
 // RemoveRecursive removes paths and everything below them (vNFS
-// rm_recursive): one recursive VListDir, then one VRemove vector with the
-// files first and the directories deepest first. A missing path is an
+// rm_recursive): one recursive VListDir, unordered VRemoves of the files,
+// and one VRemove of the directories, deepest first. A missing path is an
 // error (fs.ErrNotExist), as with rm -r.
+//
+// Files are removed while the listing goes on: whenever a level of the
+// trees has been listed completely and at least earlyRemove files are
+// pending, they are handed to an unordered VRemove that runs while the
+// next levels are listed, so the removals overlap the listing's
+// depth-many round trips. Only completely listed levels are removed early:
+// removing a directory's entries while its READDIR cookies are still in
+// use could make a server skip entries. The scalar baseline removes after
+// the listing, one call at a time, like rm(1).
 func RemoveRecursive(ctx context.Context, f FS, paths ...string) error {
 	items := make([]AttrItem, len(paths))
 	for i, p := range paths {
@@ -75,8 +84,55 @@ func RemoveRecursive(ctx context.Context, f FS, paths ...string) error {
 			files = append(files, p)
 		}
 	}
+	_, scalar := f.(*scalarFS)
+	rmFiles := Unordered(f)
+	var (
+		mu    sync.Mutex
+		rmErr error
+		wg    sync.WaitGroup
+	)
+	failed := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return rmErr
+	}
+	jobs := make(chan []string, 64)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for batch := range jobs {
+			if failed() != nil {
+				continue
+			}
+			if _, err := rmFiles.VRemove(ctx, batch); err != nil {
+				mu.Lock()
+				if rmErr == nil {
+					rmErr = err
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	flush := func() {
+		if len(files) > 0 {
+			jobs <- files
+			files = nil
+		}
+	}
+	var err error
 	if len(roots) > 0 {
-		err := f.VListDir(ctx, roots, ListOptions{Recursive: true}, func(e DirEntry) error {
+		depth := 0
+		err = f.VListDir(ctx, roots, ListOptions{Recursive: true}, func(e DirEntry) error {
+			if e.Depth > depth {
+				// Every directory above e.Depth is listed.
+				depth = e.Depth
+				if !scalar && len(files) >= earlyRemove {
+					flush()
+				}
+				if err := failed(); err != nil {
+					return err
+				}
+			}
 			if e.Attr.Type == TypeDir {
 				dirs = append(dirs, e.Path())
 			} else {
@@ -84,15 +140,20 @@ func RemoveRecursive(ctx context.Context, f FS, paths ...string) error {
 			}
 			return nil
 		})
-		if err != nil {
-			return err
-		}
 	}
-	// Files in any order (pipelined), then directories in order,
-	// breadth-first reversed: children before parents.
-	if _, err := Unordered(f).VRemove(ctx, files); err != nil {
+	if err == nil {
+		flush()
+	}
+	close(jobs)
+	wg.Wait()
+	if err == nil {
+		err = failed()
+	}
+	if err != nil {
 		return err
 	}
+	// Directories in order, breadth-first reversed: children before
+	// parents.
 	rm := make([]string, 0, len(dirs)+len(tops))
 	for i := len(dirs) - 1; i >= 0; i-- {
 		rm = append(rm, dirs[i])
@@ -100,9 +161,13 @@ func RemoveRecursive(ctx context.Context, f FS, paths ...string) error {
 	for i := len(tops) - 1; i >= 0; i-- {
 		rm = append(rm, tops[i])
 	}
-	_, err := f.VRemove(ctx, rm)
+	_, err = f.VRemove(ctx, rm)
 	return err
 }
+
+// earlyRemove is the fewest listed files RemoveRecursive removes while
+// it goes on listing (about one COMPOUND's worth).
+const earlyRemove = 256
 
 // ReadFile reads a whole file (one round trip for files up to 256 KiB).
 func ReadFile(ctx context.Context, f FS, p string) ([]byte, error) {

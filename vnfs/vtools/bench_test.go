@@ -159,7 +159,7 @@ func BenchmarkTree(b *testing.B) {
 							}
 							start, cpu0 := time.Now(), procCPU()
 							if err := run(env); err != nil {
-								b.Fatal(err)
+								b.Fatalf("%s client: %v", map[bool]string{false: "vectorized", true: "scalar"}[scalar], err)
 							}
 							times[k] += time.Since(start)
 							cpu[k] += procCPU() - cpu0
