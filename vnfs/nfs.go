@@ -121,7 +121,7 @@ func Dial(ctx context.Context, cfg Config) (FS, error) {
 		return nil, err
 	}
 	if cfg.Scalar {
-		return &scalarFS{n: n, dirs: map[string][]byte{}, cache: cfg.ScalarCache, pages: map[string]*cachedFile{}}, nil
+		return &scalarFS{n: n, dirs: map[string][]byte{}, changed: map[string]bool{}, cache: cfg.ScalarCache, pages: map[string]*cachedFile{}}, nil
 	}
 	return n, nil
 }

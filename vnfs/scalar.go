@@ -23,18 +23,29 @@ import (
 //	write    PUTFH fh; WRITE           (one per wsize)
 //	close    PUTFH fh; [COMMIT;] CLOSE (COMMIT after unstable writes)
 //	mkdir    PUTFH dir; CREATE; GETFH; GETATTR
-//	unlink   PUTFH dir; REMOVE
+//	unlink   [PUTFH dir; LOOKUP name; GETFH; GETATTR;] PUTFH dir; REMOVE
+//	         (the LOOKUP when this client changed dir since it listed it)
 //	rename   PUTFH src; SAVEFH; PUTFH dst; RENAME
 //	chmod... PUTFH fh; SETATTR; GETATTR (one per attribute kind)
 //	readdir  PUTFH dir; READDIR (with attributes, like READDIRPLUS)
 //
 // Like the kernel's dentry cache it remembers the file handles of the
-// directories it has looked up, so path walks cost one LOOKUP per new
-// directory. It is not meant for anything but comparisons.
+// directories it has looked up, and of the entries READDIR returned
+// (READDIR asks for FATTR4_FILEHANDLE: the kernel primes its dentry cache
+// from READDIR replies), so path walks cost one LOOKUP per new directory.
+// And like the kernel, which revalidates a directory's dentries with a
+// LOOKUP once the directory's change attribute moved (its own REMOVE
+// moves it: nfs_force_lookup_revalidate), an unlink in a directory this
+// client changed since it listed it looks the name up first: rm -r costs
+// READDIR per directory and LOOKUP + REMOVE per file but the first of
+// each directory. It is not meant for anything but comparisons.
 type scalarFS struct {
 	n    *nfsFS
 	mu   sync.Mutex
 	dirs map[string][]byte
+	// changed holds the directories this client modified (REMOVE)
+	// since it last listed them; guarded by mu.
+	changed map[string]bool
 
 	// With Config.ScalarCache, file data by file handle, like the
 	// kernel's page cache: valid while the change attribute seen at OPEN
@@ -657,11 +668,23 @@ func (s *scalarFS) VRemove(ctx context.Context, paths []string) (int, error) {
 		if err != nil {
 			return err
 		}
+		s.mu.Lock()
+		reval := s.changed[d]
+		s.mu.Unlock()
+		if reval {
+			// The dentry's directory changed: revalidate it.
+			if _, _, err := s.lookup(ctx, dfh, name); err != nil {
+				return err
+			}
+		}
 		var cp client.Compound
 		cp.PutFH(dfh)
 		cp.Remove(name)
 		_, err = s.do(ctx, &cp)
 		s.forget(path.Join(d, name))
+		s.mu.Lock()
+		s.changed[d] = true
+		s.mu.Unlock()
 		return err
 	})
 }
@@ -778,7 +801,7 @@ func (s *scalarFS) VReadlink(ctx context.Context, items []ReadlinkItem) (int, er
 // VListDir implements FS: opendir (lookup), then READDIR RPCs with
 // attributes, one directory at a time.
 func (s *scalarFS) VListDir(ctx context.Context, dirs []string, opts ListOptions, fn func(DirEntry) error) error {
-	mask := bitmap(opts.Mask | AttrType)
+	mask := bitmap(opts.Mask | AttrType).With(nfsv4.FATTR4_FILEHANDLE)
 	type dir struct{ p, shown string }
 	level := make([]dir, len(dirs))
 	for i, d := range dirs {
@@ -795,6 +818,9 @@ func (s *scalarFS) VListDir(ctx context.Context, dirs []string, opts ListOptions
 			if err != nil {
 				return scalarErr("listdir", i, d.shown, err)
 			}
+			s.mu.Lock()
+			delete(s.changed, d.p)
+			s.mu.Unlock()
 			var cookie uint64
 			var verf [8]byte
 			for {
@@ -814,6 +840,9 @@ func (s *scalarFS) VListDir(ctx context.Context, dirs []string, opts ListOptions
 						return scalarErr("listdir", i, d.shown, fmt.Errorf("entry %q: %w", e.Name, err))
 					}
 					de := DirEntry{Dir: d.shown, Name: e.Name, Attr: fromNFS(&a), Depth: depth}
+					if len(a.Handle) > 0 {
+						s.remember(path.Join(d.p, e.Name), a.Handle)
+					}
 					if opts.Recursive && de.Attr.Type == TypeDir {
 						next = append(next, dir{path.Join(d.p, e.Name), path.Join(d.shown, e.Name)})
 					}
