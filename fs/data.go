@@ -382,7 +382,7 @@ func (t *Txn) placePieces(ctx context.Context, ino Ino, n *meta.Inode, ps []file
 	}
 	for _, idx := range order {
 		r := byChunk[idx]
-		if len(r.Extents) > max(compactAfter, 2*int(r.Compacted)) || inlineBytes(r) > inlineBudget {
+		if len(r.Extents) > max(t.fs.compactAfter, 2*int(r.Compacted)) || inlineBytes(r) > inlineBudget {
 			if err := t.compact(ctx, ino, idx, r); err != nil {
 				return err
 			}
@@ -418,7 +418,7 @@ func (t *Txn) compact(ctx context.Context, ino Ino, idx uint64, r *meta.Chunk) e
 		}
 	}
 	out = mergePointers(out)
-	if len(out) > defragAfter {
+	if len(out) > t.fs.defragAfter {
 		var err error
 		if out, err = t.defrag(ctx, ino, idx, out); err != nil {
 			return err

@@ -8,6 +8,12 @@ import (
 	"github.com/txnfs/txnfs/meta"
 )
 
+// SetCompactionForTest lowers f's compaction thresholds (compactAfter,
+// defragAfter in data.go) so that short tests compact and defragment often.
+func SetCompactionForTest(f *FS, compact, defrag int) {
+	f.compactAfter, f.defragAfter = compact, defrag
+}
+
 // WriteLayout1ForTest rewrites the store in data layout 1, as an engine
 // before layout 2 would have left it: the chunk records are merged into
 // one Region record per meta.RegionSize region and the layout record is

@@ -74,10 +74,13 @@ type FS struct {
 	slices slice.Store
 	log    *slog.Logger
 
-	inos     inoAllocator
-	appender appender
-	gcState  gcTracker
-	decoded  decodeCache
+	inos inoAllocator
+	// compactAfter and defragAfter are the constants of the same names
+	// (tests lower them to make compaction frequent).
+	compactAfter, defragAfter int
+	appender                  appender
+	gcState                   gcTracker
+	decoded                   decodeCache
 
 	mu struct {
 		sync.Mutex
@@ -102,7 +105,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	f := &FS{cfg: cfg, kv: cfg.KV, slices: cfg.Slices, log: cfg.Logger}
+	f := &FS{cfg: cfg, kv: cfg.KV, slices: cfg.Slices, log: cfg.Logger, compactAfter: compactAfter, defragAfter: defragAfter}
 	f.mu.pins = map[Ino]int{}
 	f.mu.secrets = map[string][]byte{}
 	f.mu.orphans = map[Ino]struct{}{}

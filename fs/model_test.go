@@ -1369,139 +1369,168 @@ func (f *sparseFile) truncate(size uint64) {
 // and compares windows of them with a sparse reference.
 func TestRegionBoundaries(t *testing.T) {
 	const R = meta.RegionSize
-	const win = 12000
-	windows := []uint64{0, R, 2 * R}
 	setRapidDefaults(scale(30, 300), scale(40, 100))
+	rapid.Check(t, func(t *rapid.T) { runWindows(t, []uint64{0, R, 2 * R}, 12000, 9000, false) })
+}
+
+// TestChunkFragmentation runs the same operations around the first
+// chunk boundaries (meta.ChunkSize) with many small writes, so the files
+// get chunks of many extents with writes, pastes and punches straddling
+// chunk boundaries, and chunk records are compacted and defragmented.
+// Reproduce a failure with the printed -rapid.seed.
+func TestChunkFragmentation(t *testing.T) {
+	const C = meta.ChunkSize
+	setRapidDefaults(scale(20, 200), scale(300, 1000))
 	rapid.Check(t, func(t *rapid.T) {
-		ctx := context.Background()
-		f := newTestFS(t, fsOpts{inlineMax: rapid.SampledFrom([]int{-1, 64}).Draw(t, "inline")})
-		var inos [2]fs.Ino
-		refs := [2]*sparseFile{{b: map[uint64]byte{}}, {b: map[uint64]byte{}}}
-		do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
-			for i := range inos {
-				a, _, err := tx.Create(ctx, fs.RootIno, fmt.Sprintf("f%d", i), fs.CreateRequest{Type: fs.TypeRegular})
+		runWindows(t, []uint64{0, C, 2 * C}, 6000, rapid.SampledFrom([]int{64, 700, 9000}).Draw(t, "max-n"), true)
+	})
+}
+
+// runWindows runs random data and slicing operations on two files at
+// offsets within ±win/2 of the given windows (ascending, the first 0,
+// more than 3*win apart), of up to maxN bytes, and checks the windows and
+// the gaps between them against a sparse reference. With compactOften the
+// engine compacts chunk lists longer than 4 and defragments compacted
+// lists longer than 8.
+func runWindows(t *rapid.T, windows []uint64, win, maxN int, compactOften bool) {
+	ctx := context.Background()
+	f := newTestFS(t, fsOpts{inlineMax: rapid.SampledFrom([]int{-1, 64}).Draw(t, "inline")})
+	if compactOften {
+		fs.SetCompactionForTest(f.FS, 4, 8)
+	}
+	var inos [2]fs.Ino
+	refs := [2]*sparseFile{{b: map[uint64]byte{}}, {b: map[uint64]byte{}}}
+	do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+		for i := range inos {
+			a, _, err := tx.Create(ctx, fs.RootIno, fmt.Sprintf("f%d", i), fs.CreateRequest{Type: fs.TypeRegular})
+			if err != nil {
+				return err
+			}
+			inos[i] = a.Ino
+		}
+		return nil
+	})
+	genOff := func(label string) uint64 {
+		base := rapid.SampledFrom(windows).Draw(t, label+"-base")
+		d := rapid.IntRange(-win/2, win/2).Draw(t, label)
+		if base == 0 {
+			return uint64(max(d, 0))
+		}
+		return uint64(int64(base) + int64(d))
+	}
+	check := func() {
+		err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
+			for i, ino := range inos {
+				a, err := tx.GetAttr(ctx, ino)
 				if err != nil {
 					return err
 				}
-				inos[i] = a.Ino
+				if a.Size != refs[i].size {
+					return fmt.Errorf("f%d: size %d, want %d", i, a.Size, refs[i].size)
+				}
+				// Data lies within [w-win/2, w+win/2+9000) of each window w.
+				for _, w := range windows {
+					lo := max(w, uint64(win)) - uint64(win)
+					buf := make([]byte, 3*win)
+					n, _, err := tx.Read(ctx, ino, lo, buf)
+					if err != nil {
+						return err
+					}
+					if want := refs[i].read(lo, uint64(3*win)); !bytes.Equal(buf[:n], want) {
+						return fmt.Errorf("f%d: window at %d differs (%d bytes, want %d)", i, lo, n, len(want))
+					}
+				}
+				// No data outside the windows.
+				for k := 0; k+1 < len(windows); k++ {
+					gap := [2]uint64{windows[k] + 2*uint64(win), windows[k+1] - uint64(win)}
+					d, eof, err := tx.Seek(ctx, ino, gap[0], fs.SeekData)
+					if err != nil {
+						return err
+					}
+					if !eof && d < gap[1] && d < a.Size {
+						return fmt.Errorf("f%d: SeekData(%d) = %d, inside a gap that holds no data", i, gap[0], d)
+					}
+				}
 			}
 			return nil
 		})
-		genOff := func(label string) uint64 {
-			base := rapid.SampledFrom(windows).Draw(t, label+"-base")
-			d := rapid.IntRange(-win/2, win/2).Draw(t, label)
-			if base == 0 {
-				return uint64(max(d, 0))
-			}
-			return uint64(int64(base) + int64(d))
+		if err != nil {
+			t.Fatal(err)
 		}
-		check := func() {
-			err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
-				for i, ino := range inos {
-					a, err := tx.GetAttr(ctx, ino)
-					if err != nil {
-						return err
-					}
-					if a.Size != refs[i].size {
-						return fmt.Errorf("f%d: size %d, want %d", i, a.Size, refs[i].size)
-					}
-					// Data lies within [w-win/2, w+win/2+9000) of each window w.
-					for _, w := range windows {
-						lo := max(w, win) - win
-						buf := make([]byte, 3*win)
-						n, _, err := tx.Read(ctx, ino, lo, buf)
-						if err != nil {
-							return err
-						}
-						if want := refs[i].read(lo, 3*win); !bytes.Equal(buf[:n], want) {
-							return fmt.Errorf("f%d: window at %d differs (%d bytes, want %d)", i, lo, n, len(want))
-						}
-					}
-					// No data outside the windows.
-					for _, gap := range [][2]uint64{{2 * win, R - win}, {R + 2*win, 2*R - win}} {
-						d, eof, err := tx.Seek(ctx, ino, gap[0], fs.SeekData)
-						if err != nil {
-							return err
-						}
-						if !eof && d < gap[1] && d < a.Size {
-							return fmt.Errorf("f%d: SeekData(%d) = %d, inside a gap that holds no data", i, gap[0], d)
-						}
-					}
-				}
-				return nil
+	}
+	actions := map[string]func(*rapid.T){
+		"write": func(t *rapid.T) {
+			i := rapid.IntRange(0, 1).Draw(t, "file")
+			off := genOff("off")
+			data := pattern(rapid.Byte().Draw(t, "seed")|1, rapid.IntRange(1, maxN).Draw(t, "n"))
+			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, inos[i], off, data) })
+			refs[i].write(off, data)
+		},
+		"truncate": func(t *rapid.T) {
+			i := rapid.IntRange(0, 1).Draw(t, "file")
+			size := genOff("size")
+			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+				_, err := tx.SetAttr(ctx, inos[i], fs.SetAttr{Size: &size})
+				return err
 			})
-			if err != nil {
-				t.Fatal(err)
+			refs[i].truncate(size)
+		},
+		"punch": func(t *rapid.T) {
+			i := rapid.IntRange(0, 1).Draw(t, "file")
+			off, n := genOff("off"), uint64(rapid.IntRange(1, maxN).Draw(t, "n"))
+			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { return tx.Punch(ctx, inos[i], off, n) })
+			if off < refs[i].size {
+				refs[i].write(off, make([]byte, min(n, refs[i].size-off)))
 			}
+		},
+		"yankpaste": func(t *rapid.T) {
+			i, j := rapid.IntRange(0, 1).Draw(t, "src"), rapid.IntRange(0, 1).Draw(t, "dst")
+			off, n, dst := genOff("off"), uint64(rapid.IntRange(1, maxN).Draw(t, "n")), genOff("dstoff")
+			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+				s, err := tx.Yank(ctx, inos[i], off, n)
+				if err != nil {
+					return err
+				}
+				return tx.Paste(ctx, inos[j], dst, s)
+			})
+			data := refs[i].read(off, n)
+			refs[j].write(dst, data)
+		},
+		"copyrange": func(t *rapid.T) {
+			i, j := rapid.IntRange(0, 1).Draw(t, "src"), rapid.IntRange(0, 1).Draw(t, "dst")
+			off, n, dst := genOff("off"), uint64(rapid.IntRange(1, maxN).Draw(t, "n")), genOff("dstoff")
+			var got uint64
+			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) (err error) {
+				got, err = tx.CopyRange(ctx, inos[i], off, inos[j], dst, n)
+				return err
+			})
+			data := refs[i].read(off, n)
+			if got != uint64(len(data)) {
+				t.Fatalf("CopyRange copied %d, want %d", got, len(data))
+			}
+			refs[j].write(dst, data)
+		},
+		"append": func(t *rapid.T) {
+			i := rapid.IntRange(0, 1).Draw(t, "file")
+			if refs[i].size > windows[len(windows)-1]+uint64(win/2) {
+				t.Skip("too far")
+			}
+			data := pattern(rapid.Byte().Draw(t, "seed")|1, rapid.IntRange(1, 3000).Draw(t, "n"))
+			off, err := f.Append(ctx, fs.RootCred, inos[i], data)
+			if err != nil || off != refs[i].size {
+				t.Fatalf("Append: off %d err %v, want off %d", off, err, refs[i].size)
+			}
+			refs[i].write(off, data)
+		},
+		"": func(t *rapid.T) { check() },
+	}
+	if compactOften { // mostly writes, so chunk lists grow
+		for _, k := range []string{"write2", "write3", "write4"} {
+			actions[k] = actions["write"]
 		}
-		t.Repeat(map[string]func(*rapid.T){
-			"write": func(t *rapid.T) {
-				i := rapid.IntRange(0, 1).Draw(t, "file")
-				off := genOff("off")
-				data := pattern(rapid.Byte().Draw(t, "seed")|1, rapid.IntRange(1, 9000).Draw(t, "n"))
-				do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, inos[i], off, data) })
-				refs[i].write(off, data)
-			},
-			"truncate": func(t *rapid.T) {
-				i := rapid.IntRange(0, 1).Draw(t, "file")
-				size := genOff("size")
-				do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
-					_, err := tx.SetAttr(ctx, inos[i], fs.SetAttr{Size: &size})
-					return err
-				})
-				refs[i].truncate(size)
-			},
-			"punch": func(t *rapid.T) {
-				i := rapid.IntRange(0, 1).Draw(t, "file")
-				off, n := genOff("off"), uint64(rapid.IntRange(1, 9000).Draw(t, "n"))
-				do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error { return tx.Punch(ctx, inos[i], off, n) })
-				if off < refs[i].size {
-					refs[i].write(off, make([]byte, min(n, refs[i].size-off)))
-				}
-			},
-			"yankpaste": func(t *rapid.T) {
-				i, j := rapid.IntRange(0, 1).Draw(t, "src"), rapid.IntRange(0, 1).Draw(t, "dst")
-				off, n, dst := genOff("off"), uint64(rapid.IntRange(1, 9000).Draw(t, "n")), genOff("dstoff")
-				do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
-					s, err := tx.Yank(ctx, inos[i], off, n)
-					if err != nil {
-						return err
-					}
-					return tx.Paste(ctx, inos[j], dst, s)
-				})
-				data := refs[i].read(off, n)
-				refs[j].write(dst, data)
-			},
-			"copyrange": func(t *rapid.T) {
-				i, j := rapid.IntRange(0, 1).Draw(t, "src"), rapid.IntRange(0, 1).Draw(t, "dst")
-				off, n, dst := genOff("off"), uint64(rapid.IntRange(1, 9000).Draw(t, "n")), genOff("dstoff")
-				var got uint64
-				do(t, f.FS, func(ctx context.Context, tx *fs.Txn) (err error) {
-					got, err = tx.CopyRange(ctx, inos[i], off, inos[j], dst, n)
-					return err
-				})
-				data := refs[i].read(off, n)
-				if got != uint64(len(data)) {
-					t.Fatalf("CopyRange copied %d, want %d", got, len(data))
-				}
-				refs[j].write(dst, data)
-			},
-			"append": func(t *rapid.T) {
-				i := rapid.IntRange(0, 1).Draw(t, "file")
-				if refs[i].size > 2*R+win/2 {
-					t.Skip("too far")
-				}
-				data := pattern(rapid.Byte().Draw(t, "seed")|1, rapid.IntRange(1, 3000).Draw(t, "n"))
-				off, err := f.Append(ctx, fs.RootCred, inos[i], data)
-				if err != nil || off != refs[i].size {
-					t.Fatalf("Append: off %d err %v, want off %d", off, err, refs[i].size)
-				}
-				refs[i].write(off, data)
-			},
-			"": func(t *rapid.T) { check() },
-		})
-		requireCheckClean(t, f.FS)
-	})
+	}
+	t.Repeat(actions)
+	requireCheckClean(t, f.FS)
 }
 
 // TestBadNames: invalid names and targets are rejected with a clear error

@@ -25,14 +25,14 @@ const RegionSize = 64 << 20
 // ChunkSize is the span of file data one Chunk record (layout 2) describes:
 // a write re-encodes only the chunks it touches, so its cost does not grow
 // with the number of extents elsewhere in the file.
-const ChunkSize = 1 << 20
+const ChunkSize = 256 << 10
 
 // Data layouts (the MiscKey(LayoutKey) record, a big-endian uint64; absent
 // means LayoutRegions).
 const (
 	// LayoutRegions: one Region record per 64 MiB region ("r" keys).
 	LayoutRegions = 1
-	// LayoutChunks: one Chunk record per 1 MiB chunk ("e" keys).
+	// LayoutChunks: one Chunk record per ChunkSize chunk ("e" keys).
 	LayoutChunks = 2
 	// LayoutKey names the misc record holding the layout.
 	LayoutKey = "layout"
