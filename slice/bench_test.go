@@ -40,45 +40,65 @@ func sizeName(n int) string {
 // BenchmarkPutSync measures one Put followed by a Sync of that slice — the
 // cost of a durable write — on a real directory. Writer w uses hint w, so
 // 8 writers share the 4 backing files two by two and group commit merges
-// their fsyncs; fsyncs/op shows how much.
+// their fsyncs; fsyncs/op shows how much. direct=false turns O_DIRECT
+// off (LocalOptions.DirectMin -1), the A/B of the direct write path for
+// sizes that take it (>= DefaultDirectMin).
 func BenchmarkPutSync(b *testing.B) {
 	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
 		for _, writers := range []int{1, 8} {
-			b.Run(fmt.Sprintf("size=%s/writers=%d", sizeName(size), writers), func(b *testing.B) {
-				l := openLocal(b, vfs.Default, benchDir(b))
-				defer l.Close()
-				data := slicetest.RandomData(1, size)
-				b.SetBytes(int64(size))
-				b.ReportAllocs()
-				var next atomic.Int64
-				var wg sync.WaitGroup
-				start := l.Stats()
-				b.ResetTimer()
-				for w := range writers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for next.Add(1) <= int64(b.N) {
-							p, err := l.Put(ctx, uint64(w), data)
-							if err != nil {
-								b.Error(err)
-								return
-							}
-							if err := l.Sync(ctx, []slice.Pointer{p}); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
+			for _, direct := range []bool{true, false} {
+				if !direct && size < slice.DefaultDirectMin {
+					continue
 				}
-				wg.Wait()
-				b.StopTimer()
-				st := l.Stats()
-				b.ReportMetric(float64(st.Fsyncs-start.Fsyncs)/float64(b.N), "fsyncs/op")
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-			})
+				name := fmt.Sprintf("size=%s/writers=%d", sizeName(size), writers)
+				if size >= slice.DefaultDirectMin {
+					name += fmt.Sprintf("/direct=%v", direct)
+				}
+				b.Run(name, func(b *testing.B) { benchPutSync(b, size, writers, direct) })
+			}
 		}
 	}
+}
+
+func benchPutSync(b *testing.B, size, writers int, direct bool) {
+	o := slice.LocalOptions{FS: vfs.Default, Dir: benchDir(b)}
+	if !direct {
+		o.DirectMin = -1
+	}
+	l, err := slice.OpenLocal(ctx, o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	data := slicetest.RandomData(1, size)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := l.Stats()
+	b.ResetTimer()
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				p, err := l.Put(ctx, uint64(w), data)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := l.Sync(ctx, []slice.Pointer{p}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	st := l.Stats()
+	b.ReportMetric(float64(st.Fsyncs-start.Fsyncs)/float64(b.N), "fsyncs/op")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
 
 // BenchmarkPut measures Put alone (no Sync): appends to the page cache.

@@ -181,7 +181,8 @@ var _ Store = (*Local)(nil)
 
 // backing is one append-only backing file.
 //
-// Lock order: mu, then smu. Neither is held across SyncData.
+// Lock order: mu, then smu, then dmu. None is held across SyncData or an
+// O_DIRECT write.
 type backing struct {
 	id       uint32
 	name     string
@@ -192,9 +193,17 @@ type backing struct {
 	// mu serializes writes (appends and zero-fills) to f.
 	mu sync.Mutex
 	// dfd is a second descriptor of the file opened with O_DIRECT, or -1
-	// if direct writes are off for this file (disabled, not an OS file,
-	// refused by the file system). Guarded by mu.
+	// (disabled, not an OS file, refused at open). Set at open, closed by
+	// Close.
 	dfd int
+	// directOff is set when the file system refused a direct write: the
+	// file takes buffered writes only from then on.
+	directOff atomic.Bool
+	// dmu guards the direct writes in flight (a leaf lock).
+	dmu struct {
+		sync.Mutex
+		writes []*directWrite
+	}
 	// size is the next append offset. Every byte below it has been
 	// written (or its write failed and the range was never handed out).
 	// Written under mu, read atomically anywhere.
@@ -416,19 +425,17 @@ func (l *Local) Put(ctx context.Context, hint uint64, data []byte) (Pointer, err
 // was written with O_DIRECT (see appendDirect). A failed write still
 // consumes its range, which is never handed out and never reused.
 func (l *Local) append(b *backing, data []byte) (off uint64, direct bool, err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.dfd >= 0 && len(data) >= l.directMin {
+	if b.dfd >= 0 && !b.directOff.Load() && len(data) >= l.directMin {
 		off, refused, err := b.appendDirect(data)
 		if !refused {
 			return off, true, err
 		}
-		l.log.Warn("O_DIRECT write refused; this backing file falls back to buffered writes", "backing", b.id, "err", err)
-		if cerr := closeDirect(b.dfd); cerr != nil {
-			l.log.Warn("closing O_DIRECT descriptor", "backing", b.id, "err", cerr)
+		if !b.directOff.Swap(true) {
+			l.log.Warn("O_DIRECT write refused; this backing file falls back to buffered writes", "backing", b.id, "err", err)
 		}
-		b.dfd = -1
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	off, err = b.appendBuffered(data)
 	return off, false, err
 }
@@ -449,12 +456,14 @@ func (b *backing) appendBuffered(data []byte) (uint64, error) {
 // appendDirect writes data with O_DIRECT at b's size rounded up to
 // directAlign, padded with zeros to a multiple of directAlign, from data
 // itself if it is aligned or else from a pooled aligned copy. The gap
-// before the slice and the padding after it are garbage. refused reports
-// that the file system refused the write before writing anything (EINVAL:
-// no O_DIRECT or a stricter alignment); b's size is then unchanged and the
-// caller falls back to a buffered write. b.mu is held.
+// before the slice and the padding after it are garbage. The range is
+// reserved under b.mu and written outside it, so direct puts to one file
+// overlap (the device takes them in parallel); until the write returns it
+// is listed in b.dmu and Sync does not count it (see written).
+// refused reports that the file system refused the write before writing
+// anything (EINVAL: no O_DIRECT or a stricter alignment); the caller then
+// falls back to a buffered write, and the reserved range is garbage.
 func (b *backing) appendDirect(data []byte) (off uint64, refused bool, err error) {
-	off = alignUp(b.size.Load())
 	n := alignUp(uint64(len(data)))
 	buf := data
 	if uintptr(unsafe.Pointer(&data[0]))%directAlign != 0 || uint64(len(data)) != n {
@@ -464,23 +473,56 @@ func (b *backing) appendDirect(data []byte) (off uint64, refused bool, err error
 		copy(buf, data)
 		clear(buf[len(data):])
 	}
+	b.mu.Lock()
+	off = alignUp(b.size.Load())
+	w := &directWrite{off: off, done: make(chan struct{})}
+	b.dmu.Lock()
+	b.dmu.writes = append(b.dmu.writes, w)
+	b.dmu.Unlock()
+	b.size.Store(off + n) // after listing w: see written
+	b.mu.Unlock()
+	defer func() {
+		b.dmu.Lock()
+		b.dmu.writes = slices.DeleteFunc(b.dmu.writes, func(x *directWrite) bool { return x == w })
+		b.dmu.Unlock()
+		close(w.done)
+	}()
 	for done := 0; done < len(buf); {
-		w, err := pwriteDirect(b.dfd, buf[done:], int64(off)+int64(done))
+		k, err := pwriteDirect(b.dfd, buf[done:], int64(off)+int64(done))
 		if err != nil {
-			if done == 0 && directRefused(err) {
-				return 0, true, err
-			}
-			b.size.Store(off + n)
-			return off, false, err
+			return off, done == 0 && directRefused(err), err
 		}
-		if w <= 0 {
-			b.size.Store(off + n)
+		if k <= 0 {
 			return off, false, io.ErrShortWrite
 		}
-		done += w
+		done += k
 	}
-	b.size.Store(off + n)
 	return off, false, nil
+}
+
+// directWrite is an O_DIRECT write in flight at off.
+type directWrite struct {
+	off  uint64
+	done chan struct{} // closed when the write returned
+}
+
+// written returns how far b is written: its size, or the offset of the
+// lowest direct write still in flight (with that write's done channel) if
+// that is lower. Every byte below it has been written (or its write
+// failed), so an fdatasync started now covers them. A direct write is
+// listed before size covers it, so loading size first and then scanning
+// the list never misses one.
+func (b *backing) written() (uint64, chan struct{}) {
+	v := b.size.Load()
+	var done chan struct{}
+	b.dmu.Lock()
+	defer b.dmu.Unlock()
+	for _, w := range b.dmu.writes {
+		if w.off < v {
+			v, done = w.off, w.done
+		}
+	}
+	return v, done
 }
 
 // alignUp rounds n up to a multiple of directAlign.
@@ -612,7 +654,13 @@ func (l *Local) kick(b *backing, upto uint64) (c *syncCall, leader bool, err err
 	if c := b.smu.inflight; c != nil {
 		return c, false, nil
 	}
-	c = &syncCall{upto: b.size.Load(), done: make(chan struct{})}
+	written, done := b.written()
+	if written < upto && done != nil {
+		// A direct write below upto is still running: wait for it
+		// rather than fsync before it lands.
+		return &syncCall{done: done}, false, nil
+	}
+	c = &syncCall{upto: written, done: make(chan struct{})}
 	b.smu.inflight = c
 	return c, true, nil
 }
