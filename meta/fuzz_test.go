@@ -42,6 +42,14 @@ func seedRegions() []*meta.Region {
 	}
 }
 
+func seedChunks() []*meta.Chunk {
+	var out []*meta.Chunk
+	for _, r := range seedRegions() {
+		out = append(out, &meta.Chunk{End: r.End, Extents: r.Extents, Compacted: r.Compacted})
+	}
+	return out
+}
+
 func addSeeds[T any](f *testing.F, recs []T) {
 	for _, r := range recs {
 		b, err := meta.Marshal(r)
@@ -98,6 +106,10 @@ func normalize(v any) any {
 		}
 		return r
 	}
+	if c, ok := v.(meta.Chunk); ok {
+		r := normalize(meta.Region{End: c.End, Extents: c.Extents, Compacted: c.Compacted}).(meta.Region)
+		return meta.Chunk{End: r.End, Extents: r.Extents, Compacted: r.Compacted}
+	}
 	return v
 }
 
@@ -133,35 +145,52 @@ func FuzzUnmarshalRegion(f *testing.F) {
 		if meta.Unmarshal(b, &r) != nil {
 			return
 		}
-		// What decodes is safe to use: every extent lies inside the
-		// region and names a range inside its slice or data.
-		if uint64(r.End) > meta.RegionSize {
-			t.Fatalf("region end %d", r.End)
-		}
-		for _, e := range r.Extents {
-			if e.Len == 0 || uint64(e.Off)+uint64(e.Len) > meta.RegionSize {
-				t.Fatalf("extent [%d,+%d) outside the region", e.Off, e.Len)
-			}
-			switch e.Kind {
-			case meta.KindInline:
-				if len(e.Data) != int(e.Len) {
-					t.Fatalf("inline extent of %d bytes holds %d", e.Len, len(e.Data))
-				}
-			case meta.KindSlice:
-				if e.PtrLen == 0 || e.PtrLen > slice.MaxSize || uint64(e.SliceOff)+uint64(e.Len) > uint64(e.PtrLen) {
-					t.Fatalf("slice extent range %d+%d of %d", e.SliceOff, e.Len, e.PtrLen)
-				}
-			case meta.KindHole:
-			default:
-				t.Fatalf("extent kind %d", e.Kind)
-			}
-		}
+		checkExtents(t, r.End, r.Extents, meta.RegionSize)
 	})
+}
+
+func FuzzUnmarshalChunk(f *testing.F) {
+	addSeeds(f, seedChunks())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		checkDecode[meta.Chunk](t, b)
+		var c meta.Chunk
+		if meta.Unmarshal(b, &c) != nil {
+			return
+		}
+		checkExtents(t, c.End, c.Extents, meta.ChunkSize)
+	})
+}
+
+// checkExtents: what decodes is safe to use: every extent lies inside the
+// record's span and names a range inside its slice or data.
+func checkExtents(t *testing.T, end uint32, exts []meta.Extent, span uint64) {
+	if uint64(end) > span {
+		t.Fatalf("end %d past %d", end, span)
+	}
+	for _, e := range exts {
+		if e.Len == 0 || uint64(e.Off)+uint64(e.Len) > span {
+			t.Fatalf("extent [%d,+%d) outside [0, %d)", e.Off, e.Len, span)
+		}
+		switch e.Kind {
+		case meta.KindInline:
+			if len(e.Data) != int(e.Len) {
+				t.Fatalf("inline extent of %d bytes holds %d", e.Len, len(e.Data))
+			}
+		case meta.KindSlice:
+			if e.PtrLen == 0 || e.PtrLen > slice.MaxSize || uint64(e.SliceOff)+uint64(e.Len) > uint64(e.PtrLen) {
+				t.Fatalf("slice extent range %d+%d of %d", e.SliceOff, e.Len, e.PtrLen)
+			}
+		case meta.KindHole:
+		default:
+			t.Fatalf("extent kind %d", e.Kind)
+		}
+	}
 }
 
 // FuzzParseKeys: key parsers reject what they cannot parse, never panic.
 func FuzzParseKeys(f *testing.F) {
 	f.Add(meta.RegionKey(5, 7))
+	f.Add(meta.ChunkKey(5, 7))
 	f.Add(meta.DirentKey(1, "name"))
 	f.Add(meta.CookieKey(1, 3))
 	f.Add(meta.XattrKey(2, "user.x"))
@@ -171,6 +200,7 @@ func FuzzParseKeys(f *testing.F) {
 		for _, err := range []error{
 			func() error { _, err := meta.ParseIno(k); return err }(),
 			func() error { _, _, err := meta.ParseRegionKey(k); return err }(),
+			func() error { _, _, err := meta.ParseChunkKey(k); return err }(),
 			func() error { _, _, err := meta.ParseDirentKey(k); return err }(),
 			func() error { _, _, err := meta.ParseCookieKey(k); return err }(),
 			func() error { _, _, err := meta.ParseXattrKey(k); return err }(),
@@ -181,6 +211,9 @@ func FuzzParseKeys(f *testing.F) {
 		}
 		if ino, idx, err := meta.ParseRegionKey(k); err == nil && !bytes.Equal(meta.RegionKey(ino, idx), k) {
 			t.Fatalf("region key %x parses as (%d, %d)", k, ino, idx)
+		}
+		if ino, idx, err := meta.ParseChunkKey(k); err == nil && !bytes.Equal(meta.ChunkKey(ino, idx), k) {
+			t.Fatalf("chunk key %x parses as (%d, %d)", k, ino, idx)
 		}
 		if dir, name, err := meta.ParseDirentKey(k); err == nil && !bytes.Equal(meta.DirentKey(dir, name), k) {
 			t.Fatalf("dirent key %x parses as (%d, %q)", k, dir, name)

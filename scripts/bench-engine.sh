@@ -14,6 +14,7 @@ bench 'BenchmarkStreamWrite' 2x
 bench 'BenchmarkTxn' 512x
 bench 'BenchmarkSlicing' 20x
 bench 'BenchmarkAppend' 20000x
+bench 'BenchmarkRandomWrite/nosync=true' 20000x
 echo "== fio, same directory"
 fio_job() {
 	local name=$1; shift
@@ -26,6 +27,7 @@ fio_job seqwrite-1M-fdatasync-each --rw=write --bs=1M --size=256M --fdatasync=1
 fio_job seqwrite-1M-end-fsync --rw=write --bs=1M --size=256M --end_fsync=1
 fio_job seqwrite-1M-fsync-each-4jobs --rw=write --bs=1M --size=64M --numjobs=4 --group_reporting --fsync=1
 fio_job write-4K-fsync-each --rw=write --bs=4k --size=16M --fsync=1 --runtime=10 --time_based
+fio_job randwrite-4K-128M-end-fsync --rw=randwrite --bs=4k --size=128M --end_fsync=1
 fio --name=prep --filename="$dir/readfile" --rw=write --bs=1M --size=256M --end_fsync=1 --output-format=terse >/dev/null 2>&1
 fio --name=seqread-1M-cached --filename="$dir/readfile" --rw=read --bs=1M --size=256M --ioengine=psync --output-format=terse 2>/dev/null |
 	awk -F';' '{printf "%-28s read %8.1f MiB/s\n", "seqread-1M-cached", $7/1024}'
@@ -55,9 +57,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	e5=$(eng_mbps '^BenchmarkWriteNoSync$/^size=4KiB$/^sync-every=end$' 16384x)
 	f6=$(fio_mbps --rw=write --bs=1M --size=64M --numjobs=4 --group_reporting --end_fsync=1)
 	e6=$(eng_mbps '^BenchmarkWriteParallelNoSync$/^size=1024KiB$' 512x)
+	f7=$(fio --name=peer --directory="$dir" --ioengine=psync --output-format=terse --rw=randwrite --bs=4k --size=128M --end_fsync=1 2>/dev/null |
+		awk -F';' '{print $49}')
+	rm -f "$dir"/peer.*
+	e7=$( (cd fs && TMPDIR=$dir "$dir/fs.test" -test.run '^$' -test.bench '^BenchmarkRandomWrite$/^nosync=true$' -test.benchtime 20000x) |
+		awk '/^Benchmark/ {print $(NF-1)}')
 	awk -v r="$r" -v f1="$f1" -v e1="$e1" -v f2="$f2" -v e2="$e2" -v e3="$e3" -v f4="$f4" -v e4="$e4" \
-		-v f5="$f5" -v e5="$e5" -v f6="$f6" -v e6="$e6" 'BEGIN {
-		printf "round %d: durable 1MiB %.0f/%.0f=%.2f  stream(64/txn) %.0f/%.0f=%.2f  stream(NoSync+Sync) %.0f/%.0f=%.2f  4 writers %.0f/%.0f=%.2f  4KiB NoSync+Sync %.0f/%.0f=%.2f  4 writers NoSync+Sync %.0f/%.0f=%.2f\n",
-			r, e1, f1, e1/f1, e2, f2, e2/f2, e3, f2, e3/f2, e4, f4, e4/f4, e5, f5, e5/f5, e6, f6, e6/f6 }'
+		-v f5="$f5" -v e5="$e5" -v f6="$f6" -v e6="$e6" -v f7="$f7" -v e7="$e7" 'BEGIN {
+		printf "round %d: durable 1MiB %.0f/%.0f=%.2f  stream(64/txn) %.0f/%.0f=%.2f  stream(NoSync+Sync) %.0f/%.0f=%.2f  4 writers %.0f/%.0f=%.2f  4KiB NoSync+Sync %.0f/%.0f=%.2f  4 writers NoSync+Sync %.0f/%.0f=%.2f  random 4KiB writes/s (128 MiB file) %.0f/%.0f=%.3f\n",
+			r, e1, f1, e1/f1, e2, f2, e2/f2, e3, f2, e3/f2, e4, f4, e4/f4, e5, f5, e5/f5, e6, f6, e6/f6, e7, f7, e7/f7 }'
 done
 rm -f "$dir/fs.test"
