@@ -64,9 +64,14 @@
 // copy. Measured on this project's VM (ext4 on virtio, docs/nfs-server.md
 // "Benchmarks", nfs4 ENGINE-REQUESTS 8): a buffered 1 MiB append followed
 // by fdatasync costs 7–14 ms per MiB, most of it in the kernel's copy into
-// freshly allocated page-cache pages, against 1.5–2.7 ms per MiB with
-// O_DIRECT, which copies nothing and leaves no dirty pages for fdatasync to
-// write. Reads still go through the page cache (the kernel keeps the two
+// freshly allocated page-cache pages (the VM's free page reporting makes
+// every first touch of such a page a host fault), against 1.5–2.4 ms per
+// MiB with O_DIRECT, which needs no page-cache pages and leaves no dirty
+// pages for fdatasync to write. The price: a direct put returns only when
+// the device has the data, so a stream of puts with one Sync at the end
+// (NoSync writes) no longer hides the device time behind page-cache
+// copies (engine stream NoSync+Sync: 0.6–0.9x of buffered in the same
+// runs; docs/benchmarks.md). Reads still go through the page cache (the kernel keeps the two
 // coherent), and recently written data stays in the memory tier (Cache).
 // An O_DIRECT write returns when the device has the data; Sync still runs
 // fdatasync (block allocation, file size, device cache flush) and its
@@ -86,7 +91,10 @@
 // then for the next one, which covers every such caller at once: N
 // concurrent Syncs on one file cost two fdatasyncs, not N. Files are synced
 // in parallel. No mutex is held across fdatasync, so Puts proceed while it
-// runs.
+// runs. A direct put reserves its range under the file's mutex and writes
+// it outside (so direct puts to one file overlap); an fdatasync covers
+// only up to the lowest direct write still in flight, and a Sync needing
+// bytes above one waits for that write first.
 //
 // # Failure semantics
 //
