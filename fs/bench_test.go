@@ -504,3 +504,33 @@ func BenchmarkRandomWrite(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGetAttrUsed: GetAttr (which computes Used from every chunk
+// record of the file) of a 256 MiB file written in 1 MiB pieces.
+func BenchmarkGetAttrUsed(b *testing.B) {
+	ctx := context.Background()
+	const fileSize = 256 << 20
+	f := benchEngine(b, 0)
+	var ino fs.Ino
+	mustDo(b, f, func(tx *fs.Txn) error { a, err := createFile(ctx, tx, fs.RootIno, "f"); ino = a.Ino; return err })
+	fill := bytes.Repeat([]byte{'f'}, 1<<20)
+	for off := 0; off < fileSize; off += len(fill) {
+		if err := f.DoOpts(ctx, fs.RootCred, fs.TxnOptions{NoSync: true}, func(tx *fs.Txn) error {
+			return tx.Write(ctx, ino, uint64(off), fill)
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
+			a, err := tx.GetAttr(ctx, ino)
+			if err == nil && a.Used != fileSize {
+				err = fmt.Errorf("Used %d, want %d", a.Used, fileSize)
+			}
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

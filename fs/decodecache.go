@@ -3,6 +3,8 @@ package fs
 import (
 	"bytes"
 	"sync"
+
+	"github.com/txnfs/txnfs/meta"
 )
 
 // decodeCacheMaxBytes bounds the encoded bytes the decode cache holds.
@@ -29,6 +31,9 @@ type decodeCache struct {
 type decodedEntry struct {
 	raw []byte
 	val any
+	// usedOK and usedVal memoize chunkUsed of a chunk record.
+	usedOK  bool
+	usedVal uint64
 }
 
 // get returns the value decoded from raw under key, if cached.
@@ -70,4 +75,32 @@ func (c *decodeCache) put(key, raw []byte, val any) {
 			}
 		}
 	}
+}
+
+// used returns chunkUsed of the chunk record raw stored under key,
+// decoding it (and caching the result) only if these bytes are new.
+func (c *decodeCache) used(key, raw []byte) (uint64, error) {
+	c.mu.Lock()
+	e, ok := c.m[string(key)]
+	c.mu.Unlock()
+	if ok && bytes.Equal(e.raw, raw) {
+		if e.usedOK {
+			return e.usedVal, nil
+		}
+	} else {
+		rec := new(meta.Chunk)
+		if err := meta.Unmarshal(raw, rec); err != nil {
+			return 0, err
+		}
+		e = decodedEntry{raw: raw, val: rec}
+		c.put(key, raw, rec)
+	}
+	u := chunkUsed(e.val.(*meta.Chunk))
+	c.mu.Lock()
+	if cur, ok := c.m[string(key)]; ok && bytes.Equal(cur.raw, raw) {
+		cur.usedOK, cur.usedVal = true, u
+		c.m[string(key)] = cur
+	}
+	c.mu.Unlock()
+	return u, nil
 }

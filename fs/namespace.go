@@ -252,37 +252,57 @@ func (t *Txn) attrWithUsed(ctx context.Context, ino Ino, n *meta.Inode) (Attr, e
 	if a.Type != TypeRegular {
 		return a, nil
 	}
-	prefix := meta.ChunkPrefix(uint64(ino))
-	pairs, err := t.scanRaw(ctx, prefix, kv.PrefixEnd(prefix), 0)
+	// One scan of the file's chunk keys; a stored record's Used is taken
+	// from the decode cache when its bytes were seen before, so a GetAttr
+	// of a large file costs the scan and a lookup per chunk.
+	seen := map[uint64]bool{}
+	var used uint64
+	err := t.scanAll(ctx, meta.ChunkPrefix(uint64(ino)), func(p kv.Pair) error {
+		_, idx, err := meta.ParseChunkKey(p.Key)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		seen[idx] = true
+		if c, ok := t.chunks[chunkID{ino, idx}]; ok { // the transaction's own version
+			if c.rec != nil {
+				used += chunkUsed(c.rec)
+			}
+			return nil
+		}
+		u, err := t.fs.decoded.used(p.Key, p.Value)
+		if err != nil {
+			return fmt.Errorf("%w: inode %d chunk %d: %v", ErrCorrupt, ino, idx, err)
+		}
+		used += u
+		return nil
+	})
 	if err != nil {
 		return Attr{}, err
 	}
-	seen := map[uint64]bool{}
-	var used uint64
-	add := func(r *meta.Chunk) {
-		for _, e := range visible(r.Extents) {
-			used += (uint64(e.Len) + 4095) &^ 4095
-		}
-	}
-	for _, p := range pairs {
-		_, idx, err := meta.ParseChunkKey(p.Key)
-		if err != nil {
-			return Attr{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
-		}
-		seen[idx] = true
-		r, err := t.loadChunk(ctx, ino, idx) // the transaction's own version if it has one
-		if err != nil {
-			return Attr{}, err
-		}
-		add(r)
-	}
 	for id, c := range t.chunks { // chunks written by this transaction, not in the store yet
 		if id.ino == ino && !seen[id.idx] && c.rec != nil {
-			add(c.rec)
+			used += chunkUsed(c.rec)
 		}
 	}
 	a.Used = used
 	return a, nil
+}
+
+// chunkUsed is the storage a chunk's visible data extents reference, each
+// rounded up to 4 KiB (holes and overwritten extents do not count).
+func chunkUsed(c *meta.Chunk) uint64 {
+	exts := c.Extents
+	for i := range exts { // compacted lists are already visible: skip the overlay
+		if exts[i].Kind == meta.KindHole || (i > 0 && exts[i].Off < exts[i-1].End()) {
+			exts = visible(c.Extents)
+			break
+		}
+	}
+	var used uint64
+	for _, e := range exts {
+		used += (uint64(e.Len) + 4095) &^ 4095
+	}
+	return used
 }
 
 // GetAttrMask returns the attributes of ino selected by mask (the others
