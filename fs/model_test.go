@@ -1380,7 +1380,7 @@ func TestRegionBoundaries(t *testing.T) {
 // Reproduce a failure with the printed -rapid.seed.
 func TestChunkFragmentation(t *testing.T) {
 	const C = meta.ChunkSize
-	setRapidDefaults(scale(20, 200), scale(300, 1000))
+	setRapidDefaults(scale(10, 200), scale(300, 1000))
 	rapid.Check(t, func(t *rapid.T) {
 		runWindows(t, []uint64{0, C, 2 * C}, 6000, rapid.SampledFrom([]int{64, 700, 9000}).Draw(t, "max-n"), true)
 	})
