@@ -36,25 +36,12 @@ func putBuf(b *[]byte) {
 	bufPools[sizeClass(cap(*b))].Put(b)
 }
 
-// alignedPool holds MaxSize-rounded-up buffers aligned to directAlign, the
-// staging buffers of O_DIRECT writes whose data is not aligned. Reused, so
-// the pages stay warm (a fresh 1 MiB buffer costs page faults every time).
-var alignedPool sync.Pool
-
-// getAligned returns a buffer of capacity alignUp(MaxSize) whose first byte
-// is directAlign-aligned. Return it with putAligned.
-func getAligned() *[]byte {
-	if v := alignedPool.Get(); v != nil {
-		return v.(*[]byte)
-	}
+// newAligned returns a buffer of length and capacity alignUp(MaxSize)
+// whose first byte is directAlign-aligned: an O_DIRECT staging buffer.
+func newAligned() *[]byte {
 	n := int(alignUp(MaxSize))
 	raw := make([]byte, n+directAlign)
 	skip := (directAlign - int(uintptr(unsafe.Pointer(&raw[0]))%directAlign)) % directAlign
 	b := raw[skip : skip+n : skip+n]
 	return &b
-}
-
-func putAligned(b *[]byte) {
-	*b = (*b)[:cap(*b)]
-	alignedPool.Put(b)
 }

@@ -65,7 +65,7 @@ func TestDirectPuts(t *testing.T) {
 	var puts []put
 	for i, n := range []int{MaxSize, 100, MaxSize - 1, 5000, DefaultDirectMin, DefaultDirectMin - 1, 3, MaxSize} {
 		d := directData(uint64(i), n)
-		if i == 0 { // aligned and a multiple of 4 KiB: written from d itself
+		if i == 0 { // aligned and a multiple of 4 KiB
 			d = getAlignedCopy(d)
 		}
 		p, err := l.Put(ctx, 0, d)
@@ -117,7 +117,7 @@ func TestDirectPuts(t *testing.T) {
 }
 
 func getAlignedCopy(d []byte) []byte {
-	b := getAligned()
+	b := newAligned()
 	return append((*b)[:0], d...)
 }
 
@@ -181,8 +181,9 @@ func TestDirectRefusedAtWrite(t *testing.T) {
 	}
 }
 
-// TestDirectWriteFails: a direct write that fails otherwise (EIO, a short
-// write) fails the put, consumes its range and leaves the store usable.
+// TestDirectWriteFails: the first direct write to a file (the probe, run
+// before Put returns) failing with EIO or short fails the put, consumes
+// its range and leaves the store usable.
 func TestDirectWriteFails(t *testing.T) {
 	dir := t.TempDir()
 	l := openDirectLocal(t, dir, 0)
@@ -221,7 +222,134 @@ func TestDirectWriteFails(t *testing.T) {
 			t.Errorf("put after a failed one at %d reuses its range (from %d)", p.Offset, before)
 		}
 		mustGet(t, l, p, d)
+		if l.writable[0].directOK.Load() != true {
+			t.Error("a successful direct write did not end the probe")
+		}
+		l.writable[0].directOK.Store(false) // probe again in the next case
 	}
+}
+
+// TestDirectAsyncWriteFails: after the probe, direct writes are
+// asynchronous; one failing with EIO makes Sync of its slice (and of
+// anything later in the file) fail for good, while what was synced before
+// stays readable, and the file takes no more puts. One refused with
+// EINVAL is redone buffered at the same offset.
+func TestDirectAsyncWriteFails(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	l := openDirectLocal(t, dir, 0)
+	defer l.Close()
+	if l.writable[0].dfd < 0 {
+		t.Skipf("file system under %s refuses O_DIRECT", dir)
+	}
+	a := directData(1, MaxSize)
+	pa, err := l.Put(ctx, 0, a) // the probe
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Sync(ctx, []Pointer{pa}); err != nil {
+		t.Fatal(err)
+	}
+	old := pwriteDirect
+	defer func() { pwriteDirect = old }()
+
+	// Refused: redone buffered.
+	pwriteDirect = func(int, []byte, int64) (int, error) { return -1, unix.EINVAL }
+	b := directData(2, MaxSize-5)
+	pb, err := l.Put(ctx, 0, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Sync(ctx, []Pointer{pb}); err != nil { // waits for the write
+		t.Fatalf("Sync after a refused async write redone buffered: %v", err)
+	}
+	mustGet(t, l, pb, b)
+	if !l.writable[0].directOff.Load() {
+		t.Error("refused async write did not turn direct writes off")
+	}
+
+	// Failed: sticky.
+	l.writable[0].directOff.Store(false)
+	pwriteDirect = func(int, []byte, int64) (int, error) { return -1, unix.EIO }
+	pc, err := l.Put(ctx, 0, directData(3, MaxSize))
+	if err != nil {
+		t.Fatalf("asynchronous direct put returned the write's error: %v", err)
+	}
+	for range 2 {
+		if err := l.Sync(ctx, []Pointer{pc}); err == nil || !errors.Is(err, unix.EIO) {
+			t.Fatalf("Sync of a slice whose direct write failed = %v, want EIO", err)
+		}
+	}
+	pwriteDirect = old // after the Sync, which waited for the write
+	if err := l.Sync(ctx, []Pointer{pa, pb}); err != nil {
+		t.Errorf("Sync of slices synced before the failure = %v", err)
+	}
+	mustGet(t, l, pa, a)
+	if _, err := l.Put(ctx, 0, directData(4, 10)); err == nil {
+		t.Error("put to a store whose only file had a failed write succeeded")
+	}
+}
+
+// TestDirectAsyncReadWaits: ReadAt of a slice whose asynchronous direct
+// write is still running waits for it (Put returned before the data is on
+// disk); Close waits for writes in flight.
+func TestDirectAsyncReadWaits(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	l := openDirectLocal(t, dir, 0)
+	if l.writable[0].dfd < 0 {
+		l.Close()
+		t.Skipf("file system under %s refuses O_DIRECT", dir)
+	}
+	if _, err := l.Put(ctx, 0, directData(1, MaxSize)); err != nil { // the probe
+		t.Fatal(err)
+	}
+	old := pwriteDirect
+	defer func() { pwriteDirect = old }()
+	release := make(chan struct{})
+	pwriteDirect = func(fd int, buf []byte, off int64) (int, error) {
+		<-release
+		return old(fd, buf, off)
+	}
+	d, e := directData(2, MaxSize), directData(3, MaxSize)
+	p, err := l.Put(ctx, 0, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := l.Put(ctx, 0, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readc := make(chan error, 1)
+	go func() {
+		got := make([]byte, p.Length)
+		err := l.ReadAt(ctx, p, 0, got)
+		if err == nil && !bytes.Equal(got, d) {
+			err = errors.New("wrong data")
+		}
+		readc <- err
+	}()
+	select {
+	case err := <-readc:
+		t.Fatalf("ReadAt of a slice being written returned (%v) before the write", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	closec := make(chan error, 1)
+	go func() {
+		if err := <-readc; err != nil {
+			closec <- err
+			return
+		}
+		closec <- l.Close()
+	}()
+	close(release)
+	if err := <-closec; err != nil {
+		t.Fatal(err)
+	}
+	l = openDirectLocal(t, dir, 0)
+	defer l.Close()
+	mustGet(t, l, p, d)
+	mustGet(t, l, q, e)
 }
 
 // TestDirectTmpfs: on tmpfs (O_DIRECT refused or emulated, depending on

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -168,7 +167,10 @@ type Local struct {
 	all      []*backing          // sorted by id
 	writable []*backing          // ids 1..Files; Put picks among these
 
-	directMin int // puts of at least this many bytes go direct; <= 0: never
+	directMin  int            // puts of at least this many bytes go direct; <= 0: never
+	directBufs chan *[]byte   // staging buffers not in use (see getStaging)
+	directMade atomic.Int32   // staging buffers allocated, at most maxDirectInflight
+	directWG   sync.WaitGroup // asynchronous direct writes; Close waits
 
 	// life is held shared by every operation and exclusively by Close.
 	life   sync.RWMutex
@@ -199,6 +201,9 @@ type backing struct {
 	// directOff is set when the file system refused a direct write: the
 	// file takes buffered writes only from then on.
 	directOff atomic.Bool
+	// directOK is set once a direct write to the file succeeded: later
+	// ones run asynchronously (see appendDirect).
+	directOK atomic.Bool
 	// dmu guards the direct writes in flight (a leaf lock).
 	dmu struct {
 		sync.Mutex
@@ -237,7 +242,7 @@ func OpenLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		return nil, err
 	}
 	l := &Local{fs: o.FS, dir: o.Dir, log: o.Logger.With("component", "slice.local", "dir", o.Dir), byID: map[uint32]*backing{},
-		directMin: o.DirectMin}
+		directMin: o.DirectMin, directBufs: make(chan *[]byte, maxDirectInflight)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -422,11 +427,11 @@ func (l *Local) Put(ctx context.Context, hint uint64, data []byte) (Pointer, err
 }
 
 // append writes data at the end of b and returns its offset and whether it
-// was written with O_DIRECT (see appendDirect). A failed write still
-// consumes its range, which is never handed out and never reused.
+// went direct (see appendDirect). A failed write still consumes its range,
+// which is never handed out and never reused.
 func (l *Local) append(b *backing, data []byte) (off uint64, direct bool, err error) {
 	if b.dfd >= 0 && !b.directOff.Load() && len(data) >= l.directMin {
-		off, refused, err := b.appendDirect(data)
+		off, refused, err := l.appendDirect(b, data)
 		if !refused {
 			return off, true, err
 		}
@@ -453,57 +458,142 @@ func (b *backing) appendBuffered(data []byte) (uint64, error) {
 	return off, err
 }
 
-// appendDirect writes data with O_DIRECT at b's size rounded up to
-// directAlign, padded with zeros to a multiple of directAlign, from data
-// itself if it is aligned or else from a pooled aligned copy. The gap
-// before the slice and the padding after it are garbage. The range is
-// reserved under b.mu and written outside it, so direct puts to one file
-// overlap (the device takes them in parallel); until the write returns it
-// is listed in b.dmu and Sync does not count it (see written).
-// refused reports that the file system refused the write before writing
-// anything (EINVAL: no O_DIRECT or a stricter alignment); the caller then
-// falls back to a buffered write, and the reserved range is garbage.
-func (b *backing) appendDirect(data []byte) (off uint64, refused bool, err error) {
+// maxDirectInflight bounds the asynchronous direct writes of one store
+// (and so their staging buffers: MaxSize each).
+const maxDirectInflight = 16
+
+// appendDirect copies data into a pooled 4 KiB-aligned staging buffer
+// (zero-padded to a multiple of 4 KiB), reserves b's size rounded up to
+// 4 KiB under b.mu, and writes it there with O_DIRECT outside the mutex.
+// The gap before the slice and the padding after it are garbage.
+//
+// The first direct write to a file runs before appendDirect returns, as a
+// probe: refused reports that the file system refused it (EINVAL: no
+// O_DIRECT or a stricter alignment), and the caller falls back to a
+// buffered write (the reserved range is garbage). Once one succeeded, the
+// writes are asynchronous: appendDirect returns when the write is
+// started, at most maxDirectInflight run at once per store, and until one
+// returns it is listed in b.dmu, where Sync (see written), ReadAt and Free
+// wait for it (waitDirect). A failed asynchronous write makes the file's
+// sync fail for good (like a failed fdatasync); a refused one is redone
+// buffered at the same offset.
+func (l *Local) appendDirect(b *backing, data []byte) (off uint64, refused bool, err error) {
+	ab := l.getStaging()
 	n := alignUp(uint64(len(data)))
-	buf := data
-	if uintptr(unsafe.Pointer(&data[0]))%directAlign != 0 || uint64(len(data)) != n {
-		ab := getAligned()
-		defer putAligned(ab)
-		buf = (*ab)[:n]
-		copy(buf, data)
-		clear(buf[len(data):])
-	}
+	buf := (*ab)[:n]
+	copy(buf, data)
+	clear(buf[len(data):])
 	b.mu.Lock()
 	off = alignUp(b.size.Load())
-	w := &directWrite{off: off, done: make(chan struct{})}
+	w := &directWrite{off: off, end: off + n, done: make(chan struct{})}
 	b.dmu.Lock()
 	b.dmu.writes = append(b.dmu.writes, w)
 	b.dmu.Unlock()
 	b.size.Store(off + n) // after listing w: see written
 	b.mu.Unlock()
-	defer func() {
+	finish := func() {
 		b.dmu.Lock()
 		b.dmu.writes = slices.DeleteFunc(b.dmu.writes, func(x *directWrite) bool { return x == w })
 		b.dmu.Unlock()
 		close(w.done)
-	}()
-	for done := 0; done < len(buf); {
-		k, err := pwriteDirect(b.dfd, buf[done:], int64(off)+int64(done))
-		if err != nil {
-			return off, done == 0 && directRefused(err), err
-		}
-		if k <= 0 {
-			return off, false, io.ErrShortWrite
-		}
-		done += k
+		l.directBufs <- ab
 	}
+	if !b.directOK.Load() {
+		defer finish()
+		err := writeDirect(b.dfd, buf, off)
+		if err == nil {
+			b.directOK.Store(true)
+		}
+		return off, err != nil && directRefused(err), err
+	}
+	l.directWG.Add(1)
+	go func() {
+		defer l.directWG.Done()
+		defer finish()
+		err := writeDirect(b.dfd, buf, off)
+		if err != nil && directRefused(err) {
+			if !b.directOff.Swap(true) {
+				l.log.Warn("O_DIRECT write refused; this backing file falls back to buffered writes", "backing", b.id, "err", err)
+			}
+			var k int
+			k, err = b.f.WriteAt(buf[:len(data)], int64(off))
+			if err == nil && k != len(data) {
+				err = io.ErrShortWrite
+			}
+		}
+		if err != nil {
+			b.smu.Lock()
+			if b.smu.failed == nil {
+				b.smu.failed = fmt.Errorf("slice: direct write of [%d, %d) to %s failed; its bytes past %d are not durable and never will be reported so: %w",
+					off, off+n, b.name, b.smu.synced, err)
+			}
+			b.smu.Unlock()
+			l.log.Error("direct write failed; backing file no longer accepts puts", "backing", b.id, "off", off, "err", err)
+		}
+	}()
 	return off, false, nil
 }
 
-// directWrite is an O_DIRECT write in flight at off.
+// getStaging returns a 4 KiB-aligned staging buffer of alignUp(MaxSize)
+// bytes, waiting while maxDirectInflight are in use. The buffers are kept
+// for the store's life (not in a sync.Pool, which drops them at every GC):
+// a fresh 1 MiB buffer costs page faults on every use on this project's VM
+// (see "Direct writes" in the package doc).
+func (l *Local) getStaging() *[]byte {
+	select {
+	case b := <-l.directBufs:
+		return b
+	default:
+	}
+	if l.directMade.Add(1) <= maxDirectInflight {
+		return newAligned()
+	}
+	l.directMade.Add(-1)
+	return <-l.directBufs
+}
+
+// writeDirect writes all of buf at off through the O_DIRECT descriptor fd.
+func writeDirect(fd int, buf []byte, off uint64) error {
+	for done := 0; done < len(buf); {
+		k, err := pwriteDirect(fd, buf[done:], int64(off)+int64(done))
+		if err != nil {
+			if done > 0 && directRefused(err) {
+				err = fmt.Errorf("after %d bytes: %w", done, io.ErrShortWrite)
+			}
+			return err
+		}
+		if k <= 0 {
+			return io.ErrShortWrite
+		}
+		done += k
+	}
+	return nil
+}
+
+// directWrite is an O_DIRECT write in flight to [off, end).
 type directWrite struct {
-	off  uint64
-	done chan struct{} // closed when the write returned
+	off, end uint64
+	done     chan struct{} // closed when the write returned
+}
+
+// waitDirect waits until no direct write overlapping [off, end) is in
+// flight.
+func (b *backing) waitDirect(off, end uint64) {
+	for {
+		var done chan struct{}
+		b.dmu.Lock()
+		for _, w := range b.dmu.writes {
+			if w.off < end && off < w.end {
+				done = w.done
+				break
+			}
+		}
+		b.dmu.Unlock()
+		if done == nil {
+			return
+		}
+		<-done
+	}
 }
 
 // written returns how far b is written: its size, or the offset of the
@@ -744,6 +834,7 @@ func (l *Local) readVerified(b *backing, p Pointer, dst []byte) error {
 	if size := b.size.Load(); p.End() > size {
 		return l.corrupt(p, fmt.Sprintf("ends past the end of %s (%d bytes)", b.name, size))
 	}
+	b.waitDirect(p.Offset, p.End())
 	n, err := b.f.ReadAt(dst, int64(p.Offset))
 	l.stats.reads.Add(1)
 	l.stats.readBytes.Add(uint64(n))
@@ -808,6 +899,7 @@ func (l *Local) Free(ctx context.Context, id uint32, off, length uint64) error {
 	if size := b.size.Load(); off > size || length > size-off {
 		return fmt.Errorf("%w: free [%d, %d+%d) beyond the %d bytes of %s", ErrBadPointer, off, off, length, size, b.name)
 	}
+	b.waitDirect(off, off+length) // else a write landing later would undo the free
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	punched, err := punchHole(b.fd, off, length)
@@ -840,6 +932,7 @@ func (l *Local) Close() error {
 		return ErrClosed
 	}
 	l.closed = true
+	l.directWG.Wait()
 	for _, b := range l.all {
 		b.smu.Lock()
 		c := b.smu.inflight
