@@ -59,26 +59,35 @@
 //
 // On the OS file system (FS vfs.Default) puts of at least
 // LocalOptions.DirectMin bytes (default 256 KiB) are written through a
-// second, O_DIRECT descriptor of the backing file, from the data itself if
-// it is 4 KiB-aligned in memory and length or else from a pooled aligned
-// copy. Measured on this project's VM (ext4 on virtio, docs/nfs-server.md
-// "Benchmarks", nfs4 ENGINE-REQUESTS 8): a buffered 1 MiB append followed
+// second, O_DIRECT descriptor of the backing file: Put copies the data
+// into a 4 KiB-aligned staging buffer (zero-padded to 4 KiB; a store keeps
+// at most 16 such 1 MiB buffers for its life), reserves the range under
+// the file's mutex and starts the write; it returns without waiting, except
+// for the first direct write to each file, which runs before Put returns
+// as a probe. A write in flight is waited for by a Sync that needs bytes at
+// or above it (an fdatasync covers only up to the lowest write in flight),
+// by a ReadAt or Free of a range it overlaps, and by Close. A failed
+// direct write makes the file's Sync fail for good (as a failed fdatasync
+// does: the put's error surfaces at Sync, and Put skips the file); one
+// refused with EINVAL at the probe falls back to a buffered put, and later
+// is redone buffered at the same offset; either way the file takes
+// buffered writes from then on. A file system that refuses O_DIRECT at
+// open gets buffered writes; other FSes (MemFS, errorfs wrappers, whose Fd
+// passes through) never go direct.
+//
+// Why: measured on this project's VM (ext4 on virtio, docs/nfs-server.md
+// "Benchmarks", nfs4 ENGINE-REQUESTS 8), a buffered 1 MiB append followed
 // by fdatasync costs 7–14 ms per MiB, most of it in the kernel's copy into
 // freshly allocated page-cache pages (the VM's free page reporting makes
 // every first touch of such a page a host fault), against 1.5–2.4 ms per
 // MiB with O_DIRECT, which needs no page-cache pages and leaves no dirty
-// pages for fdatasync to write. The price: a direct put returns only when
-// the device has the data, so a stream of puts with one Sync at the end
-// (NoSync writes) no longer hides the device time behind page-cache
-// copies (engine stream NoSync+Sync: 0.6–0.9x of buffered in the same
-// runs; docs/benchmarks.md). Reads still go through the page cache (the kernel keeps the two
-// coherent), and recently written data stays in the memory tier (Cache).
-// An O_DIRECT write returns when the device has the data; Sync still runs
-// fdatasync (block allocation, file size, device cache flush) and its
-// group commit covers direct and buffered puts alike. A file system that
-// refuses O_DIRECT at open (or a direct write with EINVAL) gets buffered
-// writes for that file from then on; other FSes (MemFS, errorfs wrappers,
-// whose Fd passes through) never go direct.
+// pages for fdatasync to write. The price: a stream of puts with one Sync
+// at the end runs at the device's speed, not the page cache's (engine
+// stream rows 0.35–1.0x of buffered in the same runs, docs/benchmarks.md).
+// Reads still go through the page cache (the kernel keeps it coherent
+// with direct writes), and recently written data stays in the memory tier
+// (Cache). Sync still runs fdatasync (block allocation, file size, device
+// cache flush); its group commit covers direct and buffered puts alike.
 //
 // # Sync: group commit
 //
@@ -143,9 +152,9 @@
 // # Concurrency
 //
 // All methods of Local and Cache may be called concurrently. Close waits
-// for running calls and in-flight fsyncs. Buffers passed to Put and ReadAt
-// are owned by the caller: Put neither modifies nor retains data; ReadAt
-// writes only into buf (and on error buf's contents are unspecified). The
+// for running calls, in-flight fsyncs and direct writes. Buffers passed to
+// Put and ReadAt are owned by the caller: Put neither modifies nor retains
+// data (direct puts copy it first); ReadAt writes only into buf (and on error buf's contents are unspecified). The
 // vfs.FS given to OpenLocal must allow WriteAt, ReadAt and SyncData on one
 // file to overlap, as vfs.Default, vfs.MemFS and errorfs do.
 package slice
