@@ -154,7 +154,8 @@
 // All methods of Local and Cache may be called concurrently. Close waits
 // for running calls, in-flight fsyncs and direct writes. Buffers passed to
 // Put and ReadAt are owned by the caller: Put neither modifies nor retains
-// data (direct puts copy it first); ReadAt writes only into buf (and on error buf's contents are unspecified). The
-// vfs.FS given to OpenLocal must allow WriteAt, ReadAt and SyncData on one
-// file to overlap, as vfs.Default, vfs.MemFS and errorfs do.
+// data (direct puts copy it first); ReadAt writes only into buf (and on
+// error buf's contents are unspecified). The vfs.FS given to OpenLocal
+// must allow WriteAt, ReadAt and SyncData on one file to overlap, as
+// vfs.Default, vfs.MemFS and errorfs do.
 package slice
