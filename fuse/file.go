@@ -230,23 +230,37 @@ func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32,
 	ino := fs.Ino(in.NodeId)
 	c := m.cred(&in.InHeader)
 	if h := m.handles.get(in.Fh); h != nil && h.append {
-		off, err := m.appendData(c, ino, data)
+		_, err := m.appendData(c, ino, data)
 		if err == nil {
 			err = m.written(in.Fh)
 		}
 		if err != nil {
 			return 0, m.status("write", err)
 		}
-		if off != in.Offset {
-			// The kernel cached the data at the wrong offset.
-			m.notify.push(&invalidation{inos: []fs.Ino{ino}})
-		}
+		// Pages other descriptors cached may cover the appended range
+		// (and the kernel's idea of the end of file may have been
+		// stale): with explicit data cache control nothing else drops
+		// them.
+		m.notify.push(&invalidation{inos: []fs.Ino{ino}})
 		return uint32(len(data)), raw.OK
 	}
-	err := m.update(c, &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) error {
-		return t.Write(m.ctx, ino, in.Offset, data)
+	// The kernel wrote data into its page cache as it sent it: if its
+	// view of the file was current before this write, it still is after
+	// it, and the next open keeps the pages (reads of recently written
+	// data from the page cache; issue 5).
+	var before, after fs.Attr
+	err := m.update(c, &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) (err error) {
+		if before, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange); err != nil {
+			return err
+		}
+		if err = t.Write(m.ctx, ino, in.Offset, data); err != nil {
+			return err
+		}
+		after, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange)
+		return err
 	})
 	if err == nil {
+		m.nodes.wrote(ino, before.Change, after.Change)
 		err = m.written(in.Fh)
 	}
 	if err != nil {

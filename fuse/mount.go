@@ -191,6 +191,14 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
 	if cfg.Writeback {
 		opts.ExtraCapabilities |= raw.CAP_WRITEBACK_CACHE
 	}
+	// The kernel drops a file's pages only when told: at an open that
+	// finds the file changed (no KEEP_CACHE), and by invalidations
+	// (another mount of the Group, the sandbox, O_APPEND writes). With
+	// the default AUTO_INVAL_DATA it also dropped them whenever it
+	// refreshed attributes and saw a new mtime, which every write
+	// through the page cache causes, so data just written was read back
+	// through FUSE instead of from the page cache (issue 5 read target).
+	opts.ExplicitDataCacheControl = true
 	if err := m.serve(m, opts, cfg.ReadAheadKB, m.log, func(srv *raw.Server) { m.notify.start(srv, m.log) }); err != nil {
 		cancel()
 		return nil, err
@@ -517,6 +525,17 @@ func (n *nodeTable) saw(ino fs.Ino, change uint64) {
 	defer n.mu.Unlock()
 	if nd := n.mu.m[ino]; nd != nil {
 		nd.change = change
+	}
+}
+
+// wrote records that a write through this mount's page cache moved ino
+// from change before to after: if the kernel's view was current before,
+// it is after (its pages hold what was written).
+func (n *nodeTable) wrote(ino fs.Ino, before, after uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if nd := n.mu.m[ino]; nd != nil && nd.change == before {
+		nd.change = after
 	}
 }
 

@@ -10,7 +10,8 @@
 #
 # Environment: ROUNDS (default 3), SIZE (fio file size, default 128m),
 # RUNTIME (seconds per 4 KiB job, default 5), JOBS (space-separated subset
-# of the job names below), BINS (space-separated txnfs binaries to mount,
+# of the job names below; read-after-JOB measures a sequential 1 MiB read
+# of the file JOB wrote, the issue 5 read target), BINS (space-separated txnfs binaries to mount,
 # each on its own fresh data directory and interleaved in every round, for
 # an A/B of two builds; default: one built from this tree; a binary may be
 # named twice), MOUNTFLAGS (extra `txnfs mount` flags for every mount),
@@ -23,7 +24,7 @@ work=${1:-$(mktemp -d /var/tmp/txnfs-wbench.XXXXXX)}
 ROUNDS=${ROUNDS:-3}
 SIZE=${SIZE:-128m}
 RUNTIME=${RUNTIME:-5}
-JOBS=${JOBS:-"seq-4K seq-1M rand-4K rand-1M seq-4K-fsync seq-1M-fsync rand-4K-fsync rand-1M-fsync"}
+JOBS=${JOBS:-"seq-4K seq-1M rand-4K rand-1M seq-4K-fsync seq-1M-fsync rand-4K-fsync rand-1M-fsync read-after-seq-1M"}
 mkdir -p "$work/local"
 if [[ -z "${BINS:-}" ]]; then
 	go build -o "$work/txnfs" ./cmd/txnfs
@@ -65,12 +66,18 @@ args() { # job name -> fio arguments
 	echo "--rw=$rw --bs=$bs $sync"
 }
 
-# wfio JOB DIR -> MiB/s (the file is removed afterwards: every run lays out a new file)
+# wfio JOB DIR -> MiB/s (the file is removed afterwards: every run lays
+# out a new file). A job named read-after-JOB writes as JOB, then reads
+# the file it wrote sequentially in 1 MiB requests (--invalidate=0: from
+# the page cache where there is one) and reports the read.
 wfio() {
-	local v
+	local v w=${1#read-after-}
 	# shellcheck disable=SC2046
-	v=$(runfio "$1" "$2" $(args "$1"))
-	rm -f "$2/bench.$1"
+	v=$(runfio "$w" "$2" $(args "$w"))
+	if [[ $1 == read-after-* ]]; then
+		v=$(runfio "$w" "$2" --rw=read --bs=1m --invalidate=0)
+	fi
+	rm -f "$2/bench.$w"
 	echo "${v%% *}"
 }
 
