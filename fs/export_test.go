@@ -14,6 +14,15 @@ func SetCompactionForTest(f *FS, compact, defrag int) {
 	f.compactAfter, f.defragAfter = compact, defrag
 }
 
+// SetUpgradeBatchForTest sets the number of region records converted per
+// transaction by the layout upgrade in Open and returns a function that
+// restores it.
+func SetUpgradeBatchForTest(n int) (restore func()) {
+	old := upgradeBatch
+	upgradeBatch = n
+	return func() { upgradeBatch = old }
+}
+
 // WriteLayout1ForTest rewrites the store in data layout 1, as an engine
 // before layout 2 would have left it: the chunk records are merged into
 // one Region record per meta.RegionSize region and the layout record is

@@ -11,8 +11,8 @@ import (
 
 // upgradeBatch is the number of layout-1 region records converted per
 // transaction, so that converting a large data directory never builds one
-// huge transaction.
-const upgradeBatch = 64
+// huge transaction. A variable only so that tests can make it small.
+var upgradeBatch = 64
 
 // upgradeLayout brings the store to meta.LayoutChunks. A store without a
 // layout record is layout 1 (or empty): its region records are converted

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/txnfs/txnfs/fs"
 	"github.com/txnfs/txnfs/kv"
+	"github.com/txnfs/txnfs/kv/faultkv"
 	"github.com/txnfs/txnfs/meta"
 )
 
@@ -18,7 +20,9 @@ import (
 // per 64 MiB region, made by fs.WriteLayout1ForTest from files written
 // through the API) opens, reads the same bytes, passes Check, holds no
 // region records and is writable afterwards. More than one upgrade batch
-// of regions is converted (a sparse file with data in 70 regions).
+// of regions is converted (a sparse file with data in 70 regions), and
+// Opens that fail half-way (injected kv errors) leave a store the next
+// Open finishes converting.
 func TestLayout1Upgrade(t *testing.T) {
 	for _, kind := range []storeKind{storeMem, storePebble} {
 		t.Run(kind.String(), func(t *testing.T) {
@@ -111,6 +115,35 @@ func TestLayout1Upgrade(t *testing.T) {
 			}
 			if n := countKeys(t, tf.KV, meta.AllChunksPrefix()); n != 0 {
 				t.Fatalf("layout 1 store has %d chunk records", n)
+			}
+			// Interrupted upgrades: Open over a kv store that fails calls
+			// (and conflicts) until one Open gets through; each failed
+			// Open leaves a store that the next one resumes from.
+			restore := fs.SetUpgradeBatchForTest(4)
+			defer restore()
+			failures, partial := 0, false
+			for attempt := int64(0); ; attempt++ {
+				if attempt == 200 {
+					t.Fatal("no Open over the faulty store succeeded in 200 attempts")
+				}
+				faulty := faultkv.Wrap(tf.KV, faultkv.Options{Seed: attempt, ErrorRate: 0.05, ConflictRate: 0.3})
+				f3, err := fs.Open(ctx, fs.Config{KV: faulty, Slices: tf.Slices, Clock: fixedClock, InlineMax: 64, GCWait: time.Millisecond})
+				if err == nil {
+					f3.Close()
+					break
+				}
+				if !errors.Is(err, fs.ErrIO) || !strings.Contains(err.Error(), "injected") {
+					t.Fatalf("Open over the faulty store: %v", err)
+				}
+				failures++
+				if r, c := countKeys(t, tf.KV, meta.AllRegionsPrefix()), countKeys(t, tf.KV, meta.AllChunksPrefix()); r > 0 && c > 0 {
+					partial = true // stopped half-way through the conversion
+				}
+			}
+			restore()
+			t.Logf("%d Opens failed before one converted the store", failures)
+			if !partial {
+				t.Fatal("no Open failed half-way through the conversion: the resume path was not exercised")
 			}
 			f2, err := fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices, Clock: fixedClock, InlineMax: 64, GCWait: time.Millisecond})
 			if err != nil {
