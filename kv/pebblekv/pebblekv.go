@@ -78,8 +78,10 @@ type store struct {
 
 	// applied is mu.seq, readable without mu.
 	applied atomic.Uint64
-	// lastSynced is the sequence of the last applied commit that was not
-	// NoSync (written under mu). Readers wait for it to be durable: they
+	// lastSynced is the sequence of the last commit that was not NoSync,
+	// stored under mu before pebble makes the commit visible (so a
+	// snapshot never holds a synced commit newer than the lastSynced
+	// loaded after it). Readers wait for it to be durable: they
 	// never wait for NoSync commits, which become durable at the next
 	// Sync or synced commit.
 	lastSynced atomic.Uint64
@@ -546,6 +548,12 @@ func (s *store) applyValidated(t *txn, b *pebble.Batch) error {
 	if s.noSync || t.noSync {
 		err = s.db.Apply(b, pebble.NoSync)
 	} else {
+		// Pebble makes the batch visible to new snapshots before Apply
+		// returns, so announce it as the last synced commit first: a
+		// read-only Begin that takes a snapshot holding it must also load
+		// a lastSynced that makes it wait for its WAL sync. (If Apply
+		// fails, the store fails and every wait returns the error.)
+		s.lastSynced.Store(s.mu.seq + 1)
 		// Returns once the batch is in the WAL buffer and the memtable and
 		// visible, without waiting for the fsync.
 		err = s.db.ApplyNoSyncWait(b, pebble.Sync)
@@ -559,9 +567,6 @@ func (s *store) applyValidated(t *txn, b *pebble.Batch) error {
 	s.mu.seq++
 	t.commitSeq = s.mu.seq
 	s.applied.Store(s.mu.seq)
-	if !t.noSync {
-		s.lastSynced.Store(s.mu.seq)
-	}
 	s.mu.log.Append(s.mu.seq, t.buf.Keys())
 	if s.noSync {
 		s.markDurable(s.mu.seq)
