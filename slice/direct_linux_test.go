@@ -36,6 +36,19 @@ func openDirectLocal(t *testing.T, dir string, directMin int) *Local {
 	return l
 }
 
+// openDirectOrSkip opens a one-file store in dir with direct writes at the
+// default threshold, or skips the test if dir's file system refuses
+// O_DIRECT.
+func openDirectOrSkip(t *testing.T, dir string) *Local {
+	t.Helper()
+	l := openDirectLocal(t, dir, 0)
+	if l.writable[0].dfd < 0 {
+		l.Close()
+		t.Skipf("file system under %s refuses O_DIRECT", dir)
+	}
+	return l
+}
+
 func mustGet(t *testing.T, l *Local, p Pointer, want []byte) {
 	t.Helper()
 	got := make([]byte, p.Length)
@@ -54,10 +67,7 @@ func mustGet(t *testing.T, l *Local, p Pointer, want []byte) {
 func TestDirectPuts(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	l := openDirectLocal(t, dir, 0)
-	if l.writable[0].dfd < 0 {
-		t.Skipf("file system under %s refuses O_DIRECT", dir)
-	}
+	l := openDirectOrSkip(t, dir)
 	type put struct {
 		p    Pointer
 		data []byte
@@ -150,11 +160,8 @@ func TestDirectRefusedAtOpen(t *testing.T) {
 // a buffered write, and the file stays buffered.
 func TestDirectRefusedAtWrite(t *testing.T) {
 	dir := t.TempDir()
-	l := openDirectLocal(t, dir, 0)
+	l := openDirectOrSkip(t, dir)
 	defer l.Close()
-	if l.writable[0].dfd < 0 {
-		t.Skipf("file system under %s refuses O_DIRECT", dir)
-	}
 	old := pwriteDirect
 	calls := 0
 	pwriteDirect = func(int, []byte, int64) (int, error) { calls++; return -1, unix.EINVAL }
@@ -186,11 +193,8 @@ func TestDirectRefusedAtWrite(t *testing.T) {
 // its range and leaves the store usable.
 func TestDirectWriteFails(t *testing.T) {
 	dir := t.TempDir()
-	l := openDirectLocal(t, dir, 0)
+	l := openDirectOrSkip(t, dir)
 	defer l.Close()
-	if l.writable[0].dfd < 0 {
-		t.Skipf("file system under %s refuses O_DIRECT", dir)
-	}
 	old := pwriteDirect
 	defer func() { pwriteDirect = old }()
 	for _, fail := range []func(fd int, buf []byte, off int64) (int, error){
@@ -237,11 +241,8 @@ func TestDirectWriteFails(t *testing.T) {
 func TestDirectAsyncWriteFails(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	l := openDirectLocal(t, dir, 0)
+	l := openDirectOrSkip(t, dir)
 	defer l.Close()
-	if l.writable[0].dfd < 0 {
-		t.Skipf("file system under %s refuses O_DIRECT", dir)
-	}
 	a := directData(1, MaxSize)
 	pa, err := l.Put(ctx, 0, a) // the probe
 	if err != nil {
@@ -296,11 +297,7 @@ func TestDirectAsyncWriteFails(t *testing.T) {
 func TestDirectAsyncReadWaits(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	l := openDirectLocal(t, dir, 0)
-	if l.writable[0].dfd < 0 {
-		l.Close()
-		t.Skipf("file system under %s refuses O_DIRECT", dir)
-	}
+	l := openDirectOrSkip(t, dir)
 	if _, err := l.Put(ctx, 0, directData(1, MaxSize)); err != nil { // the probe
 		t.Fatal(err)
 	}
@@ -408,11 +405,8 @@ func TestDirectOnlyOnOSFS(t *testing.T) {
 func TestDirectSyncWaitsForWriteBelow(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	l := openDirectLocal(t, dir, 0)
+	l := openDirectOrSkip(t, dir)
 	defer l.Close()
-	if l.writable[0].dfd < 0 {
-		t.Skipf("file system under %s refuses O_DIRECT", dir)
-	}
 	old := pwriteDirect
 	defer func() { pwriteDirect = old }()
 	started, release := make(chan struct{}), make(chan struct{})
