@@ -23,7 +23,12 @@ import (
 var peers []*nfspeers.Peer
 
 func TestMain(m *testing.M) {
-	os.Exit(nfspeers.RunWithPeers(m, "vtools-test", &peers))
+	code := nfspeers.RunWithPeers(m, "vtools-test", &peers)
+	if benchTreeDir != "" {
+		// The generated tree and its archive (BenchmarkTree).
+		os.RemoveAll(filepath.Dir(benchTreeDir))
+	}
+	os.Exit(code)
 }
 
 var seq atomic.Int64
