@@ -131,7 +131,9 @@ func StartGanesha(ctx context.Context, work string) (*Peer, error) {
 // StartTxnfs starts the txnfs server over a new data directory below work.
 func StartTxnfs(ctx context.Context, work string, logger *slog.Logger) (*Peer, error) {
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		// Errors only: a server-side failure behind an NFS4ERR_IO or
+		// NFS4ERR_SERVERFAULT reply must reach the test output.
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
 	e, err := datadir.Open(ctx, datadir.Options{Dir: filepath.Join(work, "data"), Logger: logger})
 	if err != nil {
