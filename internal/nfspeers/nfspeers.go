@@ -128,7 +128,8 @@ func StartGanesha(ctx context.Context, work string) (*Peer, error) {
 	return p, nil
 }
 
-// StartTxnfs starts the txnfs server over a new data directory below work.
+// StartTxnfs starts the txnfs server over a new data directory below work;
+// a nil logger logs errors to stderr.
 func StartTxnfs(ctx context.Context, work string, logger *slog.Logger) (*Peer, error) {
 	if logger == nil {
 		// Errors only: a server-side failure behind an NFS4ERR_IO or
