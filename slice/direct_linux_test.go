@@ -410,6 +410,9 @@ func TestDirectSyncWaitsForWriteBelow(t *testing.T) {
 	old := pwriteDirect
 	defer func() { pwriteDirect = old }()
 	started, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unblock() // a failing test must not hang in Close
 	pwriteDirect = func(fd int, buf []byte, off int64) (int, error) {
 		close(started)
 		<-release
@@ -443,7 +446,7 @@ func TestDirectSyncWaitsForWriteBelow(t *testing.T) {
 	if synced > ps.Offset-MaxSize {
 		t.Errorf("synced %d covers the direct write in flight below %d", synced, ps.Offset)
 	}
-	close(release)
+	unblock()
 	r := <-bigc
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -529,4 +532,57 @@ func TestDirectConcurrent(t *testing.T) {
 			mustGet(t, l, p.p, p.data)
 		}
 	}
+}
+
+// TestDirectAsyncFreeWaits: Free of a slice whose asynchronous direct write
+// is still running waits for it, so the write cannot land after the hole
+// and bring the freed bytes back; a read of a slice whose asynchronous
+// write failed is an error, never its stale bytes.
+func TestDirectAsyncFreeWaits(t *testing.T) {
+	ctx := context.Background()
+	l := openDirectOrSkip(t, t.TempDir())
+	defer l.Close()
+	if _, err := l.Put(ctx, 0, directData(1, MaxSize)); err != nil { // the probe
+		t.Fatal(err)
+	}
+	old := pwriteDirect
+	defer func() { pwriteDirect = old }()
+	started, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unblock() // before Close, which waits for the write
+	pwriteDirect = func(fd int, buf []byte, off int64) (int, error) {
+		close(started)
+		<-release
+		return old(fd, buf, off)
+	}
+	p, err := l.Put(ctx, 0, directData(2, MaxSize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	freed := make(chan error, 1)
+	go func() { freed <- l.Free(ctx, p.Backing, p.Offset, uint64(p.Length)) }()
+	select {
+	case err := <-freed:
+		t.Fatalf("Free of a slice whose direct write is in flight returned (%v) before the write", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	unblock()
+	if err := <-freed; err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ReadAt(ctx, p, 0, make([]byte, p.Length)); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("read of a slice freed while its direct write ran = %v, want ErrCorrupt (the write landed after the hole)", err)
+	}
+
+	pwriteDirect = func(int, []byte, int64) (int, error) { return -1, unix.EIO }
+	q, err := l.Put(ctx, 0, directData(3, MaxSize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ReadAt(ctx, q, 0, make([]byte, q.Length)); err == nil {
+		t.Error("read of a slice whose direct write failed succeeded")
+	}
+	pwriteDirect = old
 }
