@@ -68,7 +68,14 @@
 // or above it (an fdatasync covers only up to the lowest write in flight),
 // by a ReadAt or Free of a range it overlaps, and by Close. A failed
 // direct write makes the file's Sync fail for good (as a failed fdatasync
-// does: the put's error surfaces at Sync, and Put skips the file); one
+// does: the put's error surfaces at Sync, and Put skips the file). This
+// includes ENOSPC, which is harsher than with buffered puts (whose ENOSPC
+// fails only that Put, and the file takes puts again once space is
+// freed): an asynchronous direct write that runs out of space takes its
+// file out of service until the store is reopened. Reserving the range
+// with fallocate in Put would surface ENOSPC there, but on ext4 it would
+// likely queue Put behind the extending direct writes in flight (both
+// take the inode lock); not done, not measured. One
 // refused with EINVAL at the probe falls back to a buffered put, and later
 // is redone buffered at the same offset; either way the file takes
 // buffered writes from then on. A file system that refuses O_DIRECT at
