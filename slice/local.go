@@ -139,6 +139,7 @@ func (o *LocalOptions) withDefaults() LocalOptions {
 type LocalStats struct {
 	Puts, PutBytes   uint64
 	DirectPuts       uint64 // puts written with O_DIRECT
+	DirectInFlight   uint64 // direct writes started and not yet returned (a gauge, not cumulative)
 	Syncs            uint64 // Sync calls
 	Fsyncs           uint64 // SyncData calls on backing files
 	Reads, ReadBytes uint64 // slices read from disk and bytes read
@@ -380,8 +381,14 @@ func (l *Local) exit() { l.life.RUnlock() }
 // Stats returns a snapshot of the store's counters.
 func (l *Local) Stats() LocalStats {
 	s := &l.stats
+	var inflight uint64
+	for _, b := range l.all { // read-only after OpenLocal
+		b.dmu.Lock()
+		inflight += uint64(len(b.dmu.writes))
+		b.dmu.Unlock()
+	}
 	return LocalStats{
-		Puts: s.puts.Load(), PutBytes: s.putBytes.Load(), DirectPuts: s.directPuts.Load(),
+		Puts: s.puts.Load(), PutBytes: s.putBytes.Load(), DirectPuts: s.directPuts.Load(), DirectInFlight: inflight,
 		Syncs: s.syncs.Load(), Fsyncs: s.fsyncs.Load(),
 		Reads: s.reads.Load(), ReadBytes: s.readBytes.Load(),
 		Corrupt: s.corrupt.Load(),
