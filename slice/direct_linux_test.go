@@ -586,3 +586,45 @@ func TestDirectAsyncFreeWaits(t *testing.T) {
 	}
 	pwriteDirect = old
 }
+
+// TestDirectInFlightStat: LocalStats.DirectInFlight counts the
+// asynchronous direct writes that have not returned, and drops to 0 once
+// they did.
+func TestDirectInFlightStat(t *testing.T) {
+	ctx := context.Background()
+	l := openDirectOrSkip(t, t.TempDir())
+	defer l.Close()
+	if _, err := l.Put(ctx, 0, directData(1, MaxSize)); err != nil { // the probe
+		t.Fatal(err)
+	}
+	if st := l.Stats(); st.DirectPuts != 1 || st.DirectInFlight != 0 {
+		t.Fatalf("after the probe: %d direct puts, %d in flight; want 1, 0", st.DirectPuts, st.DirectInFlight)
+	}
+	old := pwriteDirect
+	defer func() { pwriteDirect = old }()
+	release := make(chan struct{})
+	pwriteDirect = func(fd int, buf []byte, off int64) (int, error) {
+		<-release
+		return old(fd, buf, off)
+	}
+	var ptrs []Pointer
+	for i := range 2 {
+		p, err := l.Put(ctx, 0, directData(uint64(2+i), MaxSize))
+		if err != nil {
+			close(release)
+			t.Fatal(err)
+		}
+		ptrs = append(ptrs, p)
+	}
+	st := l.Stats()
+	close(release)
+	if st.DirectPuts != 3 || st.DirectInFlight != 2 {
+		t.Fatalf("with two writes blocked: %d direct puts, %d in flight; want 3, 2", st.DirectPuts, st.DirectInFlight)
+	}
+	if err := l.Sync(ctx, ptrs); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.Stats(); st.DirectInFlight != 0 {
+		t.Fatalf("after Sync: %d in flight, want 0", st.DirectInFlight)
+	}
+}
