@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -323,7 +324,10 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		watchdog := time.AfterFunc(30*time.Second, func() { cmd.Process.Signal(syscall.SIGKILL) })
+		// A child that stops making progress (a hang) is killed and fails
+		// the test, rather than passing as one more kill.
+		var hung atomic.Bool
+		watchdog := time.AfterFunc(60*time.Second, func() { hung.Store(true); cmd.Process.Signal(syscall.SIGKILL) })
 		// pending[w] holds worker w's NoSync commits not yet covered by a
 		// reported Sync.
 		pending := make([][][2]uint64, m.workers)
@@ -381,6 +385,9 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 		}
 		err = cmd.Wait()
 		watchdog.Stop()
+		if hung.Load() {
+			t.Fatalf("seed %d iteration %d: no kill point reached in 60 s (%d commits acknowledged): hung?\n%s", seed, it, commits, stderr.String())
+		}
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
 			t.Fatalf("seed %d iteration %d: workload process ended by itself (%v):\n%s", seed, it, err, stderr.String())
 		}
@@ -441,7 +448,7 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 		if err := e.Close(); err != nil {
 			t.Fatalf("seed %d iteration %d: close: %v", seed, it, err)
 		}
-		t.Logf("iteration %d: killed after %d lines of %d waited for; %d direct puts, %d in flight at the last sample; %d slices checked",
+		t.Logf("iteration %d: killed after %d of %d (commits, or samples with >= 4 in flight) waited for; %d direct puts, %d in flight at the last sample; %d slices checked",
 			it, seen, waitFor, lastDirect, lastInFlight, rep.Slices)
 	}
 	t.Logf("%s: %d iterations in %v: %d commits acknowledged, %d Syncs, %d direct puts, %d kills with direct writes in flight",
