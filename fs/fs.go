@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/txnfs/txnfs/kv"
@@ -81,6 +82,11 @@ type FS struct {
 	appender                  appender
 	gcState                   gcTracker
 	decoded                   decodeCache
+	// xattrs is false while the store holds no extended attribute at all
+	// (probed at Open, set before any transaction writes one): deleting
+	// an inode then skips the scan of its attributes, one of the four kv
+	// reads of an unlink (see deleteInode).
+	xattrs atomic.Bool
 
 	mu struct {
 		sync.Mutex
@@ -117,6 +123,9 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if err := f.format(ctx); err != nil {
 		return nil, err
 	}
+	if err := f.probeXattrs(ctx); err != nil {
+		return nil, err
+	}
 	if err := f.upgradeLayout(ctx); err != nil {
 		return nil, err
 	}
@@ -124,6 +133,24 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// probeXattrs sets f.xattrs if the store holds any extended attribute.
+func (f *FS) probeXattrs(ctx context.Context) error {
+	t, err := f.kv.Begin(ctx, kv.TxnOptions{ReadOnly: true})
+	if err != nil {
+		return kvErr(err)
+	}
+	defer t.Rollback()
+	p := meta.AllXattrsPrefix()
+	pairs, err := t.Scan(ctx, p, kv.PrefixEnd(p), 1)
+	if err != nil {
+		return kvErr(err)
+	}
+	if len(pairs) > 0 {
+		f.xattrs.Store(true)
+	}
+	return nil
 }
 
 // Close releases the FS. It does not close the kv or slice stores.

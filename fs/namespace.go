@@ -112,9 +112,21 @@ func (t *Txn) dropLink(ctx context.Context, ino Ino, n *meta.Inode, now int64) e
 	return t.deleteInode(ctx, ino)
 }
 
-// deleteInode removes an inode with all its chunks and attributes.
+// deleteInode removes an inode with all its chunks and attributes. The
+// attributes are not scanned for while the store has none (FS.xattrs):
+// the deletion then reads the inode record instead (unlink has it cached
+// already), and SetXattr reads and rewrites that record after setting
+// FS.xattrs, so of a deletion that skipped the scan and a concurrent
+// SetXattr on the inode, the later commit conflicts and re-runs (the
+// deletion then scans, the SetXattr finds no inode).
 func (t *Txn) deleteInode(ctx context.Context, ino Ino) error {
-	for _, prefix := range [][]byte{meta.ChunkPrefix(uint64(ino)), meta.XattrPrefix(uint64(ino))} {
+	prefixes := [][]byte{meta.ChunkPrefix(uint64(ino))}
+	if t.fs.xattrs.Load() {
+		prefixes = append(prefixes, meta.XattrPrefix(uint64(ino)))
+	} else if _, err := t.loadInode(ctx, ino); err != nil && !errors.Is(err, ErrNotExist) {
+		return err
+	}
+	for _, prefix := range prefixes {
 		for {
 			pairs, err := t.scanRaw(ctx, prefix, kv.PrefixEnd(prefix), 1024)
 			if err != nil {
@@ -416,6 +428,7 @@ func (t *Txn) CreateOrphan(ctx context.Context, dir Ino, mode uint32) (Attr, err
 			n.Mode &^= ModeSetgid
 		}
 		t.putInode(ino, n)
+		t.markFresh(ino)
 		t.orphaned = append(t.orphaned, ino)
 		t.tmpfiles = append(t.tmpfiles, ino)
 		if err := t.setRaw(ctx, meta.OrphanKey(uint64(ino)), tmpfileMark); err != nil {
@@ -510,6 +523,7 @@ func (t *Txn) Create(ctx context.Context, dir Ino, name string, req CreateReques
 		touch(d, now)
 		t.putInode(dir, d)
 		t.putInode(ino, n)
+		t.markFresh(ino)
 		return createResult{toAttr(ino, n), true}, nil
 	})
 	if err != nil {

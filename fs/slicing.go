@@ -349,6 +349,9 @@ func (t *Txn) concat(ctx context.Context, dst Ino, srcs []Ino, now int64) error 
 // transaction are copied as stored bytes, so the cost per chunk is one
 // kv read and write, however many extents and bytes it holds.
 func (t *Txn) copyChunks(ctx context.Context, src, dst Ino, shift uint64) error {
+	// dst gets chunk records written to the kv store directly: if it is
+	// fresh, loadChunk must read them from now on.
+	delete(t.fresh, dst)
 	inKV := map[uint64]bool{}
 	err := t.scanAll(ctx, meta.ChunkPrefix(uint64(src)), func(p kv.Pair) error {
 		_, idx, err := meta.ParseChunkKey(p.Key)

@@ -40,6 +40,12 @@ type Txn struct {
 	mutations int // bumped by every change, to detect half-done operations
 	inodes    map[Ino]*cachedInode
 	chunks    map[chunkID]*cachedChunk
+	// fresh holds the inodes this execution created: their numbers were
+	// just allocated (never reused, unknown to others until the commit),
+	// so the store holds no chunk of them and loadChunk does not read —
+	// until copyChunks writes chunk records of one to the kv store
+	// directly (it then leaves the set).
+	fresh map[Ino]struct{}
 }
 
 type cachedInode struct {
@@ -130,6 +136,7 @@ func (t *Txn) reset() {
 	}
 	t.inodes = map[Ino]*cachedInode{}
 	t.chunks = map[chunkID]*cachedChunk{}
+	t.fresh = nil
 	t.orphaned = nil
 	t.dropped = nil
 	t.tmpfiles = nil
@@ -368,6 +375,14 @@ func (t *Txn) loadInode(ctx context.Context, ino Ino) (*meta.Inode, error) {
 	return &cp, nil
 }
 
+// markFresh records that this execution created inode ino (Txn.fresh).
+func (t *Txn) markFresh(ino Ino) {
+	if t.fresh == nil {
+		t.fresh = map[Ino]struct{}{}
+	}
+	t.fresh[ino] = struct{}{}
+}
+
 // putInode stores rec (nil deletes the inode) in the transaction.
 func (t *Txn) putInode(ino Ino, rec *meta.Inode) {
 	t.mutations++
@@ -382,7 +397,10 @@ func (t *Txn) putInode(ino Ino, rec *meta.Inode) {
 // loadChunk returns a copy of a chunk record, or an empty chunk.
 func (t *Txn) loadChunk(ctx context.Context, ino Ino, idx uint64) (*meta.Chunk, error) {
 	c, ok := t.chunks[chunkID{ino, idx}]
-	if !ok {
+	if _, fresh := t.fresh[ino]; !ok && fresh {
+		c = &cachedChunk{}
+		t.chunks[chunkID{ino, idx}] = c
+	} else if !ok {
 		key := meta.ChunkKey(uint64(ino), idx)
 		b, err := t.getRaw(ctx, key)
 		if err != nil && !errors.Is(err, ErrNotExist) {

@@ -90,6 +90,11 @@ func (t *Txn) SetXattr(ctx context.Context, ino Ino, name string, value []byte, 
 		if flags.Replace && !exists {
 			return nil, fmt.Errorf("%w: %q", ErrNoAttr, name)
 		}
+		// Before the write, so that before this transaction can commit
+		// every deleteInode that runs (or replays) scans attributes:
+		// one that ran before without scanning read this inode, which
+		// the commit below changes, so it replays or this one does.
+		t.fs.xattrs.Store(true)
 		if err := t.setRaw(ctx, k, value); err != nil {
 			return nil, err
 		}

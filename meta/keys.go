@@ -96,6 +96,9 @@ func XattrKey(ino uint64, name string) []byte { return key(prefixXattr, ino, []b
 // XattrPrefix covers the extended attributes of ino.
 func XattrPrefix(ino uint64) []byte { return key(prefixXattr, ino, nil) }
 
+// AllXattrsPrefix covers the extended attributes of every inode.
+func AllXattrsPrefix() []byte { return []byte{prefixXattr} }
+
 // OrphanKey marks ino as an orphan (unlinked while open).
 func OrphanKey(ino uint64) []byte { return key(prefixOrphan, ino, nil) }
 
