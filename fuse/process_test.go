@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -152,14 +153,14 @@ type daemon struct {
 	log *syncBuffer
 }
 
-func startDaemon(t *testing.T, data, mnt string) *daemon {
+func startDaemon(t *testing.T, data, mnt string, flags ...string) *daemon {
 	t.Helper()
 	bin, err := txnfsBinary()
 	if err != nil {
 		t.Skip(err)
 	}
 	d := &daemon{log: &syncBuffer{}}
-	d.cmd = exec.Command(bin, "mount", "--data", data, mnt)
+	d.cmd = exec.Command(bin, append(append([]string{"mount"}, flags...), "--data", data, mnt)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -303,5 +304,38 @@ func TestBackgroundMountAndUmount(t *testing.T) {
 	defer exec.Command(bin, "umount", "--force", mnt).Run()
 	if got := readFile(t, filepath.Join(mnt, "x")); got != "hello" {
 		t.Errorf("after remount: %q", got)
+	}
+}
+
+// TestUmountForceHungServer: "txnfs umount --force" detaches a mount whose
+// serving process hangs (stopped with SIGSTOP) instead of hanging itself
+// (it stat'ed the mount point first, which waited for the hung server).
+func TestUmountForceHungServer(t *testing.T) {
+	requireFUSE(t)
+	bin, err := txnfsBinary()
+	if err != nil {
+		t.Skip(err)
+	}
+	root := t.TempDir()
+	data, mnt := filepath.Join(root, "data"), filepath.Join(root, "mnt")
+	os.Mkdir(mnt, 0o755)
+	// No attribute caching: the stat of the mount point reaches the
+	// hung server.
+	d := startDaemon(t, data, mnt, "--attr-timeout", "0", "--entry-timeout", "0")
+	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer d.cmd.Process.Signal(syscall.SIGCONT)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "umount", "--force", mnt).CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("umount --force of a hung mount still running after 10 s")
+	}
+	if err != nil {
+		t.Fatalf("umount --force: %v\n%s", err, out)
+	}
+	if _, err := findMount(mnt); err == nil {
+		t.Fatal("still mounted after umount --force")
 	}
 }

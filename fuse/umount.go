@@ -100,9 +100,14 @@ func Unmount(dir string, force bool) error {
 		return fmt.Errorf("%s is a %s mount, not a FUSE mount", dir, mi.fstype)
 	}
 	dead := false
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); errors.Is(err, unix.ENOTCONN) {
-		dead = true
+	if !force {
+		// A dead server answers ENOTCONN at once. Not with force: a
+		// hung server would block the stat itself (as it blocks its
+		// users), and force aborts the connection anyway.
+		var st unix.Stat_t
+		if err := unix.Stat(dir, &st); errors.Is(err, unix.ENOTCONN) {
+			dead = true
+		}
 	}
 	if os.Geteuid() != 0 {
 		args := []string{"-u", dir}
