@@ -90,14 +90,15 @@ func (m *Manager) Lock(a LockArgs, minor uint32) (nfsv4.Stateid4, *Denied, Statu
 			return nfsv4.Stateid4{}, nil, nfsv4.NFS4ERR_STALE_CLIENTID
 		}
 		o := m.ownerLocked(c, a.OwnerName, true)
-		for _, s := range m.mu.states {
-			if s.Kind == KindLock && s.Owner == o && s.Open == open {
+		for _, s := range open.locks {
+			if s.Owner == o && m.mu.states[s.Other] == s {
 				ls = s
 			}
 		}
 		if ls == nil {
 			ls = &State{Other: m.newOtherLocked(), Seqid: 0, Kind: KindLock, Ino: a.Ino, Owner: o, Open: open, Confirmed: true}
 			m.mu.states[ls.Other] = ls
+			open.locks = append(open.locks, ls)
 		}
 	} else {
 		s, st := m.lookupLocked(a.LockStateid, minor)
@@ -112,6 +113,7 @@ func (m *Manager) Lock(a LockArgs, minor uint32) (nfsv4.Stateid4, *Denied, Statu
 	if a.Write && ls.Open.Access&nfsv4.OPEN4_SHARE_ACCESS_WRITE == 0 || !a.Write && ls.Open.Access&nfsv4.OPEN4_SHARE_ACCESS_READ == 0 {
 		if ls.Seqid == 0 {
 			delete(m.mu.states, ls.Other)
+			ls.Open.locks = without(ls.Open.locks, ls)
 		}
 		return nfsv4.Stateid4{}, nil, nfsv4.NFS4ERR_OPENMODE
 	}
@@ -119,6 +121,7 @@ func (m *Manager) Lock(a LockArgs, minor uint32) (nfsv4.Stateid4, *Denied, Statu
 	if d := m.conflictLocked(a.Ino, ls.Owner, a.Write, start, end); d != nil {
 		if ls.Seqid == 0 {
 			delete(m.mu.states, ls.Other)
+			ls.Open.locks = without(ls.Open.locks, ls)
 		}
 		return nfsv4.Stateid4{}, d, nfsv4.NFS4ERR_DENIED
 	}

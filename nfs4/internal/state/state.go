@@ -114,7 +114,10 @@ type Manager struct {
 		byOwner    map[string]*Client // confirmed or newest unconfirmed per owner
 		sessions   map[[16]byte]*Session
 		states     map[[12]byte]*State
-		opens      map[uint64]int // ino -> open states
+		// opens indexes the open states by file: OPEN checks share
+		// reservations against those of its file only (a scan of
+		// every state made each OPEN cost O(opens on the server)).
+		opens map[uint64][]*State
 		locks      map[uint64][]*lockRange
 		retired    map[[12]byte]*Owner
 		deferred   []func()
@@ -135,7 +138,7 @@ func New(cfg Config) (*Manager, error) {
 	m.mu.byOwner = make(map[string]*Client)
 	m.mu.sessions = make(map[[16]byte]*Session)
 	m.mu.states = make(map[[12]byte]*State)
-	m.mu.opens = make(map[uint64]int)
+	m.mu.opens = make(map[uint64][]*State)
 	m.mu.locks = make(map[uint64][]*lockRange)
 	m.mu.retired = make(map[[12]byte]*Owner)
 	m.mu.nextClient = uint64(binary.BigEndian.Uint32(m.boot[:])) << 32
@@ -222,6 +225,21 @@ type State struct {
 	Open *State
 	// Confirmed is false for a 4.0 open awaiting OPEN_CONFIRM.
 	Confirmed bool
+	// locks are the lock states derived from an open state (some may
+	// have been freed since: check m.mu.states).
+	locks []*State
+}
+
+// without returns ss without s (order not kept).
+func without(ss []*State, s *State) []*State {
+	for i, x := range ss {
+		if x == s {
+			ss[i] = ss[len(ss)-1]
+			ss[len(ss)-1] = nil
+			return ss[:len(ss)-1]
+		}
+	}
+	return ss
 }
 
 // Stateid returns the wire stateid.
@@ -317,19 +335,26 @@ func (m *Manager) freeStateLocked(other [12]byte, s *State) {
 	}
 	switch s.Kind {
 	case KindOpen:
-		m.mu.opens[s.Ino]--
-		if m.mu.opens[s.Ino] <= 0 {
+		if opens := without(m.mu.opens[s.Ino], s); len(opens) > 0 {
+			m.mu.opens[s.Ino] = opens
+		} else {
 			delete(m.mu.opens, s.Ino)
 			ino := s.Ino
 			m.mu.deferred = append(m.mu.deferred, func() { m.cfg.Unpin(ino) })
 		}
-		// Lock states derived from this open go with it.
-		for o2, s2 := range m.mu.states {
-			if s2.Open == s {
-				m.freeStateLocked(o2, s2)
+		// Lock states derived from this open go with it (s.locks is
+		// detached first: freeing one removes it from its open's list).
+		locks := s.locks
+		s.locks = nil
+		for _, l := range locks {
+			if m.mu.states[l.Other] == l {
+				m.freeStateLocked(l.Other, l)
 			}
 		}
 	case KindLock:
+		if s.Open != nil {
+			s.Open.locks = without(s.Open.locks, s)
+		}
 		m.releaseLocksLocked(s.Ino, s.Owner, 0, ^uint64(0))
 	}
 }
@@ -735,10 +760,7 @@ func (m *Manager) OpenSkipping(c *Client, owner []byte, ino uint64, access, deny
 	}
 	o := m.ownerLocked(c, owner, false)
 	var mine *State
-	for _, s := range m.mu.states {
-		if s.Kind != KindOpen || s.Ino != ino {
-			continue
-		}
+	for _, s := range m.mu.opens[ino] {
 		if s.Owner == o {
 			if closing == nil || !closing(s.Other) {
 				mine = s
@@ -759,8 +781,8 @@ func (m *Manager) OpenSkipping(c *Client, owner []byte, ino uint64, access, deny
 	}
 	s := &State{Other: m.newOtherLocked(), Seqid: 1, Kind: KindOpen, Ino: ino, Owner: o, Access: access, Deny: deny, Confirmed: true}
 	m.mu.states[s.Other] = s
-	m.mu.opens[ino]++
-	if m.mu.opens[ino] == 1 {
+	m.mu.opens[ino] = append(m.mu.opens[ino], s)
+	if len(m.mu.opens[ino]) == 1 {
 		m.mu.deferred = append(m.mu.deferred, func() { m.cfg.Pin(ino) })
 	}
 	return s.Stateid(), OpenUndo{s: s, created: true}, OK
@@ -835,8 +857,8 @@ func (m *Manager) checkCloseLocked(id nfsv4.Stateid4, minor uint32, ino uint64) 
 }
 
 func (m *Manager) lockOfOpenLocked(o *Owner, open *State) bool {
-	for _, s := range m.mu.states {
-		if s.Kind == KindLock && s.Owner == o && s.Open == open {
+	for _, s := range open.locks {
+		if s.Owner == o && m.mu.states[s.Other] == s {
 			return true
 		}
 	}
