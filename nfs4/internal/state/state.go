@@ -117,11 +117,11 @@ type Manager struct {
 		// opens indexes the open states by file: OPEN checks share
 		// reservations against those of its file only (a scan of
 		// every state made each OPEN cost O(opens on the server)).
-		opens map[uint64][]*State
-		locks      map[uint64][]*lockRange
-		retired    map[[12]byte]*Owner
-		deferred   []func()
-		grace      graceState
+		opens    map[uint64][]*State
+		locks    map[uint64][]*lockRange
+		retired  map[[12]byte]*Owner
+		deferred []func()
+		grace    graceState
 	}
 }
 
