@@ -46,10 +46,49 @@ type dirHandles struct {
 
 	mu sync.Mutex
 	m  map[string]dirHandle
+	// below counts, for each proper ancestor of a key of m, the keys under
+	// it, so that dropping a path with nothing cached at or below it (a
+	// removed file: the common case) costs its depth, not the cache size.
+	below map[string]int
 }
 
 func newDirHandles(ttl time.Duration) *dirHandles {
-	return &dirHandles{ttl: ttl, now: time.Now, m: map[string]dirHandle{}}
+	return &dirHandles{ttl: ttl, now: time.Now, m: map[string]dirHandle{}, below: map[string]int{}}
+}
+
+// ancestors calls fn for each proper ancestor of the cleaned path p.
+func ancestors(p string, fn func(a string)) {
+	for i := strings.LastIndexByte(p, '/'); i > 0; i = strings.LastIndexByte(p, '/') {
+		p = p[:i]
+		fn(p)
+	}
+}
+
+// set adds or replaces m[p]; d.mu is held.
+func (d *dirHandles) set(p string, e dirHandle) {
+	if _, ok := d.m[p]; !ok {
+		ancestors(p, func(a string) { d.below[a]++ })
+	}
+	d.m[p] = e
+}
+
+// remove deletes m[p] if present; d.mu is held.
+func (d *dirHandles) remove(p string) {
+	if _, ok := d.m[p]; !ok {
+		return
+	}
+	delete(d.m, p)
+	ancestors(p, func(a string) {
+		if d.below[a]--; d.below[a] <= 0 {
+			delete(d.below, a)
+		}
+	})
+}
+
+// reset empties the cache; d.mu is held.
+func (d *dirHandles) reset() {
+	clear(d.m)
+	clear(d.below)
 }
 
 // put records fh as the handle of the directory at p.
@@ -61,9 +100,9 @@ func (d *dirHandles) put(p string, fh []byte) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.m) >= dirCacheMax {
-		clear(d.m)
+		d.reset()
 	}
-	d.m[p] = dirHandle{fh: fh, at: d.now()}
+	d.set(p, dirHandle{fh: fh, at: d.now()})
 }
 
 // nearest returns the handle of dir or of its deepest cached ancestor
@@ -80,7 +119,7 @@ func (d *dirHandles) nearest(dir string) (fh []byte, anc string, ok bool) {
 			if now.Sub(e.at) < d.ttl {
 				return e.fh, p, true
 			}
-			delete(d.m, p)
+			d.remove(p)
 		}
 		i := strings.LastIndexByte(p, '/')
 		if i < 0 {
@@ -96,39 +135,22 @@ func (d *dirHandles) drop(ps ...string) {
 	if d == nil || len(ps) == 0 {
 		return
 	}
-	set := make(map[string]bool, len(ps))
-	for _, p := range ps {
-		if p == "" {
-			d.clear()
-			return
-		}
-		set[p] = true
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.m) == 0 {
-		return
-	}
-	if len(ps) == 1 {
-		p := ps[0]
-		for k := range d.m {
-			if k == p || strings.HasPrefix(k, p+"/") {
-				delete(d.m, k)
-			}
+	for _, p := range ps {
+		if p == "" {
+			d.reset()
+			return
 		}
-		return
-	}
-	for k := range d.m {
-		for a := k; ; {
-			if set[a] {
-				delete(d.m, k)
-				break
+		d.remove(p)
+		if d.below[p] == 0 {
+			continue
+		}
+		prefix := p + "/"
+		for k := range d.m {
+			if strings.HasPrefix(k, prefix) {
+				d.remove(k)
 			}
-			i := strings.LastIndexByte(a, '/')
-			if i < 0 {
-				break
-			}
-			a = a[:i]
 		}
 	}
 }
@@ -138,7 +160,7 @@ func (d *dirHandles) clear() {
 		return
 	}
 	d.mu.Lock()
-	clear(d.m)
+	d.reset()
 	d.mu.Unlock()
 }
 
