@@ -272,15 +272,7 @@ func (t *Txn) Write(ctx context.Context, ino Ino, off uint64, data []byte) error
 		if err != nil {
 			return nil, err
 		}
-		if err := t.placePieces(ctx, ino, n, ps); err != nil {
-			return nil, err
-		}
-		if len(data) > 0 {
-			touch(n, now)
-			t.clearSetid(n)
-		}
-		t.putInode(ino, n)
-		return nil, nil
+		return nil, t.placeWritten(ctx, ino, n, ps, len(data) > 0, now)
 	})
 	return err
 }
@@ -337,17 +329,23 @@ func (t *Txn) AppendAtEnd(ctx context.Context, ino Ino, data []byte) error {
 		for i, p := range rel {
 			ps[i] = filePiece{Off: p.Off + off, Ext: p.Ext}
 		}
-		if err := t.placePieces(ctx, ino, n, ps); err != nil {
-			return nil, err
-		}
-		if len(data) > 0 {
-			touch(n, now)
-			t.clearSetid(n)
-		}
-		t.putInode(ino, n)
-		return nil, nil
+		return nil, t.placeWritten(ctx, ino, n, ps, len(data) > 0, now)
 	})
 	return err
+}
+
+// placeWritten places the pieces of a write on inode n and, if it wrote
+// any bytes, updates the times and clears set-id bits, then stores n.
+func (t *Txn) placeWritten(ctx context.Context, ino Ino, n *meta.Inode, ps []filePiece, wrote bool, now int64) error {
+	if err := t.placePieces(ctx, ino, n, ps); err != nil {
+		return err
+	}
+	if wrote {
+		touch(n, now)
+		t.clearSetid(n)
+	}
+	t.putInode(ino, n)
+	return nil
 }
 
 // placePieces overlays file pieces (of any length, split here at chunk
