@@ -24,68 +24,34 @@ import (
 func TestCrashDurability(t *testing.T) {
 	start := crashHarness(t)
 
-	cmd, addr := start()
 	type ack struct {
 		dir  string
 		data []byte
 	}
 	var mu sync.Mutex
 	var acked []ack
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			c, err := testclient.Dial(addr)
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			if err := c.NewSession(1, fmt.Sprintf("crash-%d", w)); err != nil {
-				return
-			}
-			for i := 0; ctx.Err() == nil; i++ {
-				dir := fmt.Sprintf("t-%d-%d", w, i)
-				body := bytes.Repeat([]byte{byte('a' + i%26)}, 10000+i)
-				// A transactional set: a directory, two files with data.
-				rep, err := c.Txn(putroot(), mkdir(dir),
-					openCreate(c, "one"), write(current, 0, body), closeOp(current),
-					putroot(), lookup(dir), openCreate(c, "two"), write(current, 0, body), closeOp(current))
-				if err != nil {
-					return // the server died
-				}
-				if rep.Status == nfsv4.NFS4_OK {
-					mu.Lock()
-					acked = append(acked, ack{dir, body})
-					mu.Unlock()
-				}
-			}
-		}(w)
-	}
-	time.Sleep(time.Second)
-	cmd.Process.Kill() // SIGKILL
-	cmd.Wait()
-	cancel()
-	wg.Wait()
+	killDuring(start, "crash", func(c *testclient.Client, w, i int) bool {
+		dir := fmt.Sprintf("t-%d-%d", w, i)
+		body := bytes.Repeat([]byte{byte('a' + i%26)}, 10000+i)
+		// A transactional set: a directory, two files with data.
+		rep, err := c.Txn(putroot(), mkdir(dir),
+			openCreate(c, "one"), write(current, 0, body), closeOp(current),
+			putroot(), lookup(dir), openCreate(c, "two"), write(current, 0, body), closeOp(current))
+		if err != nil {
+			return false // the server died
+		}
+		if rep.Status == nfsv4.NFS4_OK {
+			mu.Lock()
+			acked = append(acked, ack{dir, body})
+			mu.Unlock()
+		}
+		return true
+	})
 	if len(acked) == 0 {
 		t.Fatal("no transaction was acknowledged before the kill")
 	}
 
-	cmd, addr = start()
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
-	c, err := testclient.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.NewSession(1, "checker"); err != nil {
-		t.Fatal(err)
-	}
+	c := restartedClient(t, start)
 	for _, a := range acked {
 		for _, f := range []string{"one", "two"} {
 			rep := okT(t)(c.Compound(putroot(), lookup(a.dir), lookup(f), read(anon, 0, 1<<20)))
@@ -116,6 +82,55 @@ func TestCrashDurability(t *testing.T) {
 		t.Fatalf("only %d sets on disk, %d acknowledged", checked, len(acked))
 	}
 	t.Logf("%d acknowledged transactions, %d sets after restart", len(acked), checked)
+}
+
+// killDuring starts the server, runs step(c, w, i) for i = 0, 1, ... in
+// four workers (each with its own session named prefix-w) until step
+// returns false, SIGKILLs the server after a second and returns when
+// every worker has stopped.
+func killDuring(start func() (*exec.Cmd, string), prefix string, step func(c *testclient.Client, w, i int) bool) {
+	cmd, addr := start()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			c, err := testclient.Dial(addr)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			if err := c.NewSession(1, fmt.Sprintf("%s-%d", prefix, w)); err != nil {
+				return
+			}
+			for i := 0; ctx.Err() == nil && step(c, w, i); i++ {
+			}
+		}(w)
+	}
+	time.Sleep(time.Second)
+	cmd.Process.Kill() // SIGKILL
+	cmd.Wait()
+	cancel()
+	wg.Wait()
+}
+
+// restartedClient starts the server again (stopped at the end of the
+// test) and returns a client with a session, closed at the end of the
+// test.
+func restartedClient(t *testing.T, start func() (*exec.Cmd, string)) *testclient.Client {
+	t.Helper()
+	_, addr := start() // crashHarness's cleanup stops it
+	c, err := testclient.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.NewSession(1, "checker"); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // crashHarness builds cmd/txnfs and returns a function that starts it on
@@ -174,7 +189,6 @@ func crashHarness(t *testing.T) func() (*exec.Cmd, string) {
 // data, and the created directories.
 func TestCrashPlainDurability(t *testing.T) {
 	start := crashHarness(t)
-	cmd, addr := start()
 	type ack struct {
 		name string
 		data []byte // nil: a directory
@@ -182,93 +196,60 @@ func TestCrashPlainDurability(t *testing.T) {
 	var mu sync.Mutex
 	var acked []ack
 	var unstable int
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			c, err := testclient.Dial(addr)
-			if err != nil {
-				return
+	killDuring(start, "plaincrash", func(c *testclient.Client, w, i int) bool {
+		name := fmt.Sprintf("p-%d-%d", w, i)
+		body := bytes.Repeat([]byte{byte('a' + i%26)}, 1000+i*7%5000)
+		switch i % 3 {
+		case 0: // UNSTABLE WRITE, then COMMIT in another compound
+			rep, err := c.Compound(putroot(), openCreate(c, name),
+				&nfsv4.NfsArgop4_OP_WRITE{Opwrite: nfsv4.Write4args{Stateid: current, Stable: nfsv4.UNSTABLE4, Data: body}},
+				getfh())
+			if err != nil || rep.Status != nfsv4.NFS4_OK {
+				return false
 			}
-			defer c.Close()
-			if err := c.NewSession(1, fmt.Sprintf("plaincrash-%d", w)); err != nil {
-				return
+			res := rep.Results[2].(*nfsv4.NfsResop4_OP_WRITE).Opwrite.(*nfsv4.Write4res_NFS4_OK).Resok4
+			if res.Committed != nfsv4.UNSTABLE4 {
+				mu.Lock()
+				unstable = -1 << 30 // the server should not sync UNSTABLE writes
+				mu.Unlock()
 			}
-			for i := 0; ctx.Err() == nil; i++ {
-				name := fmt.Sprintf("p-%d-%d", w, i)
-				body := bytes.Repeat([]byte{byte('a' + i%26)}, 1000+i*7%5000)
-				switch i % 3 {
-				case 0: // UNSTABLE WRITE, then COMMIT in another compound
-					rep, err := c.Compound(putroot(), openCreate(c, name),
-						&nfsv4.NfsArgop4_OP_WRITE{Opwrite: nfsv4.Write4args{Stateid: current, Stable: nfsv4.UNSTABLE4, Data: body}},
-						getfh())
-					if err != nil || rep.Status != nfsv4.NFS4_OK {
-						return
-					}
-					res := rep.Results[2].(*nfsv4.NfsResop4_OP_WRITE).Opwrite.(*nfsv4.Write4res_NFS4_OK).Resok4
-					if res.Committed != nfsv4.UNSTABLE4 {
-						mu.Lock()
-						unstable = -1 << 30 // the server should not sync UNSTABLE writes
-						mu.Unlock()
-					}
-					sid, fh := openSid(t, rep.Results[1]), fhOf(t, rep.Results[3])
-					rep, err = c.Compound(putfh(fh), &nfsv4.NfsArgop4_OP_COMMIT{}, closeOp(sid))
-					if err != nil || rep.Status != nfsv4.NFS4_OK {
-						return
-					}
-					v := rep.Results[1].(*nfsv4.NfsResop4_OP_COMMIT).Opcommit.(*nfsv4.Commit4res_NFS4_OK).Resok4.Writeverf
-					if v != res.Writeverf {
-						return // the server restarted in between: the client would resend
-					}
-					mu.Lock()
-					acked = append(acked, ack{name, body})
-					unstable++
-					mu.Unlock()
-				case 1: // FILE_SYNC WRITE
-					rep, err := c.Compound(putroot(), openCreate(c, name), write(current, 0, body), closeOp(current))
-					if err != nil || rep.Status != nfsv4.NFS4_OK {
-						return
-					}
-					mu.Lock()
-					acked = append(acked, ack{name, body})
-					mu.Unlock()
-				case 2: // a directory
-					rep, err := c.Compound(putroot(), mkdir(name))
-					if err != nil || rep.Status != nfsv4.NFS4_OK {
-						return
-					}
-					mu.Lock()
-					acked = append(acked, ack{name, nil})
-					mu.Unlock()
-				}
+			sid, fh := openSid(t, rep.Results[1]), fhOf(t, rep.Results[3])
+			rep, err = c.Compound(putfh(fh), &nfsv4.NfsArgop4_OP_COMMIT{}, closeOp(sid))
+			if err != nil || rep.Status != nfsv4.NFS4_OK {
+				return false
 			}
-		}(w)
-	}
-	time.Sleep(time.Second)
-	cmd.Process.Kill() // SIGKILL
-	cmd.Wait()
-	cancel()
-	wg.Wait()
+			v := rep.Results[1].(*nfsv4.NfsResop4_OP_COMMIT).Opcommit.(*nfsv4.Commit4res_NFS4_OK).Resok4.Writeverf
+			if v != res.Writeverf {
+				return false // the server restarted in between: the client would resend
+			}
+			mu.Lock()
+			acked = append(acked, ack{name, body})
+			unstable++
+			mu.Unlock()
+		case 1: // FILE_SYNC WRITE
+			rep, err := c.Compound(putroot(), openCreate(c, name), write(current, 0, body), closeOp(current))
+			if err != nil || rep.Status != nfsv4.NFS4_OK {
+				return false
+			}
+			mu.Lock()
+			acked = append(acked, ack{name, body})
+			mu.Unlock()
+		case 2: // a directory
+			rep, err := c.Compound(putroot(), mkdir(name))
+			if err != nil || rep.Status != nfsv4.NFS4_OK {
+				return false
+			}
+			mu.Lock()
+			acked = append(acked, ack{name, nil})
+			mu.Unlock()
+		}
+		return true
+	})
 	if len(acked) == 0 || unstable <= 0 {
 		t.Fatalf("%d acknowledged compounds, %d COMMITted unstable writes (negative: a WRITE UNSTABLE was answered FILE_SYNC)", len(acked), unstable)
 	}
 
-	cmd, addr = start()
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
-	c, err := testclient.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.NewSession(1, "checker"); err != nil {
-		t.Fatal(err)
-	}
+	c := restartedClient(t, start)
 	for _, a := range acked {
 		if a.data == nil {
 			okT(t)(c.Compound(putroot(), lookup(a.name)))
