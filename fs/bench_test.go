@@ -138,6 +138,20 @@ func BenchmarkWriteNoSync(b *testing.B) {
 	}
 }
 
+// benchFiles creates empty files f0 … f(n-1) in the root, one per writer.
+func benchFiles(b *testing.B, f *fs.FS, n int) []fs.Ino {
+	ctx := context.Background()
+	inos := make([]fs.Ino, n)
+	for w := range inos {
+		mustDo(b, f, func(tx *fs.Txn) error {
+			a, err := createFile(ctx, tx, fs.RootIno, fmt.Sprint("f", w))
+			inos[w] = a.Ino
+			return err
+		})
+	}
+	return inos
+}
+
 // BenchmarkWriteParallel: 4 writers, each writing its own file
 // sequentially in 1 MiB durable transactions (compare fio --numjobs=4
 // --fsync=1): the data flush of one commit overlaps the log flush of
@@ -146,14 +160,7 @@ func BenchmarkWriteParallel(b *testing.B) {
 	ctx := context.Background()
 	const writers, n = 4, 1 << 20
 	f := benchEngine(b, 0)
-	inos := make([]fs.Ino, writers)
-	for w := range inos {
-		mustDo(b, f, func(tx *fs.Txn) error {
-			a, err := createFile(ctx, tx, fs.RootIno, fmt.Sprint("f", w))
-			inos[w] = a.Ino
-			return err
-		})
-	}
+	inos := benchFiles(b, f, writers)
 	buf := bytes.Repeat([]byte{'p'}, n)
 	b.SetBytes(n)
 	var next atomic.Int64
@@ -184,14 +191,7 @@ func BenchmarkWriteParallelNoSync(b *testing.B) {
 	for _, n := range []int{1 << 20, 4 << 10} {
 		b.Run(fmt.Sprintf("size=%dKiB", n>>10), func(b *testing.B) {
 			f := benchEngine(b, 0)
-			inos := make([]fs.Ino, writers)
-			for w := range inos {
-				mustDo(b, f, func(tx *fs.Txn) error {
-					a, err := createFile(ctx, tx, fs.RootIno, fmt.Sprint("f", w))
-					inos[w] = a.Ino
-					return err
-				})
-			}
+			inos := benchFiles(b, f, writers)
 			buf := bytes.Repeat([]byte{'p'}, n)
 			b.SetBytes(int64(n))
 			var next atomic.Int64
