@@ -442,8 +442,15 @@ func (h *handleTable) remove(id uint64) *handle {
 
 // nodeTable counts the kernel's references (lookups) to each inode, so
 // that the sandbox can invalidate everything the kernel caches, and
-// remembers the change counter of the attributes last given to the kernel
-// for each inode, to tell at open whether its caches are current.
+// remembers for each inode the change counter its cached pages reflect,
+// to tell at open whether they are current.
+//
+// Attributes given to the kernel say nothing about its pages: with
+// explicit data cache control a GETATTR or LOOKUP that reports another
+// mount's write leaves the old pages in place. So the counter moves only
+// when the pages are known to follow: at the first reference (no pages
+// yet), at open (pages dropped unless current), and with writes and
+// truncates made through this mount's page cache.
 type nodeTable struct {
 	mu struct {
 		sync.Mutex
@@ -454,19 +461,20 @@ type nodeTable struct {
 type node struct {
 	removed bool // its last link may have been removed through this mount
 	lookups uint64
-	change  uint64 // fs.Attr.Change last given to the kernel; 0: unknown
+	change  uint64 // fs.Attr.Change the kernel's pages reflect; 0: unknown
 }
 
 func (n *nodeTable) init() { n.mu.m = map[fs.Ino]*node{} }
 
-// ref records one kernel lookup of ino and reports whether it is the
-// first (the inode must be pinned).
-func (n *nodeTable) ref(ino fs.Ino) bool {
+// ref records one kernel lookup of ino, found at change, and reports
+// whether it is the first (the inode must be pinned). A first reference
+// has no cached pages, so they are current at change.
+func (n *nodeTable) ref(ino fs.Ino, change uint64) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	nd := n.mu.m[ino]
 	if nd == nil {
-		nd = &node{}
+		nd = &node{change: change}
 		n.mu.m[ino] = nd
 	}
 	nd.lookups++
@@ -519,18 +527,9 @@ func (n *nodeTable) wasRemovedHere(ino fs.Ino) bool {
 	return nd != nil && nd.removed
 }
 
-// saw records that the kernel was given ino's attributes at change.
-func (n *nodeTable) saw(ino fs.Ino, change uint64) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if nd := n.mu.m[ino]; nd != nil {
-		nd.change = change
-	}
-}
-
-// wrote records that a write through this mount's page cache moved ino
-// from change before to after: if the kernel's view was current before,
-// it is after (its pages hold what was written).
+// wrote records that a write or truncate through this mount's page cache
+// moved ino from change before to after: if the kernel's pages were
+// current before, they are after (they hold what was written).
 func (n *nodeTable) wrote(ino fs.Ino, before, after uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

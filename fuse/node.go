@@ -86,16 +86,14 @@ func (m *Server) entry(out *raw.EntryOut, a *fs.Attr) {
 	out.SetEntryTimeout(m.cfg.EntryTimeout)
 	out.SetAttrTimeout(m.cfg.AttrTimeout)
 	fillAttr(&out.Attr, a)
-	if m.nodes.ref(a.Ino) {
+	if m.nodes.ref(a.Ino, a.Change) {
 		m.pin(a.Ino)
 	}
-	m.nodes.saw(a.Ino, a.Change)
 }
 
 func (m *Server) attrOut(out *raw.AttrOut, a *fs.Attr) {
 	out.SetTimeout(m.cfg.AttrTimeout)
 	fillAttr(&out.Attr, a)
-	m.nodes.saw(a.Ino, a.Change)
 }
 
 // Lookup implements RawFileSystem.
@@ -192,15 +190,20 @@ func (m *Server) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.AttrOut)
 	if in.Valid&raw.FATTR_MTIME != 0 {
 		sa.Mtime = setTime(in.Valid&raw.FATTR_MTIME_NOW != 0, in.Mtime, in.Mtimensec)
 	}
-	var a fs.Attr
+	var before, a fs.Attr
 	inv := &invalidation{inos: []fs.Ino{ino}}
 	err := m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) (err error) {
+		if before, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange); err != nil {
+			return err
+		}
 		a, err = t.SetAttr(m.ctx, ino, sa)
 		return err
 	})
 	if err != nil {
 		return m.nodeStatus("setattr", err)
 	}
+	// The kernel truncates its own pages with the size.
+	m.nodes.wrote(ino, before.Change, a.Change)
 	m.attrOut(out, &a)
 	return raw.OK
 }

@@ -99,6 +99,7 @@ func TestCloseToOpen(t *testing.T) {
 	a, _ := e.mount()
 	b, _ := e.mount()
 	closeToOpenRounds(t, a, b)
+	staleAfterStat(t, a, b, 0)
 }
 
 // closeToOpenRounds writes a file through mount a (in place, or a new
@@ -125,6 +126,30 @@ func closeToOpenRounds(t *testing.T, a, b string) {
 		writeFile(t, q, want)
 		if got := readFile(t, p); got != want {
 			t.Fatalf("round %d: first mount read %d bytes, want %d", i, len(got), len(want))
+		}
+	}
+}
+
+// staleAfterStat: mount b reads a file it wrote (its pages cached), mount
+// a rewrites it in place with other bytes of the same size, b stats it
+// (new attributes, old pages) and opens it: the open must drop the old
+// pages. Attributes given to the kernel must not count as fresh pages.
+func staleAfterStat(t *testing.T, a, b string, attrTimeout time.Duration) {
+	t.Helper()
+	p, q := filepath.Join(a, "g"), filepath.Join(b, "g")
+	for i := range 5 {
+		old, want := strings.Repeat("b", 8192+i), strings.Repeat(fmt.Sprint(i), 8192+i)
+		writeFile(t, q, old)
+		if got := readFile(t, q); got != old {
+			t.Fatalf("round %d: own write read back wrong", i)
+		}
+		writeFile(t, p, want)
+		time.Sleep(attrTimeout)
+		if _, err := os.Stat(q); err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, q); got != want {
+			t.Fatalf("round %d: other mount read stale pages %q..., want %q...", i, got[:8], want[:8])
 		}
 	}
 }

@@ -83,7 +83,7 @@ type rnode struct {
 	fh      []byte
 	fileid  uint64
 	lookups uint64
-	change  uint64 // change attribute last given to the kernel (guarded by the table lock)
+	change  uint64 // change attribute the kernel's pages reflect, 0: unknown (guarded by the table lock; see nodeTable)
 	parent  uint64 // node id of the directory and name of the last lookup (guarded by the table lock)
 	name    string
 	verf    [8]byte     // READDIR cookie verifier of the last listing (guarded by the table lock)
@@ -118,9 +118,10 @@ func (t *rnodeTable) get(id uint64) *rnode {
 	return t.byID[id]
 }
 
-// ref records one kernel lookup of the object (fh, fileid) and returns
-// its node id.
-func (t *rnodeTable) ref(fh []byte, fileid uint64) uint64 {
+// ref records one kernel lookup of the object (fh, fileid), found at
+// change, and returns its node id. (A new node has no cached pages, so
+// they are current at change.)
+func (t *rnodeTable) ref(fh []byte, fileid, change uint64) uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if id, ok := t.byFileID[fileid]; ok {
@@ -136,7 +137,7 @@ func (t *rnodeTable) ref(fh []byte, fileid uint64) uint64 {
 	}
 	t.next++
 	id := t.next
-	t.byID[id] = &rnode{fh: append([]byte(nil), fh...), fileid: fileid, lookups: 1}
+	t.byID[id] = &rnode{fh: append([]byte(nil), fh...), fileid: fileid, lookups: 1, change: change}
 	t.byFileID[fileid] = id
 	return id
 }
@@ -195,16 +196,17 @@ func (t *rnodeTable) forget(id, k uint64) {
 	}
 }
 
-// saw records the change attribute given to the kernel for id; opened
-// does the same and reports whether it equals the previous one.
-func (t *rnodeTable) saw(id, change uint64) {
+// stale records that the kernel's pages of id may be out of date.
+func (t *rnodeTable) stale(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if n := t.byID[id]; n != nil {
-		n.change = change
+		n.change = 0
 	}
 }
 
+// opened records the change attribute of id at open and reports whether
+// the kernel's pages reflect it (they are dropped otherwise).
 func (t *rnodeTable) opened(id, change uint64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -516,7 +518,7 @@ func fillRemoteAttr(out *raw.Attr, a *client.Attrs) {
 
 // entry fills out for an object the kernel now references.
 func (m *RemoteServer) entry(out *raw.EntryOut, fh []byte, a *client.Attrs) {
-	id := m.nodes.ref(fh, a.FileID)
+	id := m.nodes.ref(fh, a.FileID, a.Change)
 	out.NodeId = id
 	if m.sbActive.Load() {
 		// Names seen inside a sandbox are revalidated at every use:
@@ -528,7 +530,6 @@ func (m *RemoteServer) entry(out *raw.EntryOut, fh []byte, a *client.Attrs) {
 		out.SetAttrTimeout(m.cfg.AttrTimeout)
 	}
 	fillRemoteAttr(&out.Attr, a)
-	m.nodes.saw(id, a.Change)
 }
 
 func (m *RemoteServer) attrOut(id uint64, out *raw.AttrOut, a *client.Attrs) {
@@ -537,7 +538,6 @@ func (m *RemoteServer) attrOut(id uint64, out *raw.AttrOut, a *client.Attrs) {
 		out.SetTimeout(0)
 	}
 	fillRemoteAttr(&out.Attr, a)
-	m.nodes.saw(id, a.Change)
 }
 
 // Lookup implements RawFileSystem: PUTFH LOOKUP GETFH GETATTR.
@@ -619,7 +619,7 @@ func (m *RemoteServer) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.At
 				if a, err3 := resAttrs(rep2.Results[2]); err3 == nil && a.Type == nfsv4.NF4REG {
 					out.SetTimeout(0)
 					fillRemoteAttr(&out.Attr, &a)
-					m.nodes.saw(in.NodeId, 0)
+					m.nodes.stale(in.NodeId)
 					return raw.OK
 				}
 			}
@@ -1164,7 +1164,7 @@ func (m *RemoteServer) reopenByName(in *raw.OpenIn, out *raw.OpenOut) raw.Status
 	}
 	n := &rnode{fh: fh, fileid: a.FileID}
 	out.Fh = m.newHandle(in.NodeId, n, in.Flags, owner, &cp, sid)
-	m.nodes.saw(in.NodeId, 0)
+	m.nodes.stale(in.NodeId)
 	m.srv.InodeNotify(in.NodeId, -1, 0)
 	out.OpenFlags = raw.FOPEN_DIRECT_IO
 	return raw.OK

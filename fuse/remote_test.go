@@ -164,6 +164,7 @@ func TestRemoteCloseToOpen(t *testing.T) {
 	a, _ := e.mount()
 	b, _ := e.mount()
 	closeToOpenRounds(t, a, b)
+	staleAfterStat(t, a, b, 0)
 }
 
 // TestRemoteAppendTwoMounts: two processes append with O_APPEND through
