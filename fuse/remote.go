@@ -72,22 +72,27 @@ type RemoteServer struct {
 	notify   notifier
 	locks    remoteLocks
 	reclaims atomic.Uint64 // reclaims done (remote_reclaim.go)
-	sb       remoteSandbox
-	sbActive atomic.Bool // mirrors sb.active, for cache timeouts
+	// unstableBytes is the size of all nodes' unstableWrites; rewrites
+	// counts writes sent again after a server restart lost them.
+	unstableBytes atomic.Int64
+	rewrites      atomic.Uint64
+	sb            remoteSandbox
+	sbActive      atomic.Bool // mirrors sb.active, for cache timeouts
 }
 
 var _ raw.RawFileSystem = (*RemoteServer)(nil)
 
 // rnode is an object the kernel knows. fh and fileid never change.
 type rnode struct {
-	fh      []byte
-	fileid  uint64
-	lookups uint64
-	change  uint64 // change attribute the kernel's pages reflect, 0: unknown (guarded by the table lock; see nodeTable)
-	parent  uint64 // node id of the directory and name of the last lookup (guarded by the table lock)
-	name    string
-	verf    [8]byte     // READDIR cookie verifier of the last listing (guarded by the table lock)
-	dirty   atomic.Bool // UNSTABLE writes not yet committed
+	fh       []byte
+	fileid   uint64
+	lookups  uint64
+	change   uint64 // change attribute the kernel's pages reflect, 0: unknown (guarded by the table lock; see nodeTable)
+	parent   uint64 // node id of the directory and name of the last lookup (guarded by the table lock)
+	name     string
+	verf     [8]byte        // READDIR cookie verifier of the last listing (guarded by the table lock)
+	dirty    atomic.Bool    // UNSTABLE writes (or a COPY) not yet committed
+	unstable unstableWrites // copies of the UNSTABLE writes (remote_unstable.go)
 }
 
 // rnodeTable maps node ids to objects.
@@ -665,6 +670,13 @@ func (m *RemoteServer) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.At
 	if h != nil && (!h.write || !sa.SetSize) {
 		h = nil
 	}
+	if sa.SetSize {
+		// Writes sent again after a server restart must not undo
+		// the truncation (remote_unstable.go).
+		if err := m.commit(&in.InHeader, n); err != nil {
+			return m.status("setattr", err)
+		}
+	}
 	if in.Valid&raw.FATTR_ATIME != 0 {
 		sa.SetAtime = true
 		if in.Valid&raw.FATTR_ATIME_NOW == 0 {
@@ -1218,21 +1230,6 @@ func (m *RemoteServer) Create(_ <-chan struct{}, in *raw.CreateIn, name string, 
 	return raw.OK
 }
 
-// commit makes a node's UNSTABLE writes durable (COMMIT).
-func (m *RemoteServer) commit(h *raw.InHeader, n *rnode) error {
-	if !n.dirty.Swap(false) {
-		return nil
-	}
-	var cp client.Compound
-	cp.PutFH(n.fh)
-	cp.Commit()
-	_, err := m.do(h, &cp)
-	if err != nil {
-		n.dirty.Store(true)
-	}
-	return err
-}
-
 // Release implements RawFileSystem: COMMIT (if written) and CLOSE.
 func (m *RemoteServer) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 	m.handles.Lock()
@@ -1267,15 +1264,16 @@ func (m *RemoteServer) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 	m.locks.wake(h.n) // the CLOSE freed its lock states' locks
 }
 
-// closeOpen sends CLOSE of h's open state, with COMMIT first if the file
+// closeOpen sends CLOSE of h's open state, after a COMMIT if the file
 // has UNSTABLE writes.
 func (m *RemoteServer) closeOpen(hdr *raw.InHeader, h *rhandle) {
-	commit := h.write && h.n.dirty.Swap(false)
+	if h.write {
+		if err := m.commit(hdr, h.n); err != nil {
+			m.log.Debug("commit at close failed", "err", err)
+		}
+	}
 	if _, err := m.doSid(hdr, func(cp *client.Compound) {
 		cp.PutFH(h.n.fh)
-		if commit {
-			cp.Commit()
-		}
 		cp.Close(h.stateid())
 	}); err != nil {
 		m.log.Debug("close failed", "err", err)
@@ -1365,26 +1363,35 @@ func (m *RemoteServer) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (u
 		if err != nil {
 			return uint32(done), m.status("write", err)
 		}
-		cnt, ok := writeCount(rep.Results[1])
-		if !ok || cnt == 0 {
+		res := writeResult(rep.Results[1])
+		if res == nil || res.Count == 0 || int(res.Count) > len(chunk) {
 			return uint32(done), raw.EIO
 		}
-		done += int(cnt)
-		h.n.dirty.Store(true)
+		full := m.keepUnstable(h, in.Offset+uint64(done), chunk, res)
+		done += int(res.Count)
+		if full {
+			if err := m.commit(&in.InHeader, h.n); err != nil {
+				return uint32(done), m.status("write", err)
+			}
+		}
 	}
 	return uint32(done), raw.OK
 }
 
-func writeCount(r nfsv4.NfsResop4) (uint32, bool) {
+// errShortWrite: the server wrote nothing of a WRITE.
+var errShortWrite = errors.New("server wrote 0 bytes")
+
+// writeResult returns the WRITE4resok of r, or nil.
+func writeResult(r nfsv4.NfsResop4) *nfsv4.Write4resok {
 	w, _ := r.(*nfsv4.NfsResop4_OP_WRITE)
 	if w == nil {
-		return 0, false
+		return nil
 	}
 	ok, _ := w.Opwrite.(*nfsv4.Write4res_NFS4_OK)
 	if ok == nil {
-		return 0, false
+		return nil
 	}
-	return ok.Resok4.Count, true
+	return &ok.Resok4
 }
 
 func (m *RemoteServer) appendWrite(in *raw.WriteIn, h *rhandle, data []byte) (uint32, raw.Status) {
@@ -1416,11 +1423,16 @@ func (m *RemoteServer) appendWrite(in *raw.WriteIn, h *rhandle, data []byte) (ui
 	if err != nil {
 		return 0, m.status("write", err)
 	}
-	cnt, ok := writeCount(rep.Results[1])
-	if !ok {
+	res := writeResult(rep.Results[1])
+	if res == nil || int(res.Count) > len(data) {
 		return 0, raw.EIO
 	}
-	h.n.dirty.Store(true)
+	cnt := res.Count
+	if off != client.AppendOffset && m.keepUnstable(h, off, data, res) {
+		if err := m.commit(&in.InHeader, h.n); err != nil {
+			return cnt, m.status("write", err)
+		}
+	}
 	if a, err := resAttrs(rep.Results[at]); err == nil && a.Size != in.Offset+uint64(cnt) {
 		// The kernel computed the offset from a stale size: drop its
 		// idea of the size (attributes only: safe from a request).
@@ -1442,6 +1454,9 @@ func (m *RemoteServer) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Sta
 	}
 	if !dealloc && !alloc {
 		return raw.OK // KEEP_SIZE alone: nothing is reserved
+	}
+	if err := m.commit(&in.InHeader, h.n); err != nil {
+		return m.status("fallocate", err)
 	}
 	_, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
 		cp.PutFH(h.n.fh)
@@ -1473,6 +1488,14 @@ func (m *RemoteServer) CopyFileRange(_ <-chan struct{}, in *raw.CopyFileRangeIn)
 	dst, st := m.stateid(in.FhOut)
 	if st != raw.OK {
 		return 0, st
+	}
+	// The server copies what it has: the source's writes must be
+	// durable, and the destination's must not be sent again over the
+	// copy after a server restart (remote_unstable.go).
+	for _, n := range []*rnode{src.n, dst.n} {
+		if err := m.commit(&in.InHeader, n); err != nil {
+			return 0, m.status("copy_file_range", err)
+		}
 	}
 	rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
 		cp.PutFH(src.n.fh)

@@ -1,6 +1,7 @@
 package fuse
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"net"
@@ -324,5 +325,72 @@ func TestRemoteLockWaitWakes(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiter still blocked 10 s after the unlock")
+	}
+}
+
+// TestRemoteUnstableResend: writes the server answered UNSTABLE and then
+// lost in a crash (the data directory set back to a copy taken before
+// them, as a power failure would) are written again at fsync, because
+// the COMMIT's write verifier is not theirs; the fsync succeeds and
+// another mount reads the new data. Without the copies the fsync would
+// succeed over the old data.
+func TestRemoteUnstableResend(t *testing.T) {
+	requireFUSE(t)
+	srv := startServeProcess(t, "--grace", "30s")
+	e := &remoteEnv{t: t, peer: &nfspeers.Peer{Name: "txnfs serve", Addr: srv.addr}}
+	t.Cleanup(func() {
+		for _, m := range e.mounts {
+			unmountRetry(t, m)
+			m.cfg.Client.Close()
+		}
+	})
+	a, ma := e.mount()
+	old := bytes.Repeat([]byte("old data "), 300_000) // 2.7 MB: several WRITEs
+	f, err := os.OpenFile(filepath.Join(a, "f"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(old, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// A crash-consistent copy of the server's state with the old data.
+	srv.kill()
+	snap := filepath.Join(t.TempDir(), "snap")
+	if out, err := exec.Command("cp", "-a", srv.data, snap).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	srv.start()
+
+	fresh := bytes.Repeat([]byte("NEW DATA "), 300_000)
+	if _, err := f.WriteAt(fresh, 0); err != nil {
+		t.Fatalf("write after the first restart: %v\n%s", err, srv.log.String())
+	}
+	// The server loses those writes: it restarts from the copy.
+	srv.kill()
+	if err := os.RemoveAll(srv.data); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(snap, srv.data); err != nil {
+		t.Fatal(err)
+	}
+	srv.start()
+
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync after the server lost the writes: %v\n%s", err, srv.log.String())
+	}
+	if ma.rewrites.Load() == 0 {
+		t.Errorf("no write was sent again")
+	}
+	b, _ := e.mount()
+	got, err := os.ReadFile(filepath.Join(b, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, fresh) {
+		t.Fatalf("other mount reads %d bytes starting %q, want the rewritten data", len(got), got[:min(len(got), 18)])
 	}
 }
