@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -106,6 +105,15 @@ type compound struct {
 	// bufs are pooled I/O buffers referenced by the reply, returned to
 	// the pool once it is written.
 	bufs []*[]byte
+	// keepArgs is set when something may still reference the request's
+	// arguments (PUTFH handles and WRITE data alias them) after the
+	// reply: the record is then not reused (rpc.Call.ReuseArgs). That is
+	// a 4.0 compound (owner seqid replay records keep the current file
+	// handle), one of a multi-compound transaction (the transaction keeps
+	// its compounds' state), and an append through FS.Append (which
+	// returns when its context ends, before its batch has written the
+	// data).
+	keepArgs bool
 
 	// undo reverses protocol-state changes of a transactional compound
 	// that does not commit; onCommit runs deferred ones after commit.
@@ -159,6 +167,9 @@ func (s *Server) compound(ctx context.Context, call *rpc.Call) (rpc.Reply, bool)
 	if !ok {
 		return rpc.Reply{}, false
 	}
+	if !c.keepArgs {
+		call.ReuseArgs()
+	}
 	rep := rpc.Reply{Stat: rpcv2.SUCCESS, Body: body.head, More: body.more}
 	if len(c.bufs) > 0 {
 		bufs := c.bufs
@@ -174,8 +185,8 @@ func (s *Server) compound(ctx context.Context, call *rpc.Call) (rpc.Reply, bool)
 func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	start := time.Now()
 	r := bytes.NewReader(call.Args)
-	tag, _, err := runtime.ReadUTF8String(r, maxTagLen)
-	if err != nil {
+	tag, ok := readString(r, call.Args, maxTagLen)
+	if !ok {
 		return encoded{}, false
 	}
 	minor, _, err := runtime.ReadUnsignedInt(r)
@@ -239,16 +250,7 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 			ops = append(ops, decodedOp{code: nfsv4.OP_ILLEGAL})
 			break
 		}
-		if code == nfsv4.OP_PUTFH {
-			arg, ok := decodePutFH(r, call.Args)
-			if !ok {
-				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
-			}
-			ops = append(ops, decodedOp{code: code, arg: arg})
-			continue
-		}
-		if code == nfsv4.OP_WRITE {
-			arg, ok := decodeWrite(r, call.Args)
+		if arg, handled, ok := fastArg(code, r, call.Args); handled {
 			if !ok {
 				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
 			}
@@ -264,6 +266,12 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	}
 
 	c.minor, c.nops = minor, len(ops)
+	c.keepArgs = minor == 0
+	for _, op := range ops {
+		if op.txn != nil || isTxnExtOp(op.code) {
+			c.keepArgs = true
+		}
+	}
 	for i := 0; i+1 < len(ops); i++ {
 		ops[i].wantOffset = ops[i].code == nfsv4.OP_WRITE && ops[i+1].code == OpAppendOffset
 	}
@@ -406,50 +414,6 @@ func quickOps(ops []decodedOp) bool {
 }
 
 const quickRead = 64 << 10
-
-// decodePutFH decodes PUTFH4args (the most common operation) without the
-// generated decoder's buffer growth; the handle aliases args.
-func decodePutFH(r *bytes.Reader, args []byte) (nfsv4.NfsArgop4, bool) {
-	b := args[len(args)-r.Len():]
-	if len(b) < 8 {
-		return nil, false
-	}
-	n := uint64(binary.BigEndian.Uint32(b[4:]))
-	padded := (n + 3) &^ 3
-	if n > nfsv4.NFS4_FHSIZE || uint64(len(b)-8) < padded {
-		return nil, false
-	}
-	r.Seek(int64(8+padded), io.SeekCurrent)
-	return &nfsv4.NfsArgop4_OP_PUTFH{Opputfh: nfsv4.Putfh4args{Object: b[8 : 8+n : 8+n]}}, true
-}
-
-// decodeWrite decodes WRITE4args at r's position in args without copying
-// the data: the returned Data aliases args (which the compound owns).
-func decodeWrite(r *bytes.Reader, args []byte) (nfsv4.NfsArgop4, bool) {
-	b := args[len(args)-r.Len():]
-	const fixed = 4 + 16 + 8 + 4 + 4 // opcode, stateid, offset, stable, length
-	if len(b) < fixed {
-		return nil, false
-	}
-	var a nfsv4.Write4args
-	a.Stateid.Seqid = binary.BigEndian.Uint32(b[4:])
-	copy(a.Stateid.Other[:], b[8:20])
-	a.Offset = binary.BigEndian.Uint64(b[20:])
-	a.Stable = nfsv4.StableHow4(binary.BigEndian.Uint32(b[28:]))
-	switch a.Stable {
-	case nfsv4.UNSTABLE4, nfsv4.DATA_SYNC4, nfsv4.FILE_SYNC4:
-	default:
-		return nil, false
-	}
-	n := uint64(binary.BigEndian.Uint32(b[32:]))
-	padded := (n + 3) &^ 3
-	if uint64(len(b)-fixed) < padded {
-		return nil, false
-	}
-	a.Data = b[fixed : fixed+n : fixed+n]
-	r.Seek(int64(fixed+padded), io.SeekCurrent)
-	return &nfsv4.NfsArgop4_OP_WRITE{Opwrite: a}, true
-}
 
 func boolInt(b bool) int {
 	if b {

@@ -592,6 +592,7 @@ func (c *compound) write(a *nfsv4.Write4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 	case a.Offset == appendOffset && c.txn == nil && s != nil:
 		// Group-committed atomic append outside transactions (durable).
 		c.endView()
+		c.keepArgs = true // Append may return before its batch wrote the data
 		off, err = c.s.fs.Append(c.ctx, c.cred, c.cur.ino, a.Data)
 		committed = nfsv4.FILE_SYNC4
 	case a.Offset == appendOffset:

@@ -156,10 +156,12 @@ func workloads() []workload {
 // clients and files, and the compounds run and time spent on it.
 type side struct {
 	name string
+	pid  int // server process (0: CPU time not measured)
 	r    *run
 	next atomic.Int64 // iteration numbers (unique file names)
 	n    int64
 	dur  time.Duration
+	cpu  time.Duration // the server process's CPU time during the rounds
 }
 
 func newSide(b *testing.B, tg *target, clients int, w *workload) *side {
@@ -171,7 +173,7 @@ func newSide(b *testing.B, tg *target, clients int, w *workload) *side {
 	if w.setup != nil {
 		w.setup(b, r)
 	}
-	return &side{name: tg.name, r: r}
+	return &side{name: tg.name, r: r, pid: tg.pid}
 }
 
 // round runs perClient compounds on every client of s concurrently (one
@@ -179,6 +181,7 @@ func newSide(b *testing.B, tg *target, clients int, w *workload) *side {
 func (s *side) round(b *testing.B, perClient int, ops func(r *run, id int, i int64) []nfsv4.NfsArgop4) {
 	var wg sync.WaitGroup
 	var failed atomic.Value
+	cpu0 := processCPU(s.pid)
 	start := time.Now()
 	for id, c := range s.r.cs {
 		wg.Add(1)
@@ -194,6 +197,7 @@ func (s *side) round(b *testing.B, perClient int, ops func(r *run, id int, i int
 	}
 	wg.Wait()
 	s.dur += time.Since(start)
+	s.cpu += processCPU(s.pid) - cpu0
 	s.n += int64(perClient * len(s.r.cs))
 	if f := failed.Load(); f != nil {
 		b.Fatal(f)
@@ -227,6 +231,11 @@ func interleave(b *testing.B, sides []*side, perClient int, w *workload) {
 		if s != base {
 			b.ReportMetric(rate(s)/rate(base), s.name+"/"+base.name)
 		}
+		if s.cpu > 0 {
+			// Server CPU per compound: less sensitive to the load of
+			// a shared machine than throughput.
+			b.ReportMetric(float64(s.cpu.Microseconds())/float64(s.n), s.name+"-cpu-us/op")
+		}
 	}
 }
 
@@ -244,16 +253,17 @@ func interleave(b *testing.B, sides []*side, perClient int, w *workload) {
 // another txnfs binary, e.g. one built from an earlier commit, for an A/B
 // comparison under the same load.
 func BenchmarkVsGanesha(b *testing.B) {
-	gaddr := startGanesha(b)
-	taddr := startTxnfs(b, txnfsBinary(b))
+	gaddr, gpid := startGanesha(b)
+	taddr, tpid := startTxnfs(b, txnfsBinary(b))
 	targets := []*target{
-		{name: "txnfs", addr: taddr},
-		{name: "txnfs-txn", addr: taddr, txn: true},
+		{name: "txnfs", addr: taddr, pid: tpid},
+		{name: "txnfs-txn", addr: taddr, txn: true, pid: tpid},
 	}
 	if base := os.Getenv("TXNFS_BENCH_BASE"); base != "" {
-		targets = append(targets, &target{name: "base", addr: startTxnfs(b, base)})
+		baddr, bpid := startTxnfs(b, base)
+		targets = append(targets, &target{name: "base", addr: baddr, pid: bpid})
 	}
-	targets = append(targets, &target{name: "ganesha", addr: gaddr, path: []string{"export"}})
+	targets = append(targets, &target{name: "ganesha", addr: gaddr, path: []string{"export"}, pid: gpid})
 	for _, w := range workloads() {
 		for _, n := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/clients=%d", w.name, n), func(b *testing.B) {
@@ -289,7 +299,7 @@ func sizeName(n int) string {
 //
 //	go test ./nfs4/internal/nfsbench -run XXX -bench TxnMatrix -benchtime 10x
 func BenchmarkTxnMatrix(b *testing.B) {
-	addr := startTxnfs(b, txnfsBinary(b))
+	addr, _ := startTxnfs(b, txnfsBinary(b))
 	src := bytes.Repeat([]byte("t"), 16<<20)
 	for _, size := range []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20} {
 		w := workload{files: 1, ops: func(r *run, id int, i int64) []nfsv4.NfsArgop4 {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,33 @@ type target struct {
 	addr string   // host:port
 	path []string // components from the pseudo root to the export
 	txn  bool     // send every COMPOUND as a transaction (OP_TXN)
+	pid  int      // the server's process (0: unknown), for its CPU time
+}
+
+// processCPU returns the CPU time the threads of process pid have run so
+// far (the sum of /proc/PID/task/*/schedstat, nanosecond resolution; a
+// thread that exits takes its time with it), or 0 if it cannot be read.
+func processCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		var ns int64
+		if _, err := fmt.Sscan(string(b), &ns); err == nil {
+			sum += time.Duration(ns)
+		}
+	}
+	return sum
 }
 
 // freeAddr returns a loopback address with a port that was free.
@@ -79,9 +107,9 @@ func txnfsBinary(b *testing.B) string {
 }
 
 // startTxnfs starts `txnfs serve` on a fresh data directory (with fsync:
-// no NoSync option exists on the command line). TXNFS_BENCH_PPROF=addr
-// serves pprof from it.
-func startTxnfs(b *testing.B, bin string) string {
+// no NoSync option exists on the command line) and returns its address and
+// process id. TXNFS_BENCH_PPROF=addr serves pprof from it.
+func startTxnfs(b *testing.B, bin string) (string, int) {
 	addr := freeAddr(b)
 	args := []string{"serve", "--data", b.TempDir(), "--listen", addr, "--gc-interval", "0", "--log-level", "warn"}
 	if p := os.Getenv("TXNFS_BENCH_PPROF"); p != "" {
@@ -100,7 +128,7 @@ func startTxnfs(b *testing.B, bin string) string {
 	if !waitListening(addr) {
 		b.Fatalf("txnfs serve did not start:\n%s", logs.String())
 	}
-	return addr
+	return addr, cmd.Process.Pid
 }
 
 // ganeshaScript finds ../shared/peers/ganesha.sh above the working
@@ -127,8 +155,9 @@ func ganeshaScript() string {
 }
 
 // startGanesha starts NFS-Ganesha exporting a fresh directory, or skips
-// the benchmark if it cannot run here.
-func startGanesha(b *testing.B) string {
+// the benchmark if it cannot run here. It returns the address and the
+// process id (0 if the script did not print it).
+func startGanesha(b *testing.B) (string, int) {
 	script := ganeshaScript()
 	switch {
 	case script == "":
@@ -147,6 +176,11 @@ func startGanesha(b *testing.B) string {
 	if err != nil {
 		b.Skipf("ganesha did not start: %v\n%s", err, out)
 	}
+	lines := strings.Fields(string(out))
+	pid := 0
+	if len(lines) > 0 {
+		pid, _ = strconv.Atoi(lines[len(lines)-1])
+	}
 	b.Cleanup(func() {
 		// ganesha.sh stop only signals: wait for the process to exit
 		// before its directory is removed.
@@ -161,7 +195,7 @@ func startGanesha(b *testing.B) string {
 			}
 		}
 	})
-	return addr
+	return addr, pid
 }
 
 // client is one simulated NFS client: a connection with a 4.1 session.

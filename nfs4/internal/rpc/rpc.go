@@ -68,7 +68,8 @@ type Call struct {
 	Vers uint32
 	Proc uint32
 	Cred Cred
-	// Args holds the procedure arguments. It is owned by the handler.
+	// Args holds the procedure arguments. The handler owns it unless it
+	// calls ReuseArgs (see there).
 	Args []byte
 	// Size is the size of the whole call message (RPC header,
 	// credential and arguments, without record marks).
@@ -78,7 +79,18 @@ type Call struct {
 	Conn uint64
 
 	release func()
+	rec     []byte // the record Args lies in, if it came from the pool
+	reuse   bool   // ReuseArgs was called
 }
+
+// ReuseArgs tells the server that the handler keeps no reference to
+// Args (or any part of it) once its reply has been written, so the
+// record's buffer may serve a later request of any connection. Without
+// it the buffer is left to the garbage collector, as if Args were a fresh
+// slice. Records are pooled because a fresh buffer per request costs its
+// zeroing, and on this project's VM a page fault per 4 KiB touched (a
+// 1 MiB WRITE's record: docs/nfs-server.md, "Session 4").
+func (c *Call) ReuseArgs() { c.reuse = true }
 
 // Release lets the connection read (and run) its next request while this
 // call runs. A handler calls it before anything that may take long (disk
@@ -113,8 +125,8 @@ type Reply struct {
 }
 
 // Handler serves calls. Handle may be called concurrently (up to
-// MaxInflight per connection). It must not retain call.Args after it
-// returns unless it owns it (it does: Args is a fresh slice per call).
+// MaxInflight per connection). It owns call.Args and may keep it, unless
+// it calls call.ReuseArgs.
 type Handler interface {
 	Handle(ctx context.Context, call *Call) Reply
 }
@@ -289,6 +301,13 @@ var ErrRecordTooLarge = errors.New("rpc: record too large")
 // record is read straight into its final buffer (one allocation for the
 // usual single-fragment record).
 func ReadRecord(r io.Reader, max int) ([]byte, error) {
+	return readRecord(r, max, nil)
+}
+
+// readRecord is ReadRecord taking the buffer of the first fragment from
+// get (nil: a fresh allocation). A record of several fragments grows by
+// slices.Grow; the caller tells a pooled buffer by its capacity.
+func readRecord(r io.Reader, max int, get func(n int) []byte) ([]byte, error) {
 	var rec []byte
 	first := true
 	for {
@@ -306,9 +325,12 @@ func ReadRecord(r io.Reader, max int) ([]byte, error) {
 			return nil, fmt.Errorf("%w: more than %d bytes", ErrRecordTooLarge, max)
 		}
 		old := len(rec)
-		if rec == nil {
+		switch {
+		case rec == nil && get != nil:
+			rec = get(n)
+		case rec == nil:
 			rec = make([]byte, n)
-		} else {
+		default:
 			rec = slices.Grow(rec, n)[:old+n]
 		}
 		if _, err := io.ReadFull(r, rec[old:]); err != nil {
@@ -347,7 +369,7 @@ func (cn *conn) worker(ctx context.Context) {
 			cn.rmu.Unlock()
 			return
 		}
-		rec, err := ReadRecord(cn.rd, cn.srv.cfg.MaxRecord)
+		rec, err := readRecord(cn.rd, cn.srv.cfg.MaxRecord, getRecord)
 		if err != nil {
 			cn.rerr = err
 			cn.rmu.Unlock()
@@ -381,13 +403,18 @@ func (cn *conn) worker(ctx context.Context) {
 		call, rep, ok := cn.srv.decodeCall(rec)
 		switch {
 		case !ok: // not even an xid: drop
+			putRecord(rec)
 		case rep != nil:
 			cn.writeReply(call.Xid, rep)
+			putRecord(rec)
 		default:
 			call.Conn = cn.id
 			call.release = release
 			rep := cn.srv.handle(ctx, call)
 			cn.writeReply(call.Xid, &rep)
+			if call.reuse {
+				putRecord(rec)
+			}
 		}
 		cn.mu.Lock()
 		cn.mu.busy--
@@ -646,3 +673,55 @@ func (cn *conn) write(bufs net.Buffers) {
 }
 
 func newBufReader(r io.Reader) io.Reader { return bufio.NewReaderSize(r, 64<<10) }
+
+// Record buffers are pooled by size class: class k holds buffers of
+// capacity minPooled << k, up to maxPooled (a 1 MiB WRITE plus its
+// header takes the 2 MiB class; only the bytes read are ever touched).
+// Larger records are allocated per request. sync.Pool keeps a buffer
+// across one garbage collection, and the server's GC runs rarely once
+// records stop being allocated.
+const (
+	minPooled = 4 << 10
+	maxPooled = 8 << 20
+)
+
+var recordPools [poolClasses]sync.Pool
+
+const poolClasses = 12 // 4 KiB << 11 = 8 MiB
+
+// poolClass returns the class whose buffers hold n bytes, or -1 if n is
+// too large to pool.
+func poolClass(n int) int {
+	if n > maxPooled {
+		return -1
+	}
+	k := 0
+	for minPooled<<k < n {
+		k++
+	}
+	return k
+}
+
+// getRecord returns a buffer of length n, pooled if n is small enough
+// (contents undefined).
+func getRecord(n int) []byte {
+	k := poolClass(n)
+	if k < 0 {
+		return make([]byte, n)
+	}
+	if b, ok := recordPools[k].Get().(*[]byte); ok {
+		return (*b)[:n]
+	}
+	return make([]byte, n, minPooled<<k)
+}
+
+// putRecord returns a record's buffer to its pool if it came from one
+// (its capacity is exactly a class size).
+func putRecord(rec []byte) {
+	k := poolClass(cap(rec))
+	if k < 0 || cap(rec) != minPooled<<k {
+		return
+	}
+	rec = rec[:0]
+	recordPools[k].Put(&rec)
+}
