@@ -205,24 +205,11 @@ func (n *nfsFS) init(ctx context.Context) error {
 		n.sh.copyOK.Store(2)
 		n.sh.cloneOK.Store(2)
 	}
-	if err := n.probeMaxOps(ctx); err != nil {
-		return err
-	}
 	root, err := cleanPath(n.cfg.Root)
 	if err != nil {
 		return err
 	}
-	var cp client.Compound
-	cp.PutRootFH()
-	for _, c := range components(root) {
-		cp.Lookup(c)
-	}
-	fhi := cp.GetFH()
-	ai := cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_TYPE, nfsv4.FATTR4_MAXREAD, nfsv4.FATTR4_MAXWRITE))
-	rep, err := n.c.Do(ctx, &cp)
-	if err == nil {
-		err = rep.Err()
-	}
+	rep, fhi, ai, err := n.probeMaxOps(ctx, components(root))
 	if err != nil {
 		return fmt.Errorf("vnfs: resolving root %q: %w", "/"+root, err)
 	}
@@ -339,42 +326,99 @@ func statusOf(err error) nfsv4.Nfsstat4 {
 // (NFS-Ganesha 4.3 answers NFS4ERR_RESOURCE above 100 operations): a
 // COMPOUND of cheap PUTROOTFHs finds the real limit by bisection. A
 // rejected COMPOUND executes nothing.
-func (n *nfsFS) probeMaxOps(ctx context.Context) error {
-	try := func(k int) (bool, error) {
+func (n *nfsFS) probeMaxOps(ctx context.Context, rootPath []string) (rep *client.Reply, fhi, ai int, err error) {
+	// Every probe resolves the root too (PUTROOTFH, LOOKUPs, GETFH,
+	// GETATTR after the padding), so that a server taking the full
+	// COMPOUND costs one round trip for both.
+	type result struct {
+		ok      bool
+		rep     *client.Reply
+		fhi, ai int
+		err     error
+	}
+	try := func(k int) result {
 		var cp client.Compound
-		for i := 0; i < k; i++ {
+		for i := 0; i < k-3-len(rootPath); i++ {
 			cp.PutRootFH()
 		}
-		rep, err := n.c.Do(ctx, &cp)
+		cp.PutRootFH()
+		for _, c := range rootPath {
+			cp.Lookup(c)
+		}
+		r := result{fhi: cp.GetFH()}
+		r.ai = cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_TYPE, nfsv4.FATTR4_MAXREAD, nfsv4.FATTR4_MAXWRITE))
+		var err error
+		r.rep, err = n.c.Do(ctx, &cp)
 		switch st := statusOf(err); {
 		case err == nil:
-			return rep.Status == nfsv4.NFS4_OK, nil
+			r.ok = r.rep.Status == nfsv4.NFS4_OK
+			if !r.ok && len(r.rep.Results) > 1 {
+				// Refused in an operation, not as a whole: the
+				// root does not resolve.
+				r.err = r.rep.Err()
+			}
 		case st == nfsv4.NFS4ERR_RESOURCE || st == nfsv4.NFS4ERR_TOO_MANY_OPS || st == nfsv4.NFS4ERR_REQ_TOO_BIG:
-			return false, nil
 		default:
-			return false, err
+			r.err = err
 		}
+		return r
 	}
-	ok, err := try(n.maxOps)
-	if err != nil || ok {
-		return err
+	r := try(n.maxOps)
+	if r.err != nil || r.ok {
+		return r.rep, r.fhi, r.ai, r.err
 	}
-	lo, hi := 1, n.maxOps // lo works, hi does not
+	// The server refuses what it negotiated (NFS-Ganesha 4.3 accepts 100
+	// operations whatever it negotiates). Search (lo, hi) with up to
+	// slots-1 probes in flight per round: 2-3 rounds instead of ~8.
+	lo, hi := 1, n.maxOps // lo works (or is the minimum), hi does not
+	var best result
+	par := max(1, int(n.c.Limits().Slots)-1)
 	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		ok, err := try(mid)
-		if err != nil {
-			return err
+		var cands []int
+		k := min(par, hi-lo-1)
+		for j := 1; j <= k; j++ {
+			cands = append(cands, lo+(hi-lo)*j/(k+1))
 		}
-		if ok {
-			lo = mid
-		} else {
-			hi = mid
+		if lo < 99 && 99 < hi && k < hi-lo-1 {
+			cands = append(cands, 99) // NFS-Ganesha's real limit (100 with SEQUENCE)
+		}
+		res := make([]result, len(cands))
+		var wg sync.WaitGroup
+		for i, c := range cands {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res[i] = try(c)
+			}()
+		}
+		wg.Wait()
+		for i, c := range cands {
+			if res[i].err != nil {
+				return nil, 0, 0, res[i].err
+			}
+			if !res[i].ok {
+				hi = min(hi, c)
+			}
+		}
+		for i, c := range cands {
+			if res[i].ok && c < hi && c > lo {
+				lo, best = c, res[i]
+			}
 		}
 	}
 	n.cfg.Logger.Debug("vnfs: server accepts fewer operations than negotiated", "maxops", lo+1)
 	n.maxOps = lo
-	return nil
+	if best.rep == nil {
+		// Nothing above the minimum passed: resolve the root alone.
+		best = try(0)
+		if best.err == nil && !best.ok {
+			best.err = best.rep.Err()
+			if best.err == nil {
+				best.err = fmt.Errorf("refused with %s", client.StatusName(best.rep.Status))
+			}
+		}
+	}
+	return best.rep, best.fhi, best.ai, best.err
 }
 
 // DelayRetries reports how many times f (an NFS FS from Dial, or a view

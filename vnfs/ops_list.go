@@ -11,15 +11,30 @@ import (
 	"github.com/txnfs/txnfs/nfs4/client"
 )
 
-// READDIR reply budgets: the first READDIR of a directory asks for
-// firstMaxcount bytes, enough for a typical source directory (vNFS measured
-// 3.8 KB per READDIR on the Linux tree), so that a hundred directories
-// share one COMPOUND; a directory that does not fit continues with larger
-// replies.
+// READDIR reply budgets. A level of a listing is one round: its
+// directories' READDIRs are packed into COMPOUNDs by their maxcount and
+// the COMPOUNDs pipelined (Config.Window in flight). The first READDIR of
+// a directory asks for the level's share of what one round can carry
+// (window × maximum reply, 3/4 of it to leave room for packing), at least
+// firstMaxcount (vNFS measured 3.8 KB per READDIR on the Linux tree) and
+// at most moreMaxcount, so that a level of a few hundred directories fits
+// in one round with a typical large directory (~200 entries with
+// attributes ≈ 40 KB) complete in its first reply instead of needing a
+// second, dependent round; it also spreads a level over several
+// COMPOUNDs that the server runs in parallel. A directory that still
+// does not fit continues with replies of the same kind of share, at
+// least moreMaxcount.
 const (
 	firstMaxcount = 8 << 10
 	moreMaxcount  = 128 << 10
 )
+
+// readdirShare is the maxcount for each of k READDIRs of one round,
+// between lo and the largest that fits a reply.
+func (n *nfsFS) readdirShare(k, lo int) int {
+	per := n.window * n.maxResp / 4 * 3 / max(k, 1)
+	return max(lo, min(per, max(moreMaxcount, lo), n.maxResp-4096))
+}
 
 type listTask struct {
 	dir    string // cleaned path
@@ -92,7 +107,6 @@ func (t *listTask) handle(res nfsv4.NfsResop4) error {
 	if n == 0 && !t.eof {
 		return fmt.Errorf("READDIR returned no entries and no EOF: %w", errBadReply)
 	}
-	t.max = moreMaxcount
 	return nil
 }
 
@@ -122,8 +136,9 @@ func (n *nfsFS) VListDir(ctx context.Context, dirs []string, opts ListOptions, f
 	for depth := 0; len(level) > 0; depth++ {
 		var next []listDir
 		tasks := make([]*listTask, len(level))
+		first := n.readdirShare(len(level), firstMaxcount)
 		for i, d := range level {
-			tasks[i] = &listTask{dir: d.dir, shown: d.shown, depth: depth, mask: mask, max: firstMaxcount, fn: fn, dirs: dh}
+			tasks[i] = &listTask{dir: d.dir, shown: d.shown, depth: depth, mask: mask, max: first, fn: fn, dirs: dh}
 			if opts.Recursive {
 				// Each directory collects its own subdirectories so that
 				// the next level keeps this level's order.
@@ -161,6 +176,10 @@ func (n *nfsFS) VListDir(ctx context.Context, dirs []string, opts ListOptions, f
 				}
 			}
 			pending = more
+			more1 := n.readdirShare(len(pending), moreMaxcount)
+			for _, t := range pending {
+				t.max = more1
+			}
 		}
 		for _, t := range tasks {
 			if t.sub != nil {

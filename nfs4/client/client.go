@@ -465,23 +465,20 @@ func (c *Client) establish(ctx context.Context, old *session) error {
 	c.mu.sess = s
 	c.mu.Unlock()
 
-	// RECLAIM_COMPLETE: all state is reclaimed (or there was none; RFC
-	// 8881 §18.51).
+	// The lease time (for renewal) and RECLAIM_COMPLETE (all state is
+	// reclaimed, or there was none; RFC 8881 §18.51) in one round trip.
+	// RECLAIM_COMPLETE comes last so that its COMPLETE_ALREADY does not
+	// hide the lease; if an earlier operation fails it is sent alone.
 	var rc Compound
-	rc.Add(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{OpreclaimComplete: nfsv4.ReclaimComplete4args{}})
-	if rep, err := c.doSession(ctx, &rc, s); err != nil {
+	rc.PutRootFH()
+	ai := rc.GetAttr(MakeBitmap(nfsv4.FATTR4_LEASE_TIME))
+	ri := rc.Add(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{OpreclaimComplete: nfsv4.ReclaimComplete4args{}})
+	rep, err := c.doSession(ctx, &rc, s)
+	if err != nil {
 		return fmt.Errorf("nfs4 client: RECLAIM_COMPLETE: %w", err)
-	} else if rep.Status != nfsv4.NFS4_OK && rep.Status != nfsv4.NFS4ERR_COMPLETE_ALREADY {
-		// Nothing depends on it; a server that refuses it will say so
-		// again on the operations that matter.
-		c.cfg.Logger.Warn("nfs4 client: RECLAIM_COMPLETE failed", "err", rep.Err())
 	}
-	// Lease time, for renewal.
-	var la Compound
-	la.PutRootFH()
-	la.GetAttr(MakeBitmap(nfsv4.FATTR4_LEASE_TIME))
-	if rep, err := c.doSession(ctx, &la, s); err == nil && rep.Status == nfsv4.NFS4_OK {
-		if g, ok := rep.Results[1].(*nfsv4.NfsResop4_OP_GETATTR).Opgetattr.(*nfsv4.Getattr4res_NFS4_OK); ok {
+	if len(rep.Results) > ai && rep.Statuses[ai] == nfsv4.NFS4_OK {
+		if g, ok := rep.Results[ai].(*nfsv4.NfsResop4_OP_GETATTR).Opgetattr.(*nfsv4.Getattr4res_NFS4_OK); ok {
 			if a, err := DecodeAttrs(g.Resok4.ObjAttributes); err == nil && a.LeaseTime > 0 {
 				c.mu.Lock()
 				c.mu.limits.Lease = time.Duration(a.LeaseTime) * time.Second
@@ -489,6 +486,18 @@ func (c *Client) establish(ctx context.Context, old *session) error {
 				c.mu.Unlock()
 			}
 		}
+	}
+	if len(rep.Results) <= ri {
+		var rc Compound
+		rc.Add(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{OpreclaimComplete: nfsv4.ReclaimComplete4args{}})
+		if rep, err = c.doSession(ctx, &rc, s); err != nil {
+			return fmt.Errorf("nfs4 client: RECLAIM_COMPLETE: %w", err)
+		}
+	}
+	if rep.Status != nfsv4.NFS4_OK && rep.Status != nfsv4.NFS4ERR_COMPLETE_ALREADY {
+		// Nothing depends on it; a server that refuses it will say so
+		// again on the operations that matter.
+		c.cfg.Logger.Warn("nfs4 client: RECLAIM_COMPLETE failed", "err", rep.Err())
 	}
 	return nil
 }
