@@ -203,9 +203,17 @@ func (m *Server) Tmpfile(_ <-chan struct{}, in *raw.CreateIn, out *raw.CreateOut
 	return raw.OK
 }
 
-// Release implements RawFileSystem: the last close of a file.
+// Release implements RawFileSystem: the last close of a file. A
+// write-behind failure not reported by then (writes through a mapping
+// after close) is logged.
 func (m *Server) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
-	m.handles.remove(in.Fh)
+	h := m.handles.remove(in.Fh)
+	if h != nil && m.wbOn && h.write {
+		m.waitWrites()
+		if err := h.takeErr(); err != nil {
+			m.log.Error("write failed after the file was closed; nobody was told", "ino", h.ino, "err", err)
+		}
+	}
 }
 
 // Read implements RawFileSystem. Permission was checked at open.
@@ -229,7 +237,19 @@ func (m *Server) Read(_ <-chan struct{}, in *raw.ReadIn, buf []byte) (raw.ReadRe
 func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32, raw.Status) {
 	ino := fs.Ino(in.NodeId)
 	c := m.cred(&in.InHeader)
-	if h := m.handles.get(in.Fh); h != nil && h.append {
+	h := m.handles.get(in.Fh)
+	if h != nil && m.wbOn && !h.append && !h.sync {
+		if err := h.takeErr(); err != nil {
+			return 0, m.status("write", err)
+		}
+		if end := in.Offset + uint64(len(data)); end > fs.MaxFileSize || end < in.Offset {
+			return 0, m.status("write", fs.ErrFileTooBig)
+		}
+		if m.queueWrite(h, c, ino, in.Offset, data) {
+			return uint32(len(data)), raw.OK
+		}
+	}
+	if h != nil && h.append {
 		_, err := m.appendData(c, ino, data)
 		if err == nil {
 			err = m.written(in.Fh)
@@ -269,11 +289,36 @@ func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32,
 	return uint32(len(data)), raw.OK
 }
 
+// queueWrite queues a WRITE on m's write-behind queue unless a sandbox
+// is active (the write then runs in it, synchronously), and reports
+// whether it did.
+func (m *Server) queueWrite(h *handle, c fs.Cred, ino fs.Ino, off uint64, data []byte) bool {
+	m.sb.gate.RLock()
+	defer m.sb.gate.RUnlock()
+	if m.sb.txn != nil {
+		return false
+	}
+	h.dirty.Store(true)
+	m.wb.add(m, h, c, ino, off, data)
+	return true
+}
+
 // Flush implements RawFileSystem (every close(2)): if the file was
 // written through this handle, everything committed so far is made
-// durable (FS.Sync), so a closed file survives a crash as after fsync.
+// durable (FS.Sync), so a closed file survives a crash as after fsync. A
+// write-behind failure of the handle is reported here (as close(2)
+// reports NFS write errors).
 func (m *Server) Flush(_ <-chan struct{}, in *raw.FlushIn) raw.Status {
-	if h := m.handles.get(in.Fh); h != nil && h.dirty.Swap(false) {
+	h := m.handles.get(in.Fh)
+	if h == nil {
+		return raw.OK
+	}
+	m.waitWrites()
+	if err := h.takeErr(); err != nil {
+		h.dirty.Store(false)
+		return m.status("flush", err)
+	}
+	if h.dirty.Swap(false) {
 		return m.status("flush", m.syncEngine())
 	}
 	return raw.OK
@@ -284,10 +329,14 @@ func (m *Server) Flush(_ <-chan struct{}, in *raw.FlushIn) raw.Status {
 // committed so far durable (FS.Sync, one metadata log flush). Inside a
 // sandbox nothing is durable before the sandbox commits.
 func (m *Server) Fsync(_ <-chan struct{}, in *raw.FsyncIn) raw.Status {
+	err := m.syncEngine() // waits for the write-behind queue first
 	if h := m.handles.get(in.Fh); h != nil {
 		h.dirty.Store(false)
+		if werr := h.takeErr(); werr != nil {
+			err = werr
+		}
 	}
-	return m.status("fsync", m.syncEngine())
+	return m.status("fsync", err)
 }
 
 // FsyncDir implements RawFileSystem, as Fsync (a directory's entries are

@@ -46,8 +46,10 @@ func (v *invalidation) merge(o *invalidation) {
 // directory, each waiting for the other's invalidation, would deadlock.
 // Only sandbox Commit, which holds no kernel lock, waits for them.
 type Group struct {
-	pins pinGate
-	mu   struct {
+	pins   pinGate
+	wbOnce sync.Once
+	wb     *writeBehind // shared write-behind queue (see writeBehind)
+	mu     struct {
 		sync.Mutex
 		mounts []*Server
 	}
@@ -55,6 +57,19 @@ type Group struct {
 
 // NewGroup returns an empty group.
 func NewGroup() *Group { return &Group{} }
+
+// writeBehind returns the group's write-behind queue, made with max bytes
+// (or the default if max is not positive) by the first mount that asks:
+// every mount of the group waits for it, whether it queues writes or not.
+func (g *Group) writeBehind(max int) *writeBehind {
+	g.wbOnce.Do(func() {
+		if max <= 0 {
+			max = DefaultWriteBehindBytes
+		}
+		g.wb = newWriteBehind(max)
+	})
+	return g.wb
+}
 
 func (g *Group) add(m *Server) {
 	g.mu.Lock()

@@ -78,6 +78,12 @@ type Config struct {
 	// owns sizes, mtimes and O_APPEND offsets and ignores other mounts'
 	// changes to them. A sandbox cannot be used on such a mount.
 	Writeback bool
+	// WriteBehindBytes bounds the bytes of WRITE requests answered
+	// before they commit (see writeBehind): 0 means
+	// DefaultWriteBehindBytes, negative disables write-behind (every
+	// WRITE commits before it is answered). Mounts of a Group share the
+	// queue of the first mount that joined.
+	WriteBehindBytes int
 }
 
 // Validate checks c and fills in defaults.
@@ -104,6 +110,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReadAheadKB == 0 {
 		c.ReadAheadKB = DefaultReadAheadKB
+	}
+	if c.WriteBehindBytes == 0 {
+		c.WriteBehindBytes = DefaultWriteBehindBytes
 	}
 	return nil
 }
@@ -135,6 +144,15 @@ type Server struct {
 	notify  notifier
 	pins    *pinGate
 	unpins  sync.WaitGroup // unpinLater goroutines
+
+	// wb is the write-behind queue every engine access waits for (the
+	// Group's if in one); nil when write-behind is off and there is no
+	// Group. wbOn says whether this mount queues its writes.
+	wb   *writeBehind
+	wbOn bool
+	// wbFault, if set (tests), runs before each write-behind commit; an
+	// error fails the commit.
+	wbFault atomic.Pointer[func(fs.Ino) error]
 }
 
 var _ raw.RawFileSystem = (*Server)(nil)
@@ -166,8 +184,13 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
 	m.handles.init()
 	m.nodes.init()
 	m.pins = &pinGate{}
+	m.wbOn = cfg.WriteBehindBytes > 0
+	if m.wbOn {
+		m.wb = newWriteBehind(cfg.WriteBehindBytes)
+	}
 	if cfg.Group != nil {
 		m.pins = &cfg.Group.pins
+		m.wb = cfg.Group.writeBehind(cfg.WriteBehindBytes)
 	}
 	opts := cfg.mountOptions(m.log)
 	// No ATOMIC_O_TRUNC: with it O_TRUNC is applied in OPEN, before
@@ -214,6 +237,7 @@ func (m *Server) doShutdown() {
 	if m.cfg.Group != nil {
 		m.cfg.Group.remove(m)
 	}
+	m.waitWrites() // answered writes commit before the mount's context ends
 	m.sb.gate.Lock()
 	if m.sb.txn != nil {
 		m.log.Warn("unmounted with an active sandbox: aborting it", "operations", m.sb.ops)
@@ -280,6 +304,7 @@ func procGroups(pid uint32) []uint32 {
 // syncEngine makes every change committed so far durable (outside a
 // sandbox, where nothing is durable before the sandbox commits).
 func (m *Server) syncEngine() error {
+	m.waitWrites()
 	m.sb.gate.RLock()
 	inSandbox := m.sb.txn != nil
 	m.sb.gate.RUnlock()
@@ -293,7 +318,11 @@ func (m *Server) syncEngine() error {
 // success the names and inodes recorded in inv are invalidated in the
 // kernel caches of the other mounts of the group (or, inside a sandbox,
 // remembered for abort).
+//
+// Like view, appendData and syncEngine, it first waits for the writes
+// answered before (write-behind).
 func (m *Server) update(c fs.Cred, inv *invalidation, fn func(*fs.Txn) error) error {
+	m.waitWrites()
 	m.sb.gate.RLock()
 	defer m.sb.gate.RUnlock()
 	if t := m.sb.txn; t != nil {
@@ -318,6 +347,7 @@ func (m *Server) update(c fs.Cred, inv *invalidation, fn func(*fs.Txn) error) er
 
 // view runs fn as a read-only transaction (or in the sandbox).
 func (m *Server) view(c fs.Cred, fn func(*fs.Txn) error) error {
+	m.waitWrites()
 	m.sb.gate.RLock()
 	defer m.sb.gate.RUnlock()
 	if t := m.sb.txn; t != nil {
@@ -332,6 +362,7 @@ func (m *Server) view(c fs.Cred, fn func(*fs.Txn) error) error {
 // appendData appends data to ino atomically at the current end of file
 // and returns the offset used.
 func (m *Server) appendData(c fs.Cred, ino fs.Ino, data []byte) (uint64, error) {
+	m.waitWrites()
 	m.sb.gate.RLock()
 	defer m.sb.gate.RUnlock()
 	if t := m.sb.txn; t != nil {
@@ -392,6 +423,7 @@ func (m *Server) unpinLater(ino fs.Ino) {
 	m.unpins.Add(1)
 	go func() {
 		defer m.unpins.Done()
+		m.waitWrites() // the last unpin may delete the file
 		if err := m.eng.Unpin(m.ctx, ino); err != nil && m.ctx.Err() == nil {
 			m.log.Error("unpin failed", "ino", ino, "err", err)
 		}
@@ -407,13 +439,17 @@ type handleTable struct {
 	}
 }
 
-// handle is an open regular file. Its fields are immutable except dirty.
+// handle is an open regular file. Its fields are immutable except dirty
+// and err.
 type handle struct {
 	ino    fs.Ino
 	write  bool        // opened for writing: ftruncate skips the permission check
 	append bool        // O_APPEND: writes go to the end of file, atomically
 	sync   bool        // O_SYNC or O_DSYNC: each write is durable when answered
 	dirty  atomic.Bool // written since the last Sync through this handle
+
+	errMu sync.Mutex
+	err   error // a write-behind failure not yet reported (setErr)
 }
 
 func (h *handleTable) init() { h.mu.m = map[uint64]*handle{} }
@@ -535,6 +571,16 @@ func (n *nodeTable) wrote(ino fs.Ino, before, after uint64) {
 	defer n.mu.Unlock()
 	if nd := n.mu.m[ino]; nd != nil && nd.change == before {
 		nd.change = after
+	}
+}
+
+// forgetPages records that the kernel's pages of ino may hold data the
+// engine does not have (a write-behind failure): the next open drops them.
+func (n *nodeTable) forgetPages(ino fs.Ino) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if nd := n.mu.m[ino]; nd != nil {
+		nd.change = 0
 	}
 }
 

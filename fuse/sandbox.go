@@ -64,6 +64,9 @@ func (m *Server) begin() error {
 	if m.cfg.Writeback {
 		return errWritebackSandbox
 	}
+	// Writes answered before Begin commit outside the sandbox; none is
+	// queued after (a WRITE checks for the sandbox under the gate).
+	m.waitWrites()
 	t, err := m.eng.Begin(m.ctx, fs.RootCred, fs.TxnOptions{})
 	if err != nil {
 		return err

@@ -70,6 +70,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	attrTimeout := fl.Duration("attr-timeout", fuse.DefaultTimeout, "kernel cache lifetime of attributes (0: none)")
 	negTimeout := fl.Duration("negative-timeout", fuse.DefaultTimeout, "kernel cache lifetime of failed lookups (0: none)")
 	writeback := fl.Bool("writeback", false, "use the kernel writeback cache (faster small writes; only for a mount that is its files' only writer; no sandbox)")
+	writeBehind := fl.Int("write-behind", fuse.DefaultWriteBehindBytes, "bytes of writes answered before they commit (local mounts; 0 or negative: every write commits first)")
 	debug := fl.Bool("debug", false, "log every FUSE request")
 	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the mount to this file when it ends")
@@ -140,14 +141,18 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer pprof.StopCPUProfile()
 	}
 	cfg := fuse.Config{
-		Logger:          log,
-		EntryTimeout:    cacheTimeout(*entryTimeout),
-		AttrTimeout:     cacheTimeout(*attrTimeout),
-		NegativeTimeout: cacheTimeout(*negTimeout),
-		AllowOther:      *allowOther,
-		DirectMount:     *direct,
-		Debug:           *debug,
-		Writeback:       *writeback,
+		Logger:           log,
+		EntryTimeout:     cacheTimeout(*entryTimeout),
+		AttrTimeout:      cacheTimeout(*attrTimeout),
+		NegativeTimeout:  cacheTimeout(*negTimeout),
+		AllowOther:       *allowOther,
+		DirectMount:      *direct,
+		Debug:            *debug,
+		Writeback:        *writeback,
+		WriteBehindBytes: *writeBehind,
+	}
+	if cfg.WriteBehindBytes <= 0 {
+		cfg.WriteBehindBytes = -1 // 0 would be Config's default
 	}
 	var m fuse.Mounted
 	if *server != "" {

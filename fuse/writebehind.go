@@ -1,0 +1,297 @@
+package fuse
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/txnfs/txnfs/fs"
+)
+
+// DefaultWriteBehindBytes bounds the bytes of answered but not yet
+// committed WRITE requests of a local mount (or of a Group): see
+// writeBehind.
+const DefaultWriteBehindBytes = 8 << 20
+
+// writeBehind answers WRITE requests before their engine transaction runs
+// (issue 5: the kernel sends a file's next WRITE only after the previous
+// one is answered, so the engine's time per write added directly to every
+// write(2)). A WRITE's bytes are copied out of go-fuse's request buffer
+// into the queue and the request is answered; one goroutine commits the
+// queue in order, consecutive writes to one inode in one NoSync
+// transaction (contiguous small writes merged into one engine Write).
+//
+// Nothing can observe the difference: every other engine access of the
+// mount (m.view, m.update, m.appendData, m.syncEngine, so every request
+// but a queued WRITE, and the unpin after FORGET) first waits until every
+// write queued before it has committed (wait), and mounts of a Group share
+// one queue. Kernel-side, the answered data is in the page cache and the
+// kernel's own file size, as it was with a synchronous WRITE; the next
+// GETATTR waits for the queue. Durability is unchanged: a NoSync commit
+// is durable at the next FS.Sync (fsync, close of a written file), which
+// waits for the queue first, and a crash loses at most what was not
+// fsynced, as before.
+//
+// A write that fails in the background (ENOSPC, EIO, ...) is reported on
+// its handle, as NFS and writeback caches do: by the next WRITE through
+// that handle, or by its fsync or close (FLUSH). Writes through O_APPEND
+// or O_SYNC/O_DSYNC handles and writes inside a sandbox stay synchronous.
+type writeBehind struct {
+	mu   sync.Mutex
+	cond sync.Cond // done, bytes or free changed
+	max  int       // bound on bytes queued and in progress
+
+	queue   []*wbWrite
+	bytes   int    // bytes of buffers queued or being committed
+	enq     uint64 // sequence number of the last write queued
+	done    uint64 // every write up to this one has been committed (or failed)
+	running bool   // the committer goroutine is running
+	free    [][]byte
+}
+
+// wbWrite is one queued WRITE.
+type wbWrite struct {
+	m    *Server
+	h    *handle
+	cred fs.Cred
+	ino  fs.Ino
+	off  uint64
+	data []byte // owned: from getBuf
+	seq  uint64
+}
+
+// wbPoolMin is the smallest write whose buffer is pooled; smaller ones
+// are plain allocations.
+const wbPoolMin = 64 << 10
+
+// wbMergeMax bounds the bytes of contiguous small writes merged into one
+// engine Write.
+const wbMergeMax = 1 << 20
+
+func newWriteBehind(max int) *writeBehind {
+	q := &writeBehind{max: max}
+	q.cond.L = &q.mu
+	return q
+}
+
+// getBuf returns a buffer of n bytes (q.mu held): pooled 1 MiB buffers for
+// large writes, so that streaming writes reuse memory instead of
+// page-faulting fresh allocations.
+func (q *writeBehind) getBuf(n, poolSize int) []byte {
+	if n < wbPoolMin || n > poolSize {
+		return make([]byte, n)
+	}
+	if k := len(q.free); k > 0 {
+		b := q.free[k-1]
+		q.free = q.free[:k-1]
+		return b[:n]
+	}
+	return make([]byte, n, poolSize)
+}
+
+// putBuf returns b to the pool (q.mu held).
+func (q *writeBehind) putBuf(b []byte, poolSize int) {
+	if cap(b) == poolSize && len(q.free)*poolSize < q.max {
+		q.free = append(q.free, b[:0])
+	}
+}
+
+// wbCost is what a queued buffer counts against q.max.
+func wbCost(b []byte) int { return cap(b) }
+
+// add queues a write of data (copied) to ino at off through handle h,
+// waiting while the queue is full. The caller has checked that no sandbox
+// is active and holds the sandbox gate shared, so none can begin until
+// the write is queued (begin waits for the queue afterwards).
+func (q *writeBehind) add(m *Server, h *handle, c fs.Cred, ino fs.Ino, off uint64, data []byte) {
+	poolSize := m.cfg.MaxWrite
+	q.mu.Lock()
+	buf := q.getBuf(len(data), poolSize)
+	for q.bytes > 0 && q.bytes+wbCost(buf) > q.max {
+		q.cond.Wait()
+	}
+	q.bytes += wbCost(buf)
+	q.mu.Unlock()
+	copy(buf, data) // outside the lock: the committer runs meanwhile
+	q.mu.Lock()
+	q.enq++
+	q.queue = append(q.queue, &wbWrite{m: m, h: h, cred: c, ino: ino, off: off, data: buf, seq: q.enq})
+	if !q.running {
+		q.running = true
+		go q.run()
+	}
+	q.mu.Unlock()
+}
+
+// wait returns once every write queued before the call has committed or
+// failed.
+func (q *writeBehind) wait() {
+	q.mu.Lock()
+	target := q.enq
+	for q.done < target {
+		q.cond.Wait()
+	}
+	q.mu.Unlock()
+}
+
+// run commits the queue until it is empty.
+func (q *writeBehind) run() {
+	for {
+		q.mu.Lock()
+		batch := q.queue
+		q.queue = nil
+		if len(batch) == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+		for len(batch) > 0 {
+			n := 1
+			for n < len(batch) && sameTarget(batch[0], batch[n]) {
+				n++
+			}
+			commitRun(batch[:n])
+			q.mu.Lock()
+			for _, w := range batch[:n] {
+				q.bytes -= wbCost(w.data)
+				q.putBuf(w.data, w.m.cfg.MaxWrite)
+				w.data = nil
+			}
+			q.done = batch[n-1].seq
+			q.cond.Broadcast()
+			q.mu.Unlock()
+			batch = batch[n:]
+		}
+	}
+}
+
+// sameTarget reports whether b may join a's transaction: same mount,
+// inode, handle and caller.
+func sameTarget(a, b *wbWrite) bool {
+	return a.m == b.m && a.ino == b.ino && a.h == b.h &&
+		a.cred.Uid == b.cred.Uid && a.cred.Gid == b.cred.Gid && slices.Equal(a.cred.Groups, b.cred.Groups)
+}
+
+// wbPiece is one engine Write of a run: a queued write, or contiguous
+// small ones merged.
+type wbPiece struct {
+	off  uint64
+	data []byte
+}
+
+// wbPieces merges the run's contiguous small writes (the kernel sends a
+// sequential writer's small write(2)s one by one without the writeback
+// cache): one slice instead of one per write.
+func wbPieces(run []*wbWrite) []wbPiece {
+	var out []wbPiece
+	for i := 0; i < len(run); {
+		w := run[i]
+		j := i + 1
+		end, total := w.off+uint64(len(w.data)), len(w.data)
+		for j < len(run) && run[j].off == end && total+len(run[j].data) <= wbMergeMax && len(w.data) < wbPoolMin && len(run[j].data) < wbPoolMin {
+			end += uint64(len(run[j].data))
+			total += len(run[j].data)
+			j++
+		}
+		if j == i+1 {
+			out = append(out, wbPiece{w.off, w.data})
+		} else {
+			buf := make([]byte, 0, total)
+			for _, x := range run[i:j] {
+				buf = append(buf, x.data...)
+			}
+			out = append(out, wbPiece{w.off, buf})
+		}
+		i = j
+	}
+	return out
+}
+
+// commitRun commits writes to one inode through one handle as one
+// transaction; if that fails, each write alone, so that the failure is
+// reported on the handle exactly when one of its writes failed.
+func commitRun(run []*wbWrite) {
+	w := run[0]
+	m := w.m
+	if err := m.commitWrites(w.cred, w.ino, wbPieces(run)); err == nil || len(run) == 1 {
+		if err != nil {
+			m.writeFailed(w, err)
+		}
+		return
+	}
+	for _, x := range run {
+		if err := m.commitWrites(x.cred, x.ino, []wbPiece{{x.off, x.data}}); err != nil {
+			m.writeFailed(x, err)
+		}
+	}
+}
+
+// writeFailed records that answered write w failed: the handle reports
+// it, and the kernel's pages and size, which hold what the kernel thinks
+// was written, are dropped (and not kept at the next open).
+func (m *Server) writeFailed(w *wbWrite, err error) {
+	m.log.Debug("background write failed", "ino", w.ino, "off", w.off, "len", len(w.data), "err", err)
+	w.h.setErr(err)
+	m.nodes.forgetPages(w.ino)
+	m.notify.push(&invalidation{inos: []fs.Ino{w.ino}})
+}
+
+// commitWrites writes ps to ino in one NoSync transaction, outside any
+// sandbox (writes are queued only while none is active, and Begin waits
+// for the queue), and records the kernel's page cache as current if it was
+// (see nodeTable.wrote).
+func (m *Server) commitWrites(c fs.Cred, ino fs.Ino, ps []wbPiece) error {
+	if f := m.wbFault.Load(); f != nil {
+		if err := (*f)(ino); err != nil {
+			return err
+		}
+	}
+	var before, after fs.Attr
+	err := m.eng.DoOpts(m.ctx, c, fs.TxnOptions{NoSync: true}, func(t *fs.Txn) (err error) {
+		if before, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange); err != nil {
+			return err
+		}
+		for _, p := range ps {
+			if err = t.Write(m.ctx, ino, p.off, p.data); err != nil {
+				return err
+			}
+		}
+		after, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	m.nodes.wrote(ino, before.Change, after.Change)
+	if m.cfg.Group != nil {
+		m.cfg.Group.broadcast(m, &invalidation{inos: []fs.Ino{ino}})
+	}
+	return nil
+}
+
+// setErr records a background write failure, reported by the handle's
+// next WRITE, fsync or FLUSH (the first one kept).
+func (h *handle) setErr(err error) {
+	h.errMu.Lock()
+	if h.err == nil {
+		h.err = err
+	}
+	h.errMu.Unlock()
+}
+
+// takeErr returns and clears the handle's background write failure.
+func (h *handle) takeErr() error {
+	h.errMu.Lock()
+	defer h.errMu.Unlock()
+	err := h.err
+	h.err = nil
+	return err
+}
+
+// waitWrites waits for the write-behind queue of the mount (of its Group)
+// before an engine access; a no-op when write-behind is off.
+func (m *Server) waitWrites() {
+	if m.wb != nil {
+		m.wb.wait()
+	}
+}

@@ -1,0 +1,194 @@
+package fuse
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/txnfs/txnfs/fs"
+)
+
+// slowCommits makes every write-behind commit of m take d (and counts
+// them), so that answered writes stay queued long enough for a missing
+// wait to show.
+func slowCommits(m *Server, d time.Duration, commits *atomic.Int64) {
+	f := func(fs.Ino) error {
+		commits.Add(1)
+		time.Sleep(d)
+		return nil
+	}
+	m.wbFault.Store(&f)
+}
+
+// TestWriteBehind checks that WRITE requests answered before they commit
+// (writeBehind) cannot be observed as such: other requests of the mount
+// and of the other mounts of its Group wait for them, a sandbox begun
+// after them does not contain them, and a failed background write is
+// reported at the handle's next write, fsync or close.
+func TestWriteBehind(t *testing.T) {
+	e := newEnv(t, envOptions{group: true})
+	a, ma := e.mount()
+	b, _ := e.mount()
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB
+
+	t.Run("Queued", func(t *testing.T) {
+		// 16 writes of 1 MiB against commits of 30 ms each: answered
+		// before they commit, the queue coalesces them (8 MiB bound).
+		var commits atomic.Int64
+		slowCommits(ma, 30*time.Millisecond, &commits)
+		defer ma.wbFault.Store(nil)
+		f, err := os.Create(filepath.Join(a, "queued"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for i := range 16 {
+			if _, err := f.WriteAt(chunk, int64(i)<<20); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Still open: another mount's stat and read wait for the queue.
+		st, err := os.Stat(filepath.Join(b, "queued"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Size() != 16<<20 {
+			t.Fatalf("other mount sees %d bytes, want %d", st.Size(), 16<<20)
+		}
+		got, err := os.ReadFile(filepath.Join(b, "queued"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, bytes.Repeat(chunk, 16)) {
+			t.Fatal("other mount read different bytes")
+		}
+		if n := commits.Load(); n == 0 || n >= 16 {
+			t.Errorf("%d commits for 16 writes: write-behind did not coalesce (or is off)", n)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("SmallWritesMerged", func(t *testing.T) {
+		var commits atomic.Int64
+		slowCommits(ma, 20*time.Millisecond, &commits)
+		defer ma.wbFault.Store(nil)
+		p := filepath.Join(a, "small")
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want bytes.Buffer
+		for i := range 500 {
+			line := fmt.Appendf(nil, "line %04d of a sequential writer\n", i)
+			want.Write(line)
+			if _, err := f.Write(line); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, filepath.Join(b, "small")); got != want.String() {
+			t.Fatalf("read %d bytes, want %d", len(got), want.Len())
+		}
+		if n := commits.Load(); n == 0 || n >= 500 {
+			t.Errorf("%d commits for 500 writes", n)
+		}
+	})
+
+	t.Run("SandboxAfterQueuedWrites", func(t *testing.T) {
+		var commits atomic.Int64
+		slowCommits(ma, 50*time.Millisecond, &commits)
+		p := filepath.Join(a, "sb")
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+		// Begin while the write is (very likely) queued: it must
+		// commit outside the sandbox and survive the abort.
+		if err := ma.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		ma.wbFault.Store(nil)
+		if err := ma.Abort(); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if got := readFile(t, filepath.Join(b, "sb")); got != string(chunk) {
+			t.Fatalf("after the sandbox abort the other mount reads %d bytes, want %d", len(got), len(chunk))
+		}
+	})
+
+	t.Run("ErrorReported", func(t *testing.T) {
+		errInjected := fmt.Errorf("%w: injected", fs.ErrIO)
+		var fail atomic.Bool
+		f := func(fs.Ino) error {
+			if fail.Load() {
+				return errInjected
+			}
+			return nil
+		}
+		ma.wbFault.Store(&f)
+		defer ma.wbFault.Store(nil)
+		p := filepath.Join(a, "err")
+		fd, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fd.Write([]byte("kept")); err != nil {
+			t.Fatal(err)
+		}
+		if err := fd.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		fail.Store(true)
+		// Answered before it commits: the failure shows at fsync.
+		if _, err := fd.WriteAt([]byte("lost"), 4); err != nil {
+			t.Fatalf("write: %v (want success, the failure reported later)", err)
+		}
+		if err := fd.Sync(); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("fsync after a failed background write: %v, want EIO", err)
+		}
+		fail.Store(false)
+		if err := fd.Sync(); err != nil {
+			t.Fatalf("second fsync: %v (the failure is reported once)", err)
+		}
+		// At the next write.
+		fail.Store(true)
+		if _, err := fd.WriteAt([]byte("lost"), 4); err != nil {
+			t.Fatal(err)
+		}
+		ma.wb.wait()
+		fail.Store(false)
+		if _, err := fd.WriteAt([]byte("next"), 8); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("write after a failed background write: %v, want EIO", err)
+		}
+		// At close.
+		fail.Store(true)
+		if _, err := fd.WriteAt([]byte("lost"), 4); err != nil {
+			t.Fatal(err)
+		}
+		if err := fd.Close(); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("close after a failed background write: %v, want EIO", err)
+		}
+		fail.Store(false)
+		// The kernel's pages of the failed writes were dropped: both
+		// mounts read what the engine has.
+		for _, dir := range []string{a, b} {
+			if got := readFile(t, filepath.Join(dir, "err")); got != "kept" {
+				t.Errorf("%s: read %q, want %q", dir, got, "kept")
+			}
+		}
+	})
+}
