@@ -29,6 +29,9 @@ type Proxy struct {
 	l      net.Listener
 	delay  atomic.Int64 // one-way, nanoseconds
 
+	// dropReply counts armed DropNextReply calls.
+	dropReply atomic.Int64
+
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
@@ -62,6 +65,26 @@ func (p *Proxy) DropConns() {
 	defer p.mu.Unlock()
 	for c := range p.conns {
 		c.Close()
+	}
+}
+
+// DropNextReply arms the proxy to drop the next bytes it receives from
+// the target (a reply) instead of forwarding them, and to close that
+// connection: the target has processed the request, the client never
+// sees the answer and finds its connection reset. Tests use it to check
+// retransmission after a lost reply. Each call drops one reply.
+func (p *Proxy) DropNextReply() { p.dropReply.Add(1) }
+
+// takeDrop consumes one armed DropNextReply.
+func (p *Proxy) takeDrop() bool {
+	for {
+		v := p.dropReply.Load()
+		if v <= 0 {
+			return false
+		}
+		if p.dropReply.CompareAndSwap(v, v-1) {
+			return true
+		}
 	}
 }
 
@@ -102,8 +125,8 @@ func (p *Proxy) accept() {
 			p.track(x, true)
 		}
 		p.wg.Add(2)
-		go p.pipe(c, s)
-		go p.pipe(s, c)
+		go p.pipe(c, s, false)
+		go p.pipe(s, c, true)
 	}
 }
 
@@ -112,8 +135,9 @@ type chunk struct {
 	due  time.Time
 }
 
-// pipe copies src to dst, delaying each chunk.
-func (p *Proxy) pipe(src, dst net.Conn) {
+// pipe copies src to dst, delaying each chunk; fromTarget is the
+// direction of replies.
+func (p *Proxy) pipe(src, dst net.Conn, fromTarget bool) {
 	defer p.wg.Done()
 	q := make(chan chunk, 1024)
 	done := make(chan struct{})
@@ -135,6 +159,9 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 	buf := make([]byte, 256<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 && fromTarget && p.takeDrop() {
+			n, err = 0, net.ErrClosed
+		}
 		if n > 0 {
 			q <- chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(time.Duration(p.delay.Load()))}
 		}

@@ -2,7 +2,9 @@ package latencyproxy
 
 import (
 	"bufio"
+	"errors"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -60,5 +62,64 @@ func TestRTT(t *testing.T) {
 		}
 		c.Close()
 		p.Close()
+	}
+}
+
+// TestDropNextReply: an armed proxy forwards the request, discards the
+// reply and resets the connection; the next connection works normally.
+func TestDropNextReply(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan byte, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				b := make([]byte, 1)
+				for {
+					if _, err := c.Read(b); err != nil {
+						return
+					}
+					got <- b[0]
+					c.Write(b)
+				}
+			}()
+		}
+	}()
+	p, err := New(l.Addr().String(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i, drop := range []bool{false, true, false} {
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if drop {
+			p.DropNextReply()
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.Write([]byte{byte(i)})
+		if b := <-got; b != byte(i) {
+			t.Fatalf("server got %d, want %d", b, i)
+		}
+		b := make([]byte, 1)
+		_, err = c.Read(b)
+		switch {
+		case drop && err == nil:
+			t.Fatalf("round %d: reply %d came through", i, b[0])
+		case drop && errors.Is(err, os.ErrDeadlineExceeded):
+			t.Fatalf("round %d: connection not closed", i)
+		case !drop && (err != nil || b[0] != byte(i)):
+			t.Fatalf("round %d: %v %v", i, b, err)
+		}
+		c.Close()
 	}
 }

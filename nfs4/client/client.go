@@ -121,9 +121,12 @@ type Limits struct {
 	MinorVersion    uint32
 	MaxRequestSize  uint32 // whole RPC call, headers included
 	MaxResponseSize uint32 // whole RPC reply, headers included
-	MaxOps          uint32 // operations per COMPOUND, SEQUENCE included
-	Slots           uint32
-	Lease           time.Duration
+	// MaxResponseSizeCached is the largest reply the server keeps in
+	// its reply cache for a resend (see sa_cachethis in replay.go).
+	MaxResponseSizeCached uint32
+	MaxOps                uint32 // operations per COMPOUND, SEQUENCE included
+	Slots                 uint32
+	Lease                 time.Duration
 	// ServerImpl is the server's implementation name from EXCHANGE_ID
 	// (e.g. "txnfs"); empty if the server sent none.
 	ServerImpl string
@@ -425,12 +428,13 @@ func (c *Client) establish(ctx context.Context, old *session) error {
 	}
 	fa := cs.CsrResok4.CsrForeChanAttrs
 	lim := Limits{
-		MinorVersion:    minor,
-		MaxRequestSize:  fa.CaMaxrequestsize,
-		MaxResponseSize: fa.CaMaxresponsesize,
-		MaxOps:          fa.CaMaxoperations,
-		Slots:           max(1, min(fa.CaMaxrequests, c.cfg.Slots)),
-		Lease:           90 * time.Second,
+		MinorVersion:          minor,
+		MaxRequestSize:        fa.CaMaxrequestsize,
+		MaxResponseSize:       fa.CaMaxresponsesize,
+		MaxResponseSizeCached: fa.CaMaxresponsesizeCached,
+		MaxOps:                fa.CaMaxoperations,
+		Slots:                 max(1, min(fa.CaMaxrequests, c.cfg.Slots)),
+		Lease:                 90 * time.Second,
 	}
 	if len(eid.EirServerImplId) > 0 {
 		lim.ServerImpl = eid.EirServerImplId[0].NiiName
@@ -648,9 +652,10 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 		}
 	}
 	delay := 10 * time.Millisecond
-	for {
+	cache, safe := cacheThis(cp, s.limit), replaySafe(cp)
+	for uncached := 0; ; {
 		seq := nfsv4.Sequence4args{SaSessionid: s.id, SaSequenceid: s.seq[slot] + 1,
-			SaSlotid: slot, SaHighestSlotid: uint32(len(s.seq) - 1)}
+			SaSlotid: slot, SaHighestSlotid: uint32(len(s.seq) - 1), SaCachethis: cache}
 		args, err := encodeArgsJoin(cp.Tag, s.limit.MinorVersion, cp.Txn, cp.TxnID, c.ClientID(), &seq, cp.ops, cp.size)
 		if err != nil {
 			return nil, err
@@ -695,7 +700,14 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 			nfsv4.NFS4ERR_EXPIRED, nfsv4.NFS4ERR_SEQ_MISORDERED, nfsv4.NFS4ERR_BADSLOT:
 			return nil, &sessionError{st}
 		case nfsv4.NFS4ERR_RETRY_UNCACHED_REP:
+			// A resend (after a reconnection) of a COMPOUND the server
+			// ran but did not cache the reply of.
 			s.seq[slot]++
+			if safe && uncached < 3 {
+				uncached++
+				c.cfg.Logger.Debug("nfs4 client: reply not cached, running the COMPOUND again", "slot", slot)
+				continue
+			}
 			return nil, ErrUncertain
 		default:
 			return nil, &StatusError{Op: nfsv4.OP_SEQUENCE, Status: st}
@@ -704,6 +716,11 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 		if len(raw.statuses) > 1 && raw.statuses[1] == nfsv4.NFS4ERR_RETRY_UNCACHED_REP {
 			// A retransmission the server did not cache the reply of
 			// (RFC 8881 §2.10.6.1.3): it may or may not have run.
+			if safe && uncached < 3 {
+				uncached++
+				c.cfg.Logger.Debug("nfs4 client: reply not cached, running the COMPOUND again", "slot", slot)
+				continue
+			}
 			return nil, ErrUncertain
 		}
 		c.mu.Lock()
