@@ -1,0 +1,86 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"testing"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"github.com/txnfs/txnfs/nfs4/internal/testclient"
+)
+
+// TestUsedCacheTracksChanges checks the server's space_used cache
+// (usedcache.go) after every kind of change to a file's data: a plain
+// GETATTR (read-only snapshot, cached) must report the space_used of a
+// GETATTR in a transactional compound (never cached). It fails if the
+// cache is keyed on less than (inode, generation, change), or if an
+// engine operation changes a file's chunks without its change attribute.
+func TestUsedCacheTracksChanges(t *testing.T) {
+	ts := startServer(t)
+	c := ts.session(t, 2, "used")
+	src := bytes.Repeat([]byte("0123456789"), 20000)
+	writeFile(t, c, "src", src)
+	writeFile(t, c, "f", bytes.Repeat([]byte("f"), 5000))
+
+	usedOf := func(rep *testclient.Reply) uint64 {
+		v := attrVals(t, rep.Last()).AttrVals
+		if len(v) != 8 {
+			t.Fatalf("space_used: %d bytes", len(v))
+		}
+		return binary.BigEndian.Uint64(v)
+	}
+	plain := func() uint64 {
+		return usedOf(okT(t)(c.Compound(putroot(), lookup("f"), getattr(nfsv4.FATTR4_SPACE_USED))))
+	}
+	check := func(step string) uint64 {
+		t.Helper()
+		first, second := plain(), plain() // the second is a cache hit
+		want := usedOf(okT(t)(c.Txn(putroot(), lookup("f"), getattr(nfsv4.FATTR4_SPACE_USED))))
+		if first != want || second != want {
+			t.Fatalf("%s: space_used %d then %d in plain compounds, %d in a transaction", step, first, second, want)
+		}
+		return want
+	}
+	fromSrc := func(op nfsv4.NfsArgop4) { okT(t)(c.Compound(putroot(), lookup("src"), savefh(), putroot(), lookup("f"), op)) }
+	setSize := func(n uint64) {
+		okT(t)(c.Compound(putroot(), lookup("f"), &nfsv4.NfsArgop4_OP_SETATTR{Opsetattr: nfsv4.Setattr4args{Stateid: anon, ObjAttributes: sizeAttr(n)}}))
+	}
+
+	seen := map[uint64]bool{check("created"): true}
+	steps := []struct {
+		name string
+		do   func()
+	}{
+		{"write past the end", func() { okT(t)(c.Compound(putroot(), lookup("f"), write(anon, 100000, make([]byte, 70000)))) }},
+		{"overwrite", func() { okT(t)(c.Compound(putroot(), lookup("f"), write(anon, 0, make([]byte, 9000)))) }},
+		{"truncate", func() { setSize(3000) }},
+		{"truncate to 0", func() { setSize(0) }},
+		{"extend by SETATTR", func() { setSize(50000) }},
+		{"write", func() { okT(t)(c.Compound(putroot(), lookup("f"), write(anon, 0, make([]byte, 70000)))) }},
+		{"deallocate", func() {
+			okT(t)(c.Compound(putroot(), lookup("f"), &nfsv4.NfsArgop4_OP_DEALLOCATE{Opdeallocate: nfsv4.Deallocate4args{DaOffset: 8192, DaLength: 16384}}))
+		}},
+		{"clone", func() {
+			fromSrc(&nfsv4.NfsArgop4_OP_CLONE{Opclone: nfsv4.Clone4args{ClSrcOffset: 0, ClDstOffset: 200000, ClCount: 65536}})
+		}},
+		{"copy", func() {
+			fromSrc(&nfsv4.NfsArgop4_OP_COPY{Opcopy: nfsv4.Copy4args{CaSrcOffset: 0, CaDstOffset: 0, CaCount: 150000, CaSynchronous: true}})
+		}},
+		{"allocate", func() {
+			okT(t)(c.Compound(putroot(), lookup("f"), &nfsv4.NfsArgop4_OP_ALLOCATE{Opallocate: nfsv4.Allocate4args{AaOffset: 0, AaLength: 400000}}))
+		}},
+		{"append", func() {
+			okT(t)(c.Compound(putroot(), openCreate(c, "f"), write(current, math.MaxUint64, make([]byte, 12345)), closeOp(current)))
+		}},
+		{"transactional write", func() { okT(t)(c.Txn(putroot(), lookup("f"), write(anon, 500000, make([]byte, 4096)))) }},
+	}
+	for _, s := range steps {
+		s.do()
+		seen[check(s.name)] = true
+	}
+	if len(seen) < 6 {
+		t.Fatalf("space_used took only %d values over the steps: the test does not exercise the cache", len(seen))
+	}
+}
