@@ -238,7 +238,9 @@ func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32,
 	ino := fs.Ino(in.NodeId)
 	c := m.cred(&in.InHeader)
 	h := m.handles.get(in.Fh)
-	if h != nil && m.wbOn && !h.append && !h.sync {
+	// The first write after an fsync that followed a single write
+	// commits before it is answered (see Fsync).
+	if h != nil && m.wbOn && !h.append && !h.sync && !(h.sinceSync.Add(1) == 1 && h.syncEach.Load()) {
 		if err := h.takeErr(); err != nil {
 			return 0, m.status("write", err)
 		}
@@ -331,6 +333,12 @@ func (m *Server) Flush(_ <-chan struct{}, in *raw.FlushIn) raw.Status {
 func (m *Server) Fsync(_ <-chan struct{}, in *raw.FsyncIn) raw.Status {
 	err := m.syncEngine() // waits for the write-behind queue first
 	if h := m.handles.get(in.Fh); h != nil {
+		// A writer that fsyncs after every write gains nothing from
+		// write-behind (the fsync waits for the write at once) and
+		// would pay its copy and hand-off: after an fsync that found
+		// at most one write, the next write commits before it is
+		// answered (the ones after it are queued again).
+		h.syncEach.Store(h.sinceSync.Swap(0) <= 1)
 		h.dirty.Store(false)
 		if werr := h.takeErr(); werr != nil {
 			err = werr

@@ -450,6 +450,12 @@ type handle struct {
 
 	errMu sync.Mutex
 	err   error // a write-behind failure not yet reported (setErr)
+
+	// Writes since the handle's last fsync, and whether its writes
+	// skip write-behind because each is followed by an fsync (see
+	// Server.Fsync).
+	sinceSync atomic.Int32
+	syncEach  atomic.Bool
 }
 
 func (h *handleTable) init() { h.mu.m = map[uint64]*handle{} }

@@ -104,6 +104,39 @@ func TestWriteBehind(t *testing.T) {
 		}
 	})
 
+	t.Run("FsyncEachWrite", func(t *testing.T) {
+		// A writer that fsyncs after every write skips the queue after
+		// its first fsync; one that stops fsyncing uses it again.
+		var commits atomic.Int64
+		slowCommits(ma, time.Millisecond, &commits)
+		defer ma.wbFault.Store(nil)
+		f, err := os.Create(filepath.Join(a, "fsynced"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for i := range 10 {
+			if _, err := f.WriteAt(chunk[:4096], int64(i)*4096); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := commits.Load(); n != 1 {
+			t.Errorf("%d queued commits for 10 writes each followed by fsync, want 1 (the first)", n)
+		}
+		for i := range 10 {
+			if _, err := f.WriteAt(chunk[:4096], int64(10+i)*4096); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ma.wb.wait()
+		if n := commits.Load(); n < 2 {
+			t.Errorf("writes without fsync were not queued again (%d queued commits)", n)
+		}
+	})
+
 	t.Run("SandboxAfterQueuedWrites", func(t *testing.T) {
 		var commits atomic.Int64
 		slowCommits(ma, 50*time.Millisecond, &commits)
@@ -149,9 +182,6 @@ func TestWriteBehind(t *testing.T) {
 		if _, err := fd.Write([]byte("kept")); err != nil {
 			t.Fatal(err)
 		}
-		if err := fd.Sync(); err != nil {
-			t.Fatal(err)
-		}
 		fail.Store(true)
 		// Answered before it commits: the failure shows at fsync.
 		if _, err := fd.WriteAt([]byte("lost"), 4); err != nil {
@@ -164,7 +194,11 @@ func TestWriteBehind(t *testing.T) {
 		if err := fd.Sync(); err != nil {
 			t.Fatalf("second fsync: %v (the failure is reported once)", err)
 		}
-		// At the next write.
+		// At the next write. (The first write after an fsync that
+		// found no write commits before it is answered: FsyncEachWrite.)
+		if _, err := fd.WriteAt([]byte("kept"), 0); err != nil {
+			t.Fatal(err)
+		}
 		fail.Store(true)
 		if _, err := fd.WriteAt([]byte("lost"), 4); err != nil {
 			t.Fatal(err)
