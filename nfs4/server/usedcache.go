@@ -20,11 +20,15 @@ import (
 // increments the inode's change attribute in the same commit, and inode
 // numbers are never reused, so one (inode, generation, change) of a
 // committed state always has the same space_used. Entries are therefore
-// stored and used only in read-only snapshots, which see committed states
-// alone: in a read-write transaction the file's own uncommitted change
+// stored and used only where the inode read is of a committed state: a
+// read-only snapshot, or a transaction (OP_TXN compound, grouped run of a
+// plain one) that has changed nothing yet (compound.txnUnchanged). There
+// the change attribute is read along (and logged for replay: if the file
+// changes before the commit, the transaction re-executes). In a
+// transaction that changed something, the file's own uncommitted change
 // value may name a different state than the one that later commits with
-// it. TestUsedCacheTracksChanges compares the cached path with the
-// uncached one after each kind of change.
+// it, so the cache is not asked. TestUsedCacheTracksChanges compares the
+// cached path with the uncached one after each kind of change.
 type usedCache struct {
 	mu sync.Mutex
 	m  map[fs.Ino]usedEntry
@@ -63,7 +67,7 @@ func (u *usedCache) put(ino fs.Ino, gen, change, used uint64) {
 
 // attrUsedCached is t.GetAttrMask(ctx, ino, m) for a mask with AttrUsed,
 // taking space_used from the cache when the file's (generation, change)
-// match. t must be a read-only snapshot (see usedCache).
+// match. t must read a committed state (see usedCache).
 func (s *Server) attrUsedCached(ctx context.Context, t *fs.Txn, ino fs.Ino, m fs.AttrMask) (fs.Attr, error) {
 	a, err := t.GetAttrMask(ctx, ino, m&^fs.AttrUsed|fs.AttrChange)
 	if err != nil {

@@ -13,16 +13,20 @@ import (
 
 // TestUsedCacheTracksChanges checks the server's space_used cache
 // (usedcache.go) after every kind of change to a file's data: a plain
-// GETATTR (read-only snapshot, cached) must report the space_used of a
-// GETATTR in a transactional compound (never cached). It fails if the
-// cache is keyed on less than (inode, generation, change), or if an
-// engine operation changes a file's chunks without its change attribute.
+// GETATTR (read-only snapshot), one in a transaction that changed
+// nothing yet (both may be served by the cache) and one in a transaction
+// that changed another file (never served by it) must all report what a
+// GETATTR computes with the cache emptied. It fails if the cache is keyed
+// on less than (inode, generation, change), if a transaction that changed
+// something uses it, or if an engine operation changes a file's chunks
+// without its change attribute.
 func TestUsedCacheTracksChanges(t *testing.T) {
 	ts := startServer(t)
 	c := ts.session(t, 2, "used")
 	src := bytes.Repeat([]byte("0123456789"), 20000)
 	writeFile(t, c, "src", src)
 	writeFile(t, c, "f", bytes.Repeat([]byte("f"), 5000))
+	writeFile(t, c, "g", nil)
 
 	usedOf := func(rep *testclient.Reply) uint64 {
 		v := attrVals(t, rep.Last()).AttrVals
@@ -34,12 +38,21 @@ func TestUsedCacheTracksChanges(t *testing.T) {
 	plain := func() uint64 {
 		return usedOf(okT(t)(c.Compound(putroot(), lookup("f"), getattr(nfsv4.FATTR4_SPACE_USED))))
 	}
+	mode := &nfsv4.NfsArgop4_OP_SETATTR{Opsetattr: nfsv4.Setattr4args{Stateid: anon, ObjAttributes: nfsv4.Fattr4{
+		Attrmask: []uint32{0, 1 << (nfsv4.FATTR4_MODE - 32)}, AttrVals: []byte{0, 0, 1, 0xa4}}}}
 	check := func(step string) uint64 {
 		t.Helper()
 		first, second := plain(), plain() // the second is a cache hit
-		want := usedOf(okT(t)(c.Txn(putroot(), lookup("f"), getattr(nfsv4.FATTR4_SPACE_USED))))
-		if first != want || second != want {
-			t.Fatalf("%s: space_used %d then %d in plain compounds, %d in a transaction", step, first, second, want)
+		// A transaction that changed nothing may use the cache too.
+		clean := usedOf(okT(t)(c.Txn(putroot(), lookup("f"), getattr(nfsv4.FATTR4_SPACE_USED))))
+		// One that changed something (another file) never does.
+		dirty := usedOf(okT(t)(c.Txn(putroot(), lookup("g"), mode, putroot(), lookup("f"), getattr(nfsv4.FATTR4_SPACE_USED))))
+		// Computed afresh (with the cache emptied).
+		ts.srv.DropUsedCache()
+		want := plain()
+		if first != want || second != want || clean != want || dirty != want {
+			t.Fatalf("%s: space_used %d then %d in plain compounds, %d in a transaction, %d in one that changed another file; computed afresh %d",
+				step, first, second, clean, dirty, want)
 		}
 		return want
 	}
@@ -75,6 +88,17 @@ func TestUsedCacheTracksChanges(t *testing.T) {
 			okT(t)(c.Compound(putroot(), openCreate(c, "f"), write(current, math.MaxUint64, make([]byte, 12345)), closeOp(current)))
 		}},
 		{"transactional write", func() { okT(t)(c.Txn(putroot(), lookup("f"), write(anon, 500000, make([]byte, 4096)))) }},
+		// A transaction that writes, reads space_used of its own
+		// uncommitted state and aborts, then a different write that
+		// commits with the change value the aborted one had: a cache
+		// entry from the aborted state would be served for it.
+		{"aborted transactional write", func() {
+			r, err := c.Txn(putroot(), lookup("f"), write(anon, 1<<20, make([]byte, 300000)), getattr(nfsv4.FATTR4_SPACE_USED), lookup("nonexistent"))
+			if err != nil || r.Status == nfsv4.NFS4_OK {
+				t.Fatalf("transaction: %v, %v; want a failure", r, err)
+			}
+			okT(t)(c.Compound(putroot(), lookup("f"), write(anon, 600000, make([]byte, 5000))))
+		}},
 	}
 	for _, s := range steps {
 		s.do()
