@@ -863,20 +863,25 @@ func encodeCompound(st nfsv4.Nfsstat4, tag string, txr *txnResult, results []nfs
 		size += r.GetEncodedSizeBytes()
 	}
 	w := &segmentWriter{cur: make([]byte, 0, min(size+8, 64<<10))}
-	runtime.WriteInt(w, int32(st))
-	runtime.WriteUTF8String(w, maxTagLen, tag)
+	// The header by hand (the generated writers allocate per value); tag
+	// is at most maxTagLen bytes of UTF-8: it was decoded as such.
+	be := binary.BigEndian
+	w.cur = be.AppendUint32(w.cur, uint32(st))
+	w.cur = be.AppendUint32(w.cur, uint32(len(tag)))
+	w.cur = append(w.cur, tag...)
+	w.cur = append(w.cur, make([]byte, (4-len(tag)%4)%4)...)
 	n := len(results)
 	if txr != nil {
 		n++
 	}
-	runtime.WriteUnsignedInt(w, uint32(n))
+	w.cur = be.AppendUint32(w.cur, uint32(n))
 	if txr != nil {
 		code := OpTxn
 		if txr.op != 0 {
 			code = txr.op
 		}
-		runtime.WriteInt(w, int32(code))
-		runtime.WriteInt(w, int32(txr.status))
+		w.cur = be.AppendUint32(w.cur, uint32(code))
+		w.cur = be.AppendUint32(w.cur, uint32(txr.status))
 	}
 	for _, r := range results {
 		if _, err := r.WriteTo(w); err != nil {

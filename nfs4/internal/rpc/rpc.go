@@ -29,9 +29,10 @@
 // buffered: a quick call from a client with one request in flight then
 // costs no goroutine wake-up at all. When all workers are busy nobody
 // reads, so a flooding client is throttled by TCP flow control. Replies are written whole,
-// under a per-connection mutex, with a write deadline: a client that does
-// not read its replies loses its connection and never blocks other
-// connections.
+// under a per-connection mutex, with a write deadline (re-armed once half
+// of it has passed, so a write may block for WriteTimeout/2 to
+// WriteTimeout): a client that does not read its replies loses its
+// connection and never blocks other connections.
 package rpc
 
 import (
@@ -144,7 +145,8 @@ type Config struct {
 	MaxRecord int
 	// MaxInflight caps concurrent calls per connection (default 32).
 	MaxInflight int
-	// WriteTimeout bounds the time to write one reply (default 30s).
+	// WriteTimeout bounds the time to write one reply (default 30s; a
+	// write may fail after half of it, see refreshDeadline).
 	WriteTimeout time.Duration
 	// IdleTimeout closes a connection that sends nothing for this long
 	// (0: never).
@@ -290,7 +292,9 @@ type conn struct {
 		sync.Mutex
 		workers, busy int
 	}
-	wmu sync.Mutex // serializes reply writes
+	wmu      sync.Mutex // serializes reply writes
+	wbuf     []byte     // guarded by wmu: small replies are assembled here
+	deadline time.Time  // guarded by wmu: the write deadline set last
 }
 
 // ErrRecordTooLarge is returned by ReadRecord when a record exceeds the cap.
@@ -638,8 +642,17 @@ func (cn *conn) writeReply(xid uint32, rep *Reply) {
 		cn.write(append(bufs, rep.More...))
 		return
 	}
-	b := successHeader(make([]byte, 0, successHeaderSize+n), xid, n)
-	cn.write(net.Buffers{append(b, rep.Body...)})
+	// Small replies are assembled in the connection's reply buffer
+	// and written with one write: no allocation per reply.
+	cn.wmu.Lock()
+	defer cn.wmu.Unlock()
+	b := successHeader(cn.wbuf[:0], xid, n)
+	b = append(b, rep.Body...)
+	cn.wbuf = b
+	cn.refreshDeadline()
+	if _, err := cn.c.Write(b); err != nil {
+		cn.c.Close() // the reader notices and ends the connection
+	}
 }
 
 // successHeaderSize is the size of a record mark and an accepted,
@@ -666,10 +679,23 @@ func successHeader(b []byte, xid uint32, n int) []byte {
 func (cn *conn) write(bufs net.Buffers) {
 	cn.wmu.Lock()
 	defer cn.wmu.Unlock()
-	cn.c.SetWriteDeadline(time.Now().Add(cn.srv.cfg.WriteTimeout))
+	cn.refreshDeadline()
 	if _, err := bufs.WriteTo(cn.c); err != nil {
 		cn.c.Close() // the reader notices and ends the connection
 	}
+}
+
+// refreshDeadline moves the write deadline to WriteTimeout from now
+// unless more than half of that is still ahead (setting a deadline
+// re-arms a runtime timer: not per reply). So a reply write may block
+// for between WriteTimeout/2 and WriteTimeout. wmu is held.
+func (cn *conn) refreshDeadline() {
+	now := time.Now()
+	if cn.deadline.Sub(now) > cn.srv.cfg.WriteTimeout/2 {
+		return
+	}
+	cn.deadline = now.Add(cn.srv.cfg.WriteTimeout)
+	cn.c.SetWriteDeadline(cn.deadline)
 }
 
 func newBufReader(r io.Reader) io.Reader { return bufio.NewReaderSize(r, 64<<10) }

@@ -59,6 +59,26 @@ type AppendOffsetResult struct {
 // GetResop implements nfsv4.NfsResop4.
 func (r *AppendOffsetResult) GetResop() nfsv4.NfsOpnum4 { return OpAppendOffset }
 
+// Opcodes of the multi-compound transaction operations (mirroring
+// server.OpTxnBegin, OpTxnJoin, OpTxnEnd; docs/protocol.md §3).
+const (
+	OpTxnBegin = 0x74786e02
+	OpTxnJoin  = 0x74786e03
+	OpTxnEnd   = 0x74786e04
+)
+
+// TxnResult is a decoded TXN_BEGIN or TXN_END result.
+type TxnResult struct {
+	nfsv4.NfsResop4_OP_ILLEGAL
+	Op     nfsv4.NfsOpnum4 // OpTxnBegin or OpTxnEnd
+	Status nfsv4.Nfsstat4
+	ID     [16]byte // TXN_BEGIN with NFS4_OK: the transaction id
+	Report string   // TXN_END with NFS4ERR_NOT_SAME: the conflict report
+}
+
+// GetResop implements nfsv4.NfsResop4.
+func (r *TxnResult) GetResop() nfsv4.NfsOpnum4 { return r.Op }
+
 // Client is one TCP connection. Calls are serialized.
 type Client struct {
 	conn net.Conn
@@ -188,7 +208,9 @@ func EncodeCompound(minor uint32, txn bool, ops []nfsv4.NfsArgop4) []byte {
 	return buf.Bytes()
 }
 
-// DecodeCompound decodes COMPOUND4res, including an OpTxn result.
+// DecodeCompound decodes COMPOUND4res, including the results of the
+// txnfs extension operations (OpTxn, OpAppendOffset, the multi-compound
+// transaction operations).
 func DecodeCompound(b []byte) (*Reply, error) {
 	r := bytes.NewReader(b)
 	var rep Reply
@@ -205,6 +227,32 @@ func DecodeCompound(b []byte) (*Reply, error) {
 		return nil, err
 	}
 	for i := uint32(0); i < n; i++ {
+		if r.Len() >= 8 {
+			switch op := binary.BigEndian.Uint32(b[len(b)-r.Len():]); op {
+			case OpTxnJoin:
+				r.Seek(4, io.SeekCurrent)
+				st, _, _ := runtime.ReadInt(r)
+				s := nfsv4.Nfsstat4(st)
+				rep.Txn = &s
+				continue
+			case OpTxnBegin, OpTxnEnd:
+				r.Seek(4, io.SeekCurrent)
+				st, _, _ := runtime.ReadInt(r)
+				tr := &TxnResult{Op: nfsv4.NfsOpnum4(op), Status: nfsv4.Nfsstat4(st)}
+				switch {
+				case op == OpTxnBegin && tr.Status == nfsv4.NFS4_OK:
+					if _, err := io.ReadFull(r, tr.ID[:]); err != nil {
+						return nil, fmt.Errorf("result %d: %w", i, err)
+					}
+				case op == OpTxnEnd && tr.Status == nfsv4.NFS4ERR_NOT_SAME:
+					if tr.Report, _, err = runtime.ReadUTF8String(r, 1<<20); err != nil {
+						return nil, fmt.Errorf("result %d: %w", i, err)
+					}
+				}
+				rep.Results = append(rep.Results, tr)
+				continue
+			}
+		}
 		if r.Len() >= 8 && binary.BigEndian.Uint32(b[len(b)-r.Len():]) == OpTxn {
 			r.Seek(4, io.SeekCurrent)
 			st, _, _ := runtime.ReadInt(r)
