@@ -23,7 +23,11 @@
 //
 // Every modifying request commits without waiting for durability
 // (fs.TxnOptions.NoSync); fsync, fdatasync, O_SYNC/O_DSYNC writes and the
-// close of a written descriptor call FS.Sync. The kernel caches entries,
+// close of a written descriptor call FS.Sync. WRITE requests are answered
+// once their bytes are queued (write-behind, Config.WriteBehindBytes):
+// every other engine access of the mount (and of its Group) waits for the
+// writes answered before it, and a write that fails later is reported at
+// the handle's next write, fsync or close. The kernel caches entries,
 // attributes and negative lookups for Config's timeouts (30 s by default)
 // and keeps a file's pages across opens only if the file's change counter
 // did not move since the previous open through this mount (close-to-open).

@@ -44,7 +44,8 @@ type writeBehind struct {
 	bytes   int    // bytes of buffers queued or being committed
 	enq     uint64 // sequence number of the last write queued
 	done    uint64 // every write up to this one has been committed (or failed)
-	running bool   // the committer goroutine is running
+	busy    bool   // a goroutine is committing a batch (commitSome)
+	spawned bool   // the committer goroutine (run) exists
 	free    [][]byte
 }
 
@@ -115,54 +116,79 @@ func (q *writeBehind) add(m *Server, h *handle, c fs.Cred, ino fs.Ino, off uint6
 	q.mu.Lock()
 	q.enq++
 	q.queue = append(q.queue, &wbWrite{m: m, h: h, cred: c, ino: ino, off: off, data: buf, seq: q.enq})
-	if !q.running {
-		q.running = true
+	if !q.spawned {
+		q.spawned = true
 		go q.run()
 	}
 	q.mu.Unlock()
 }
 
 // wait returns once every write queued before the call has committed or
-// failed.
+// failed. If nobody is committing (the committer goroutine has not run
+// yet), the caller commits the queue itself instead of waiting for it:
+// an fsync or close right after a write does not wait for a goroutine to
+// be scheduled.
 func (q *writeBehind) wait() {
 	q.mu.Lock()
 	target := q.enq
 	for q.done < target {
-		q.cond.Wait()
+		if !q.commitSome() {
+			q.cond.Wait()
+		}
 	}
 	q.mu.Unlock()
 }
 
-// run commits the queue until it is empty.
+// run is the committer goroutine: it commits the queue until it is
+// empty, letting a waiter that took a batch (wait) finish first.
 func (q *writeBehind) run() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	for {
-		q.mu.Lock()
-		batch := q.queue
-		q.queue = nil
-		if len(batch) == 0 {
-			q.running = false
-			q.mu.Unlock()
+		if q.busy {
+			q.cond.Wait()
+			continue
+		}
+		if !q.commitSome() {
+			q.spawned = false
 			return
 		}
-		q.mu.Unlock()
-		for len(batch) > 0 {
-			n := 1
-			for n < len(batch) && sameTarget(batch[0], batch[n]) {
-				n++
-			}
-			commitRun(batch[:n])
-			q.mu.Lock()
-			for _, w := range batch[:n] {
-				q.bytes -= wbCost(w.data)
-				q.putBuf(w.data, w.m.cfg.MaxWrite)
-				w.data = nil
-			}
-			q.done = batch[n-1].seq
-			q.cond.Broadcast()
-			q.mu.Unlock()
-			batch = batch[n:]
-		}
 	}
+}
+
+// commitSome commits what is queued unless another goroutine is
+// committing, and reports whether it did. q.mu is held on entry and exit
+// (released while committing). Batches are taken one at a time (busy),
+// so writes commit in the order they were queued.
+func (q *writeBehind) commitSome() bool {
+	if q.busy || len(q.queue) == 0 {
+		return false
+	}
+	q.busy = true
+	batch := q.queue
+	q.queue = nil
+	q.mu.Unlock()
+	for len(batch) > 0 {
+		n := 1
+		for n < len(batch) && sameTarget(batch[0], batch[n]) {
+			n++
+		}
+		commitRun(batch[:n])
+		q.mu.Lock()
+		for _, w := range batch[:n] {
+			q.bytes -= wbCost(w.data)
+			q.putBuf(w.data, w.m.cfg.MaxWrite)
+			w.data = nil
+		}
+		q.done = batch[n-1].seq
+		q.cond.Broadcast()
+		q.mu.Unlock()
+		batch = batch[n:]
+	}
+	q.mu.Lock()
+	q.busy = false
+	q.cond.Broadcast()
+	return true
 }
 
 // sameTarget reports whether b may join a's transaction: same mount,

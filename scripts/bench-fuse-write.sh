@@ -14,7 +14,7 @@
 # of the file JOB wrote, the issue 5 read target), BINS (space-separated txnfs binaries to mount,
 # each on its own fresh data directory and interleaved in every round, for
 # an A/B of two builds; default: one built from this tree; a binary may be
-# named twice), MOUNTFLAGS (extra `txnfs mount` flags for every mount),
+# named twice; the mounts run in a rotated order each round), MOUNTFLAGS (extra `txnfs mount` flags for every mount),
 # MOUNTFLAGS0, MOUNTFLAGS1, ... (for the N-th mount only), PROFILE=1 (--cpuprofile of each mount into
 # WORKDIR/cpu.N.pprof, written at unmount).
 set -euo pipefail
@@ -92,13 +92,20 @@ for job in $JOBS; do
 	for r in $(seq "$ROUNDS"); do
 		l=$(wfio "$job" "$work/local")
 		line="| $job | $r | $l |"
-		i=0
-		for m in "${mnts[@]}"; do
-			v=$(wfio "$job" "$m")
+		# The mounts run in rotated order (round r starts with mount
+		# r-1), so that none always runs right after the local
+		# directory's writeback; the columns stay in mount order.
+		n=${#mnts[@]}
+		vals=()
+		for k in $(seq 0 $((n - 1))); do
+			i=$(((k + r - 1) % n))
+			vals[i]=$(wfio "$job" "${mnts[i]}")
+		done
+		for i in $(seq 0 $((n - 1))); do
+			v=${vals[i]}
 			ratio=$(python3 -c "print('%.2f' % ($v / max($l, 1e-9)))")
 			line+=" $v | $ratio |"
 			echo "$job $i $ratio" >>"$work/ratios"
-			i=$((i + 1))
 		done
 		echo "$line"
 	done
