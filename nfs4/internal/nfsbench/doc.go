@@ -1,7 +1,10 @@
 // Package nfsbench holds the NFS server benchmarks that compare txnfs with
 // a peer server, NFS-Ganesha 4.3 (Debian, FSAL_VFS), over loopback with
-// the same client and the same COMPOUNDs, and the TC-NFS write matrix
-// (transactional against plain compounds).
+// the same client and the same COMPOUNDs, the TC-NFS write matrix
+// (transactional against plain compounds), and BenchmarkFlushPatterns,
+// the device cost of a durable 1 MiB write with each server's flush
+// pattern (no server involved). BenchmarkVsGanesha reports each server
+// process's CPU time per COMPOUND besides throughput.
 //
 // Both servers run as separate processes: txnfs as `txnfs serve` built
 // from this module (real durability: every commit is fsynced before the
