@@ -261,9 +261,13 @@ func (s *Server) encodeAttrs(mask []uint32, a *fs.Attr, ac *attrContext) nfsv4.F
 
 // xdrU32 and the following append XDR encodings to b without the
 // generated writers' allocation per value.
-func xdrU32(b *bytes.Buffer, v uint32) { b.Write(binary.BigEndian.AppendUint32(b.AvailableBuffer(), v)) }
+func xdrU32(b *bytes.Buffer, v uint32) {
+	b.Write(binary.BigEndian.AppendUint32(b.AvailableBuffer(), v))
+}
 
-func xdrU64(b *bytes.Buffer, v uint64) { b.Write(binary.BigEndian.AppendUint64(b.AvailableBuffer(), v)) }
+func xdrU64(b *bytes.Buffer, v uint64) {
+	b.Write(binary.BigEndian.AppendUint64(b.AvailableBuffer(), v))
+}
 
 // xdrTime appends an nfstime4.
 func xdrTime(b *bytes.Buffer, t nfsv4.Nfstime4) {

@@ -56,7 +56,9 @@ func TestUsedCacheTracksChanges(t *testing.T) {
 		}
 		return want
 	}
-	fromSrc := func(op nfsv4.NfsArgop4) { okT(t)(c.Compound(putroot(), lookup("src"), savefh(), putroot(), lookup("f"), op)) }
+	fromSrc := func(op nfsv4.NfsArgop4) {
+		okT(t)(c.Compound(putroot(), lookup("src"), savefh(), putroot(), lookup("f"), op))
+	}
 	setSize := func(n uint64) {
 		okT(t)(c.Compound(putroot(), lookup("f"), &nfsv4.NfsArgop4_OP_SETATTR{Opsetattr: nfsv4.Setattr4args{Stateid: anon, ObjAttributes: sizeAttr(n)}}))
 	}

@@ -80,8 +80,7 @@ type Call struct {
 	Conn uint64
 
 	release func()
-	rec     []byte // the record Args lies in, if it came from the pool
-	reuse   bool   // ReuseArgs was called
+	reuse   bool // ReuseArgs was called
 }
 
 // ReuseArgs tells the server that the handler keeps no reference to
