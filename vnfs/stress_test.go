@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txnfs/txnfs/internal/latencyproxy"
 	"github.com/txnfs/txnfs/vnfs"
 )
 
@@ -20,7 +21,9 @@ import (
 // fail at the first error. It reproduces server failures that show only
 // under load (the intermittent NFS4ERR_IO of session 3: the txnfs peer
 // logs the server-side cause to stderr). $VNFS_STRESS_WORKERS sets the
-// workers (default 8), $VNFS_STRESS_SEED the seed (printed).
+// workers (default 8), $VNFS_STRESS_SEED the seed (printed),
+// $VNFS_STRESS_RTT a round-trip time added by a latency proxy (default
+// none), $VNFS_STRESS_MAXSIZE the largest file in bytes (default 20 KiB).
 //
 //	VNFS_STRESS=60s go test -run TestStressParallel -v ./vnfs/
 func TestStressParallel(t *testing.T) {
@@ -32,11 +35,23 @@ func TestStressParallel(t *testing.T) {
 	fmt.Sscan(os.Getenv("VNFS_STRESS_WORKERS"), &workers)
 	seed := uint64(time.Now().UnixNano())
 	fmt.Sscan(os.Getenv("VNFS_STRESS_SEED"), &seed)
-	t.Logf("seed %d, %d workers, %v", seed, workers, d)
+	rtt, _ := time.ParseDuration(os.Getenv("VNFS_STRESS_RTT"))
+	maxSize := 20 << 10
+	fmt.Sscan(os.Getenv("VNFS_STRESS_MAXSIZE"), &maxSize)
+	t.Logf("seed %d, %d workers, %v, rtt %v, files up to %d bytes", seed, workers, d, rtt, maxSize)
 	for _, p := range peers {
 		t.Run(p.Name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
+			addr := p.Addr
+			if rtt > 0 {
+				px, err := latencyproxy.New(p.Addr, rtt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer px.Close()
+				addr = px.Addr()
+			}
 			deadline := time.Now().Add(d)
 			var wg sync.WaitGroup
 			errs := make(chan error, workers)
@@ -45,7 +60,7 @@ func TestStressParallel(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					if err := stressWorker(ctx, p.Addr, p.Root, seed+uint64(w), deadline, &rounds[w]); err != nil {
+					if err := stressWorker(ctx, addr, p.Root, seed+uint64(w), maxSize, deadline, &rounds[w]); err != nil {
 						errs <- fmt.Errorf("worker %d (seed %d): %w", w, seed+uint64(w), err)
 						cancel()
 					}
@@ -61,7 +76,7 @@ func TestStressParallel(t *testing.T) {
 	}
 }
 
-func stressWorker(ctx context.Context, addr, root string, seed uint64, deadline time.Time, rounds *int) error {
+func stressWorker(ctx context.Context, addr, root string, seed uint64, maxSize int, deadline time.Time, rounds *int) error {
 	r := rand.New(rand.NewPCG(seed, 1))
 	f, err := vnfs.Dial(ctx, vnfs.Config{Addr: addr, Root: root})
 	if err != nil {
@@ -82,7 +97,7 @@ func stressWorker(ctx context.Context, addr, root string, seed uint64, deadline 
 		data := make([][]byte, nFiles)
 		ws := make([]vnfs.IO, nFiles)
 		for j := range ws {
-			data[j] = bytes.Repeat([]byte{byte(r.Uint32())}, r.IntN(20<<10))
+			data[j] = bytes.Repeat([]byte{byte(r.Uint32())}, r.IntN(maxSize+1))
 			ws[j] = vnfs.IO{File: vnfs.P(fmt.Sprintf("%s/d%d/f%d", base, j%nDirs, j)), Data: data[j], Flags: vnfs.Create | vnfs.Exclusive}
 		}
 		if _, err := u.VWrite(ctx, ws); err != nil {
