@@ -247,7 +247,10 @@ func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32,
 		if end := in.Offset + uint64(len(data)); end > fs.MaxFileSize || end < in.Offset {
 			return 0, m.status("write", fs.ErrFileTooBig)
 		}
-		if m.queueWrite(h, c, ino, in.Offset, data) {
+		if queued, err := m.queueWrite(h, c, ino, in.Offset, data); queued {
+			if err != nil {
+				return 0, m.status("write", err)
+			}
 			return uint32(len(data)), raw.OK
 		}
 	}
@@ -293,16 +296,20 @@ func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32,
 
 // queueWrite queues a WRITE on m's write-behind queue unless a sandbox
 // is active (the write then runs in it, synchronously), and reports
-// whether it did.
-func (m *Server) queueWrite(h *handle, c fs.Cred, ino fs.Ino, off uint64, data []byte) bool {
+// whether it did. A large write goes into the queue's open transaction
+// (writeBehind.addLarge), which may fail it at once.
+func (m *Server) queueWrite(h *handle, c fs.Cred, ino fs.Ino, off uint64, data []byte) (bool, error) {
 	m.sb.gate.RLock()
 	defer m.sb.gate.RUnlock()
 	if m.sb.txn != nil {
-		return false
+		return false, nil
 	}
 	h.dirty.Store(true)
+	if len(data) >= wbLarge {
+		return true, m.wb.addLarge(m, h, c, ino, off, data)
+	}
 	m.wb.add(m, h, c, ino, off, data)
-	return true
+	return true, nil
 }
 
 // Flush implements RawFileSystem (every close(2)): if the file was

@@ -46,23 +46,49 @@ type writeBehind struct {
 	done    uint64 // every write up to this one has been committed (or failed)
 	busy    bool   // a goroutine is committing a batch (commitSome)
 	spawned bool   // the committer goroutine (run) exists
-	free    [][]byte
 }
 
-// wbWrite is one queued WRITE.
+// wbWrite is one queued WRITE, or (txn set) an open transaction holding
+// large writes.
 type wbWrite struct {
 	m    *Server
 	h    *handle
 	cred fs.Cred
 	ino  fs.Ino
 	off  uint64
-	data []byte // owned: from getBuf
+	data []byte // owned: a copy of the request's
 	seq  uint64
+	txn  *wbTxn
 }
 
-// wbPoolMin is the smallest write whose buffer is pooled; smaller ones
-// are plain allocations.
-const wbPoolMin = 64 << 10
+// wbTxn is an open NoSync transaction into which the WRITE handlers of
+// large writes (at least wbLarge bytes) write directly: the engine
+// stores the data (checksum, staging copy, slice write) while it is
+// still in the request buffer and in this CPU's cache, and places it in
+// the transaction; the committer only commits. Copying a large write into
+// the queue instead cost the copy and, worse, a checksum and a staging
+// copy of data that had gone cold: +35% of the mount's CPU per 1 MiB
+// write (docs/fuse.md "Write-behind"). Writes join the transaction while
+// it is the queue's tail and not yet taken; one begun while the previous
+// one commits conflicts with it and is replayed by the engine at its own
+// commit (Write's replay re-places the stored slices), so commits keep
+// the queue's order.
+type wbTxn struct {
+	mu sync.Mutex // serializes its writers (an fs.Txn is not safe for concurrent use)
+	// Guarded by writeBehind.mu.
+	pending int  // writers that took a sequence number and have not finished
+	closed  bool // a write failed (the transaction may be poisoned): no more writes
+	bytes   int  // counted in writeBehind.bytes until committed
+	// Guarded by mu, then owned by the committer.
+	t       *fs.Txn
+	handles []*handle
+	marks   map[fs.Ino]*[2]uint64 // change before the first and after the last write
+	inos    []fs.Ino
+}
+
+// wbLarge is the smallest write that goes into the open transaction
+// (wbTxn); smaller ones are copied into the queue and merged.
+const wbLarge = 64 << 10
 
 // wbMergeMax bounds the bytes of contiguous small writes merged into one
 // engine Write.
@@ -74,39 +100,145 @@ func newWriteBehind(max int) *writeBehind {
 	return q
 }
 
-// getBuf returns a buffer of n bytes (q.mu held): pooled 1 MiB buffers for
-// large writes, so that streaming writes reuse memory instead of
-// page-faulting fresh allocations.
-func (q *writeBehind) getBuf(n, poolSize int) []byte {
-	if n < wbPoolMin || n > poolSize {
-		return make([]byte, n)
-	}
-	if k := len(q.free); k > 0 {
-		b := q.free[k-1]
-		q.free = q.free[:k-1]
-		return b[:n]
-	}
-	return make([]byte, n, poolSize)
-}
-
-// putBuf returns b to the pool (q.mu held).
-func (q *writeBehind) putBuf(b []byte, poolSize int) {
-	if cap(b) == poolSize && len(q.free)*poolSize < q.max {
-		q.free = append(q.free, b[:0])
-	}
-}
-
 // wbCost is what a queued buffer counts against q.max.
 func wbCost(b []byte) int { return cap(b) }
+
+// addLarge writes data to ino at off in the open transaction at the
+// queue's tail (beginning one if there is none), waiting while the queue
+// is full. Called as add. An error is the write's own (nothing was
+// answered or queued).
+//
+// The write's sequence number is taken, and the transaction marked
+// pending, while it is the queue's tail: every item queued later has a
+// larger number, and the transaction is not committed before the write
+// is in it (commitTxn waits for pending writers).
+func (q *writeBehind) addLarge(m *Server, h *handle, c fs.Cred, ino fs.Ino, off uint64, data []byte) error {
+	q.mu.Lock()
+	for q.bytes > 0 && q.bytes+len(data) > q.max {
+		q.cond.Wait()
+	}
+	var x *wbWrite
+	if n := len(q.queue); n > 0 {
+		if t := q.queue[n-1]; t.txn != nil && !t.txn.closed && t.m == m && sameCred(t.cred, c) {
+			x = t
+		}
+	}
+	if x == nil {
+		t, err := m.eng.Begin(m.ctx, c, fs.TxnOptions{NoSync: true})
+		if err != nil {
+			q.mu.Unlock()
+			return err
+		}
+		x = &wbWrite{m: m, h: h, cred: c, ino: ino, txn: &wbTxn{t: t, marks: map[fs.Ino]*[2]uint64{}}}
+		q.queue = append(q.queue, x)
+		q.spawn()
+	}
+	tx := x.txn
+	q.bytes += len(data)
+	tx.bytes += len(data)
+	tx.pending++
+	q.enq++
+	x.seq = q.enq
+	q.mu.Unlock()
+
+	tx.mu.Lock()
+	err := tx.write(m, h, ino, off, data)
+	tx.mu.Unlock()
+
+	q.mu.Lock()
+	if err != nil {
+		tx.closed = true // it may be poisoned: no more writes
+	}
+	tx.pending--
+	q.cond.Broadcast()
+	q.mu.Unlock()
+	return err
+}
+
+// write writes data into the open transaction (tx.mu held).
+func (tx *wbTxn) write(m *Server, h *handle, ino fs.Ino, off uint64, data []byte) error {
+	mk := tx.marks[ino]
+	if mk == nil {
+		mk = new([2]uint64)
+		if err := tx.t.ChangeMark(m.ctx, ino, &mk[0]); err != nil {
+			return err
+		}
+	}
+	if err := tx.t.Write(m.ctx, ino, off, data); err != nil {
+		return err
+	}
+	if err := tx.t.ChangeMark(m.ctx, ino, &mk[1]); err != nil {
+		return err
+	}
+	if tx.marks[ino] == nil {
+		tx.marks[ino] = mk
+		tx.inos = append(tx.inos, ino)
+	}
+	if !slices.Contains(tx.handles, h) {
+		tx.handles = append(tx.handles, h)
+	}
+	return nil
+}
+
+// commitTxn commits an open transaction of large writes (see wbTxn),
+// taken off the queue, once its pending writers are done.
+func (q *writeBehind) commitTxn(w *wbWrite) {
+	tx, m := w.txn, w.m
+	q.mu.Lock()
+	for tx.pending > 0 {
+		q.cond.Wait()
+	}
+	q.mu.Unlock()
+	tx.mu.Lock() // for the memory model; no writer is left
+	tx.mu.Unlock()
+	if len(tx.handles) == 0 { // its only write failed
+		tx.t.Abort()
+		return
+	}
+	var err error
+	if f := m.wbFault.Load(); f != nil {
+		err = (*f)(tx.inos[0])
+	}
+	if err != nil {
+		tx.t.Abort()
+	} else {
+		err = tx.t.Commit(m.ctx)
+	}
+	if err != nil {
+		m.log.Debug("background write failed", "inos", tx.inos, "err", err)
+		for _, h := range tx.handles {
+			h.setErr(err)
+		}
+		for _, ino := range tx.inos {
+			m.nodes.forgetPages(ino)
+		}
+		m.notify.push(&invalidation{inos: tx.inos})
+		return
+	}
+	for _, ino := range tx.inos {
+		mk := tx.marks[ino]
+		m.nodes.wrote(ino, mk[0], mk[1])
+	}
+	if m.cfg.Group != nil {
+		m.cfg.Group.broadcast(m, &invalidation{inos: tx.inos})
+	}
+}
+
+// spawn starts the committer goroutine unless it exists (q.mu held).
+func (q *writeBehind) spawn() {
+	if !q.spawned {
+		q.spawned = true
+		go q.run()
+	}
+}
 
 // add queues a write of data (copied) to ino at off through handle h,
 // waiting while the queue is full. The caller has checked that no sandbox
 // is active and holds the sandbox gate shared, so none can begin until
 // the write is queued (begin waits for the queue afterwards).
 func (q *writeBehind) add(m *Server, h *handle, c fs.Cred, ino fs.Ino, off uint64, data []byte) {
-	poolSize := m.cfg.MaxWrite
+	buf := make([]byte, len(data))
 	q.mu.Lock()
-	buf := q.getBuf(len(data), poolSize)
 	for q.bytes > 0 && q.bytes+wbCost(buf) > q.max {
 		q.cond.Wait()
 	}
@@ -116,10 +248,7 @@ func (q *writeBehind) add(m *Server, h *handle, c fs.Cred, ino fs.Ino, off uint6
 	q.mu.Lock()
 	q.enq++
 	q.queue = append(q.queue, &wbWrite{m: m, h: h, cred: c, ino: ino, off: off, data: buf, seq: q.enq})
-	if !q.spawned {
-		q.spawned = true
-		go q.run()
-	}
+	q.spawn()
 	q.mu.Unlock()
 }
 
@@ -169,15 +298,24 @@ func (q *writeBehind) commitSome() bool {
 	q.queue = nil
 	q.mu.Unlock()
 	for len(batch) > 0 {
+		if w := batch[0]; w.txn != nil {
+			q.commitTxn(w)
+			q.mu.Lock()
+			q.bytes -= w.txn.bytes
+			q.done = w.seq // final: off the queue, no writer pending
+			q.cond.Broadcast()
+			q.mu.Unlock()
+			batch = batch[1:]
+			continue
+		}
 		n := 1
-		for n < len(batch) && sameTarget(batch[0], batch[n]) {
+		for n < len(batch) && batch[n].txn == nil && sameTarget(batch[0], batch[n]) {
 			n++
 		}
 		commitRun(batch[:n])
 		q.mu.Lock()
 		for _, w := range batch[:n] {
 			q.bytes -= wbCost(w.data)
-			q.putBuf(w.data, w.m.cfg.MaxWrite)
 			w.data = nil
 		}
 		q.done = batch[n-1].seq
@@ -194,8 +332,11 @@ func (q *writeBehind) commitSome() bool {
 // sameTarget reports whether b may join a's transaction: same mount,
 // inode, handle and caller.
 func sameTarget(a, b *wbWrite) bool {
-	return a.m == b.m && a.ino == b.ino && a.h == b.h &&
-		a.cred.Uid == b.cred.Uid && a.cred.Gid == b.cred.Gid && slices.Equal(a.cred.Groups, b.cred.Groups)
+	return a.m == b.m && a.ino == b.ino && a.h == b.h && sameCred(a.cred, b.cred)
+}
+
+func sameCred(a, b fs.Cred) bool {
+	return a.Uid == b.Uid && a.Gid == b.Gid && slices.Equal(a.Groups, b.Groups)
 }
 
 // wbPiece is one engine Write of a run: a queued write, or contiguous
@@ -214,7 +355,7 @@ func wbPieces(run []*wbWrite) []wbPiece {
 		w := run[i]
 		j := i + 1
 		end, total := w.off+uint64(len(w.data)), len(w.data)
-		for j < len(run) && run[j].off == end && total+len(run[j].data) <= wbMergeMax && len(w.data) < wbPoolMin && len(run[j].data) < wbPoolMin {
+		for j < len(run) && run[j].off == end && total+len(run[j].data) <= wbMergeMax && len(w.data) < wbLarge && len(run[j].data) < wbLarge {
 			end += uint64(len(run[j].data))
 			total += len(run[j].data)
 			j++

@@ -208,6 +208,16 @@ func TestWriteBehind(t *testing.T) {
 		if _, err := fd.WriteAt([]byte("next"), 8); !errors.Is(err, syscall.EIO) {
 			t.Fatalf("write after a failed background write: %v, want EIO", err)
 		}
+		// A large write (written into the queue's open transaction)
+		// whose commit fails.
+		fail.Store(true)
+		if _, err := fd.WriteAt(bytes.Repeat([]byte("L"), 128<<10), 4); err != nil {
+			t.Fatalf("large write: %v (want success, the failure reported later)", err)
+		}
+		if err := fd.Sync(); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("fsync after a failed large background write: %v, want EIO", err)
+		}
+		fail.Store(false)
 		// At close.
 		fail.Store(true)
 		if _, err := fd.WriteAt([]byte("lost"), 4); err != nil {
