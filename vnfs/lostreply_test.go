@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/txnfs/txnfs/internal/latencyproxy"
@@ -82,6 +83,40 @@ func TestLostReplies(t *testing.T) {
 			drop("remove dirs", func() (int, error) { return f.VRemove(ctx, rm) }, len(rm))
 			if _, err := vnfs.Stat(ctx, f, dir); err == nil {
 				t.Fatalf("%s still exists", dir)
+			}
+		})
+	}
+}
+
+// TestDialBadRoot: a root that does not resolve fails Dial with the path
+// and the server's reason, whether the server takes the operation-cap
+// probe (txnfs) or refuses it and is searched (Ganesha); so does a root
+// that is a file.
+func TestDialBadRoot(t *testing.T) {
+	ctx := context.Background()
+	for _, p := range peers {
+		t.Run(p.Name, func(t *testing.T) {
+			f, err := vnfs.Dial(ctx, vnfs.Config{Addr: p.Addr, Root: p.Root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := fmt.Sprintf("/badroot%d", seq.Add(1))
+			if err := vnfs.WriteFile(ctx, f, name, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			for _, c := range []struct{ root, want string }{
+				{p.Root + "/no/such/dir", "NOENT"},
+				{p.Root + name, "not a directory"},
+			} {
+				g, err := vnfs.Dial(ctx, vnfs.Config{Addr: p.Addr, Root: c.root})
+				if err == nil {
+					g.Close()
+					t.Fatalf("Dial with root %q succeeded", c.root)
+				}
+				if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "root") {
+					t.Errorf("root %q: %v, want %q", c.root, err, c.want)
+				}
 			}
 		})
 	}
