@@ -40,7 +40,8 @@ func replaySafe(cp *Compound) bool {
 			*nfsv4.NfsArgop4_OP_GETFH, *nfsv4.NfsArgop4_OP_SAVEFH, *nfsv4.NfsArgop4_OP_RESTOREFH,
 			*nfsv4.NfsArgop4_OP_ACCESS, *nfsv4.NfsArgop4_OP_READ, *nfsv4.NfsArgop4_OP_READLINK,
 			*nfsv4.NfsArgop4_OP_READDIR, *nfsv4.NfsArgop4_OP_VERIFY, *nfsv4.NfsArgop4_OP_NVERIFY,
-			*nfsv4.NfsArgop4_OP_SECINFO, *nfsv4.NfsArgop4_OP_SECINFO_NO_NAME:
+			*nfsv4.NfsArgop4_OP_SECINFO, *nfsv4.NfsArgop4_OP_SECINFO_NO_NAME,
+			*nfsv4.NfsArgop4_OP_SEEK, *nfsv4.NfsArgop4_OP_LOCKT:
 		case *nfsv4.NfsArgop4_OP_OPEN:
 			if _, create := a.Opopen.Openhow.(*nfsv4.Openflag4_OPEN4_CREATE); create {
 				return false
@@ -146,6 +147,8 @@ func opReplyBound(op nfsv4.NfsArgop4) int {
 		return 4 + 16 + 8 + 4 + 8 + 8
 	case *nfsv4.NfsArgop4_OP_CLONE, *nfsv4.NfsArgop4_OP_ALLOCATE, *nfsv4.NfsArgop4_OP_DEALLOCATE:
 		return 0
+	case *nfsv4.NfsArgop4_OP_SEEK:
+		return 4 + 8
 	case *txnBeginArgs:
 		return 16
 	}

@@ -59,6 +59,15 @@ func TestReplayClassification(t *testing.T) {
 			cp.SetAttr(AnonymousStateid, nfsv4.Fattr4{})
 			cp.GetAttr(StatMask)
 		}, false, true},
+		{"seek", func(cp *Compound) {
+			cp.PutRootFH()
+			cp.Add(&nfsv4.NfsArgop4_OP_SEEK{Opseek: nfsv4.Seek4args{SaStateid: AnonymousStateid, SaWhat: nfsv4.NFS4_CONTENT_HOLE}})
+		}, true, false},
+		{"deallocate+getattr", func(cp *Compound) {
+			cp.PutRootFH()
+			cp.Add(&nfsv4.NfsArgop4_OP_DEALLOCATE{Opdeallocate: nfsv4.Deallocate4args{DaStateid: AnonymousStateid, DaLength: 10}})
+			cp.GetAttr(StatMask)
+		}, false, true},
 		{"256 removes", func(cp *Compound) {
 			cp.PutRootFH()
 			for i := 0; i < 255; i++ {
