@@ -76,9 +76,9 @@ type FS struct {
 	log    *slog.Logger
 
 	inos inoAllocator
-	// compactAfter and defragAfter are the constants of the same names
+	// compactAfter and spanMax are the constants of the same names
 	// (tests lower them to make compaction frequent).
-	compactAfter, defragAfter int
+	compactAfter, spanMax int
 	appender                  appender
 	gcState                   gcTracker
 	decoded                   decodeCache
@@ -111,7 +111,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	f := &FS{cfg: cfg, kv: cfg.KV, slices: cfg.Slices, log: cfg.Logger, compactAfter: compactAfter, defragAfter: defragAfter}
+	f := &FS{cfg: cfg, kv: cfg.KV, slices: cfg.Slices, log: cfg.Logger, compactAfter: compactAfter, spanMax: spanMax}
 	f.mu.pins = map[Ino]int{}
 	f.mu.secrets = map[string][]byte{}
 	f.mu.orphans = map[Ino]struct{}{}

@@ -185,17 +185,17 @@ func TestLayoutNewerRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kt.Set(meta.MiscKey(meta.LayoutKey), []byte{0, 0, 0, 0, 0, 0, 0, 3})
+	kt.Set(meta.MiscKey(meta.LayoutKey), []byte{0, 0, 0, 0, 0, 0, 0, 4})
 	if err := kt.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_, err = fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices})
 	if !errors.Is(err, fs.ErrNotSupported) {
-		t.Fatalf("Open of a layout-3 store: %v, want ErrNotSupported", err)
+		t.Fatalf("Open of a layout-4 store: %v, want ErrNotSupported", err)
 	}
 	rep, err := tf.Check(ctx)
 	if err != nil || rep.OK() {
-		t.Fatalf("Check of a layout-3 store: OK=%v %v", rep.OK(), err)
+		t.Fatalf("Check of a layout-4 store: OK=%v %v", rep.OK(), err)
 	}
 }
 

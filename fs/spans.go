@@ -1,0 +1,303 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/txnfs/txnfs/kv"
+	"github.com/txnfs/txnfs/meta"
+)
+
+// Span records (data layout 3, docs/engine.md "Files: span records").
+//
+// A file's extents are held by span records: each covers file bytes
+// [start, last] and holds up to spanMax visible extents at offsets
+// relative to start. Records of a file never overlap; there may be gaps
+// between them (zeros), and the record with the highest offsets is open
+// (last = meta.SpanOpen), so every offset past the file's other records
+// belongs to it. Keys sort by last offset: the record holding offset x is
+// the first at or after meta.SpanSeekKey(ino, x), found by a forward scan
+// of limit 1 whose read range [seek key, found key] makes a concurrent
+// insertion, change or removal of a record there conflict (kv range read
+// sets), so lookups stay serializable although the kv store has no
+// reverse scan.
+//
+// Records are written through to the kv transaction as soon as an
+// operation changes them (so later operations and scans of the same
+// transaction see them) and offered to the decode cache.
+
+// span is one span record as loaded by an operation: a private copy that
+// the operation may change before storeSpans writes it back.
+type span struct {
+	start, last uint64
+	rec         meta.Span
+	key         []byte // the key it was loaded from; nil: a new record
+	used        uint64 // spanUsed of the record as loaded (0 if new)
+}
+
+// spanValue is what the decode cache holds for a span record: the
+// decoded value (shared, never modified) and its spanUsed.
+type spanValue struct {
+	rec  *meta.Span
+	used uint64
+}
+
+// decodeSpan decodes span record (key, b), through the decode cache.
+func (t *Txn) decodeSpan(key, b []byte) (*span, error) {
+	ino, start, last, err := meta.ParseSpanKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	var v *spanValue
+	if c, ok := t.fs.decoded.get(key, b); ok {
+		v = c.(*spanValue)
+	} else {
+		_, _, _, rec, err := meta.UnmarshalSpan(key, b)
+		if err != nil {
+			return nil, fmt.Errorf("%w: inode %d span [%d, %d]: %v", ErrCorrupt, ino, start, last, err)
+		}
+		v = &spanValue{rec: rec, used: spanUsed(rec.Extents)}
+		t.fs.decoded.put(key, b, v)
+	}
+	return &span{start: start, last: last, key: key,
+		rec: meta.Span{Extents: slices.Clone(v.rec.Extents), Compacted: v.rec.Compacted}, used: v.used}, nil
+}
+
+// spansIn returns, in order, ino's span records overlapping file bytes
+// [off, end) (end > off) followed by the first record after them, if any.
+func (t *Txn) spansIn(ctx context.Context, ino Ino, off, end uint64) ([]*span, error) {
+	var out []*span
+	start := meta.SpanSeekKey(uint64(ino), off)
+	stop := kv.PrefixEnd(meta.SpanPrefix(uint64(ino)))
+	limit := 1 // most operations touch one record: keep the read range tight
+	for {
+		pairs, err := t.scanRaw(ctx, start, stop, limit)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pairs {
+			s, err := t.decodeSpan(p.Key, p.Value)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+			if s.last >= end-1 || s.start >= end {
+				return out, nil
+			}
+		}
+		if len(pairs) < limit {
+			return out, nil
+		}
+		start = append(slices.Clone(pairs[len(pairs)-1].Key), 0)
+		limit = 64
+	}
+}
+
+// spanUsed is the storage a record's visible data extents reference, each
+// rounded up to 4 KiB (holes and overwritten extents do not count).
+func spanUsed(exts []meta.Extent) uint64 {
+	for i := range exts { // compacted lists are already visible: skip the overlay
+		if exts[i].Kind == meta.KindHole || (i > 0 && exts[i].Off < exts[i-1].End()) {
+			exts = visible(exts)
+			break
+		}
+	}
+	var used uint64
+	for _, e := range exts {
+		used += (uint64(e.Len) + 4095) &^ 4095
+	}
+	return used
+}
+
+// storeSpans finishes the records an operation changed (in ascending
+// order) and writes them back, keeping n.Used up to date: a list grown
+// long is compacted; a compacted list longer than spanMax is split (or
+// defragmented, see defragBelow); a closed record left empty is deleted;
+// with tryMerge, records left with few extents are merged with the next
+// record. The caller stores n.
+func (t *Txn) storeSpans(ctx context.Context, ino Ino, n *meta.Inode, spans []*span, tryMerge bool) error {
+	var small []*span
+	for _, s := range spans {
+		r := &s.rec
+		if len(r.Extents) > max(t.fs.compactAfter, 2*int(r.Compacted)) || inlineBytes(r.Extents) > inlineBudget {
+			if err := t.compact(ctx, ino, s); err != nil {
+				return err
+			}
+		}
+		if len(r.Extents) == int(r.Compacted) && len(r.Extents) > t.fs.spanMax {
+			vis := r.Extents
+			if (vis[len(vis)-1].End()-vis[0].Off)/uint64(len(vis)) < defragBelow {
+				if err := t.defrag(ctx, ino, s); err != nil {
+					return err
+				}
+			}
+		}
+		if len(r.Extents) == int(r.Compacted) && len(r.Extents) > t.fs.spanMax {
+			if err := t.splitSpan(ctx, n, ino, s); err != nil {
+				return err
+			}
+			continue
+		}
+		if len(r.Extents) == 0 && (s.last != meta.SpanOpen || s.start == 0) {
+			if err := t.dropSpan(ctx, n, s); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := t.writeSpan(ctx, ino, n, s); err != nil {
+			return err
+		}
+		if tryMerge && s.last != meta.SpanOpen && len(r.Extents) <= t.fs.spanMax/4 {
+			small = append(small, s)
+		}
+	}
+	// Highest first: a merge deletes only records after the one merged.
+	for i := len(small) - 1; i >= 0; i-- {
+		if err := t.mergeNext(ctx, ino, n, small[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeSpan writes s under the key of its current bounds (deleting the
+// key it was loaded from if that differs) and accounts its storage in n.
+func (t *Txn) writeSpan(ctx context.Context, ino Ino, n *meta.Inode, s *span) error {
+	key := meta.SpanKey(uint64(ino), s.start, s.last)
+	if s.key != nil && string(s.key) != string(key) {
+		if err := t.deleteRaw(ctx, s.key); err != nil {
+			return err
+		}
+	}
+	rec := &meta.Span{Extents: s.rec.Extents, Compacted: s.rec.Compacted}
+	b, err := meta.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("%w: encoding: %v", ErrCorrupt, err)
+	}
+	if err := t.setRaw(ctx, key, b); err != nil {
+		return err
+	}
+	used := spanUsed(rec.Extents)
+	t.fs.decoded.put(key, b, &spanValue{rec: rec, used: used})
+	n.Used = n.Used - s.used + used
+	s.key, s.used = key, used
+	s.rec = meta.Span{Extents: slices.Clone(rec.Extents), Compacted: rec.Compacted}
+	return nil
+}
+
+// dropSpan deletes record s (if stored) and its storage from n.Used.
+func (t *Txn) dropSpan(ctx context.Context, n *meta.Inode, s *span) error {
+	if s.key == nil {
+		return nil
+	}
+	if err := t.deleteRaw(ctx, s.key); err != nil {
+		return err
+	}
+	n.Used -= s.used
+	s.key, s.used = nil, 0
+	return nil
+}
+
+// splitSpan writes compacted record s as records of spanMax/2 extents,
+// each starting at its first extent (the first keeps s's start, the last
+// its end).
+func (t *Txn) splitSpan(ctx context.Context, n *meta.Inode, ino Ino, s *span) error {
+	vis := s.rec.Extents
+	per := max(t.fs.spanMax/2, 1)
+	if err := t.dropSpan(ctx, n, s); err != nil {
+		return err
+	}
+	for i := 0; i < len(vis); i += per {
+		group := vis[i:min(i+per, len(vis))]
+		part := &span{start: s.start, last: s.last}
+		if i > 0 {
+			part.start = s.start + group[0].Off
+		}
+		if i+per < len(vis) {
+			part.last = s.start + vis[i+per].Off - 1
+		}
+		d := part.start - s.start
+		part.rec.Extents = make([]meta.Extent, len(group))
+		for k, e := range group {
+			e.Off -= d
+			part.rec.Extents[k] = e
+		}
+		part.rec.Compacted = uint32(len(group))
+		if err := t.writeSpan(ctx, ino, n, part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mergeNext merges stored record s with the next record of the file when
+// both fit in spanMax/2 extents (the gap between them, if any, becomes
+// part of the merged record and reads as zeros).
+func (t *Txn) mergeNext(ctx context.Context, ino Ino, n *meta.Inode, s *span) error {
+	next, err := t.spansIn(ctx, ino, s.last+1, s.last+2)
+	if err != nil || len(next) == 0 {
+		return err
+	}
+	nx := next[0]
+	if len(s.rec.Extents)+len(nx.rec.Extents) > t.fs.spanMax/2 {
+		return nil
+	}
+	m := &span{start: s.start, last: nx.last}
+	d := nx.start - s.start
+	m.rec.Extents = slices.Clone(visible(s.rec.Extents))
+	for _, e := range visible(nx.rec.Extents) {
+		e.Off += d
+		m.rec.Extents = append(m.rec.Extents, e)
+	}
+	m.rec.Compacted = uint32(len(m.rec.Extents))
+	if err := t.dropSpan(ctx, n, s); err != nil {
+		return err
+	}
+	if err := t.dropSpan(ctx, n, nx); err != nil {
+		return err
+	}
+	return t.writeSpan(ctx, ino, n, m)
+}
+
+// deleteRange deletes the span records of ino with keys in [from, to),
+// subtracting their storage from n.Used.
+func (t *Txn) deleteRange(ctx context.Context, ino Ino, n *meta.Inode, from, to []byte) error {
+	for {
+		pairs, err := t.scanRaw(ctx, from, to, 1024)
+		if err != nil {
+			return err
+		}
+		for _, p := range pairs {
+			s, err := t.decodeSpan(p.Key, p.Value)
+			if err != nil {
+				return err
+			}
+			if err := t.dropSpan(ctx, n, s); err != nil {
+				return err
+			}
+		}
+		if len(pairs) < 1024 {
+			return nil
+		}
+		from = append(slices.Clone(pairs[len(pairs)-1].Key), 0)
+	}
+}
+
+// deletePrefix deletes every key under prefix, without decoding.
+func (t *Txn) deletePrefix(ctx context.Context, prefix []byte) error {
+	for {
+		pairs, err := t.scanRaw(ctx, prefix, kv.PrefixEnd(prefix), 1024)
+		if err != nil {
+			return err
+		}
+		for _, p := range pairs {
+			if err := t.deleteRaw(ctx, p.Key); err != nil {
+				return err
+			}
+		}
+		if len(pairs) < 1024 {
+			return nil
+		}
+	}
+}
