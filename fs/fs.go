@@ -79,9 +79,9 @@ type FS struct {
 	// compactAfter and spanMax are the constants of the same names
 	// (tests lower them to make compaction frequent).
 	compactAfter, spanMax int
-	appender                  appender
-	gcState                   gcTracker
-	decoded                   decodeCache
+	appender              appender
+	gcState               gcTracker
+	decoded               decodeCache
 	// xattrs is false while the store holds no extended attribute at all
 	// (probed at Open, set before any transaction writes one): deleting
 	// an inode then skips the scan of its attributes, one of the four kv
