@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,44 +36,6 @@ const (
 	inlineBudget = 64 << 10
 )
 
-// overlay places e over the non-overlapping, sorted pieces in vis (newest
-// wins) and returns the new list.
-func overlay(vis []meta.Extent, e meta.Extent) []meta.Extent {
-	if n := len(vis); n == 0 || vis[n-1].End() <= e.Off {
-		return append(vis, e) // the common case: writing past everything seen
-	}
-	out := make([]meta.Extent, 0, len(vis)+2)
-	inserted := false
-	for _, p := range vis {
-		if p.End() <= e.Off {
-			out = append(out, p)
-			continue
-		}
-		if p.Off >= e.End() {
-			if !inserted {
-				out = append(out, e)
-				inserted = true
-			}
-			out = append(out, p)
-			continue
-		}
-		if p.Off < e.Off {
-			out = append(out, trim(p, p.Off, e.Off))
-		}
-		if !inserted {
-			out = append(out, e)
-			inserted = true
-		}
-		if p.End() > e.End() {
-			out = append(out, trim(p, e.End(), p.End()))
-		}
-	}
-	if !inserted {
-		out = append(out, e)
-	}
-	return out
-}
-
 // trim restricts extent e to record offsets [from, to).
 func trim(e meta.Extent, from, to uint64) meta.Extent {
 	d := uint32(from - e.Off)
@@ -106,13 +69,46 @@ func cut(vis []meta.Extent, lo, hi uint64) []meta.Extent {
 }
 
 // visible returns the compacted form of a record's extent list: sorted,
-// non-overlapping pieces with data, holes left out.
+// non-overlapping pieces with data, holes left out. The list is swept from
+// its newest extent back, keeping the covered ranges sorted, so a long
+// list costs O(n log n), not a pass over the result per extent.
 func visible(exts []meta.Extent) []meta.Extent {
-	var vis []meta.Extent
-	for _, e := range exts {
-		vis = overlay(vis, e)
+	sorted := true
+	for i := range exts {
+		if exts[i].Kind == meta.KindHole || (i > 0 && exts[i].Off < exts[i-1].End()) {
+			sorted = false
+			break
+		}
 	}
-	return slices.DeleteFunc(vis, func(e meta.Extent) bool { return e.Kind == meta.KindHole })
+	if sorted { // already compacted: the common case
+		return slices.Clone(exts)
+	}
+	type iv struct{ lo, hi uint64 }
+	var covered []iv // sorted, disjoint, not touching
+	var out []meta.Extent
+	for i := len(exts) - 1; i >= 0; i-- {
+		e := exts[i]
+		lo, hi := e.Off, e.End()
+		// first covered range ending at or after lo (touching counts)
+		a, _ := slices.BinarySearchFunc(covered, lo, func(c iv, x uint64) int { return cmp.Compare(c.hi, x) })
+		cur, b := lo, a
+		for ; b < len(covered) && covered[b].lo <= hi; b++ {
+			if e.Kind != meta.KindHole && covered[b].lo > cur {
+				out = append(out, trim(e, cur, covered[b].lo))
+			}
+			cur = max(cur, covered[b].hi)
+		}
+		if e.Kind != meta.KindHole && cur < hi {
+			out = append(out, trim(e, cur, hi))
+		}
+		merged := iv{lo, hi}
+		if a < b {
+			merged.lo, merged.hi = min(lo, covered[a].lo), max(hi, covered[b-1].hi)
+		}
+		covered = slices.Replace(covered, a, b, merged)
+	}
+	slices.SortFunc(out, func(x, y meta.Extent) int { return cmp.Compare(x.Off, y.Off) })
+	return out
 }
 
 // filePiece is a visible piece of a file at file offset Off.
@@ -139,7 +135,7 @@ func (t *Txn) pieces(ctx context.Context, ino Ino, off, n uint64) ([]filePiece, 
 		}
 		lo := max(off, s.start) - s.start
 		hi := end - s.start
-		for _, e := range visible(s.rec.Extents) {
+		for _, e := range s.data() {
 			if e.End() <= lo || e.Off >= hi {
 				continue
 			}
@@ -404,11 +400,7 @@ func (t *Txn) placePieces(ctx context.Context, ino Ino, n *meta.Inode, ps []file
 			}
 			s := spans[j]
 			if s.start > a { // a gap before s: extend s down
-				d := s.start - a
-				for i := range s.rec.Extents {
-					s.rec.Extents[i].Off += d
-				}
-				s.start = a
+				s.moveStart(a)
 			}
 			k := min(uint64(whole.Ext.Len)-done, s.last-a+1)
 			if s.last-a+1 == 0 { // the open record at 0: room 2^64
@@ -420,7 +412,7 @@ func (t *Txn) placePieces(ctx context.Context, ino Ino, n *meta.Inode, ps []file
 				e = trim(e, done, done+k)
 			}
 			e.Off = a - s.start
-			s.rec.Extents = append(s.rec.Extents, e)
+			s.add(e)
 			touched[j] = true
 			if end := a + k; end > n.Size && e.Kind != meta.KindHole {
 				n.Size = end
@@ -441,7 +433,7 @@ func (t *Txn) placePieces(ctx context.Context, ino Ino, n *meta.Inode, ps []file
 // adjacent inline runs, moves long inline runs into slices and joins
 // adjacent pointers.
 func (t *Txn) compact(ctx context.Context, ino Ino, s *span) error {
-	vis := visible(s.rec.Extents)
+	vis := s.data()
 	var out []meta.Extent
 	for _, e := range vis {
 		if k := len(out) - 1; k >= 0 && e.Kind == meta.KindInline && out[k].Kind == meta.KindInline &&
@@ -462,8 +454,7 @@ func (t *Txn) compact(ctx context.Context, ino Ino, s *span) error {
 			out[i].SetPointer(p, 0)
 		}
 	}
-	s.rec.Extents = mergePointers(out)
-	s.rec.Compacted = uint32(len(s.rec.Extents))
+	s.setCompacted(mergePointers(out))
 	return nil
 }
 
@@ -533,8 +524,7 @@ func (t *Txn) defrag(ctx context.Context, ino Ino, s *span) error {
 		out = append(out, e)
 		i = j + 1
 	}
-	s.rec.Extents = out
-	s.rec.Compacted = uint32(len(out))
+	s.setCompacted(out)
 	return nil
 }
 
@@ -563,11 +553,10 @@ func (t *Txn) truncate(ctx context.Context, ino Ino, n *meta.Inode, size uint64)
 				return err
 			}
 			if size > s.start {
-				s.rec.Extents = cut(visible(s.rec.Extents), size-s.start, meta.SpanOpen)
+				s.setCompacted(cut(s.data(), size-s.start, meta.SpanOpen))
 			} else {
-				s.rec.Extents = nil
+				s.setCompacted(nil)
 			}
-			s.rec.Compacted = uint32(len(s.rec.Extents))
 			s.last = meta.SpanOpen
 			if err := t.storeSpans(ctx, ino, n, []*span{s}, true); err != nil {
 				return err
@@ -603,8 +592,7 @@ func (t *Txn) punchRange(ctx context.Context, ino Ino, f *meta.Inode, off, n uin
 			continue
 		}
 		lo, hi := max(off, s.start)-s.start, end-s.start
-		s.rec.Extents = cut(visible(s.rec.Extents), lo, hi)
-		s.rec.Compacted = uint32(len(s.rec.Extents))
+		s.setCompacted(cut(s.data(), lo, hi))
 		changed = append(changed, s)
 	}
 	return t.storeSpans(ctx, ino, f, changed, true)

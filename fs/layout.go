@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/txnfs/txnfs/kv"
 	"github.com/txnfs/txnfs/meta"
@@ -252,11 +251,12 @@ func (t *Txn) convertChunks(ctx context.Context, limit int) (int, error) {
 			} else if done {
 				s.last = meta.SpanOpen
 			}
+			exts := make([]meta.Extent, 0, len(group))
 			for _, e := range group {
 				e.Off -= s.start
-				s.rec.Extents = append(s.rec.Extents, e)
+				exts = append(exts, e)
 			}
-			s.rec.Compacted = uint32(len(group))
+			s.setCompacted(exts)
 			var acc meta.Inode
 			if err := t.writeSpan(ctx, Ino(ino), &acc, s); err != nil {
 				return 0, err
@@ -302,7 +302,7 @@ func (t *Txn) chunksOf(ctx context.Context, ino Ino) (map[uint64]*meta.Chunk, er
 		return nil, err
 	}
 	for _, s := range spans {
-		for cidx, c := range extentsToChunks(s.start, slices.Clone(visible(s.rec.Extents))) {
+		for cidx, c := range extentsToChunks(s.start, s.data()) {
 			if old := out[cidx]; old != nil {
 				old.Extents = append(old.Extents, c.Extents...)
 				old.End = max(old.End, c.End)

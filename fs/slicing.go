@@ -357,7 +357,7 @@ func (t *Txn) copySpans(ctx context.Context, src, dst Ino, df *meta.Inode, shift
 		if r.last != meta.SpanOpen {
 			return false, nil
 		}
-		for _, e := range visible(r.rec.Extents) {
+		for _, e := range r.data() {
 			if r.start+e.End() > shift {
 				return false, nil
 			}

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -32,14 +33,58 @@ import (
 type span struct {
 	start, last uint64
 	rec         meta.Span
-	key         []byte // the key it was loaded from; nil: a new record
-	used        uint64 // spanUsed of the record as loaded (0 if new)
+	// vis is rec's list overlaid (sorted, non-overlapping; may hold
+	// holes), kept up to date by add and setCompacted so that a write
+	// does not recompute it from the whole list. Shared: never modified
+	// in place.
+	vis  []meta.Extent
+	key  []byte // the key it was loaded from; nil: a new record
+	used uint64 // spanUsed of the record as loaded (0 if new)
+}
+
+// add appends extent e (at record offsets) to the record.
+func (s *span) add(e meta.Extent) {
+	s.rec.Extents = append(s.rec.Extents, e)
+	s.vis = overlay(s.vis, e)
+}
+
+// setCompacted replaces the record's list with compacted list exts.
+func (s *span) setCompacted(exts []meta.Extent) {
+	s.rec.Extents = exts
+	s.rec.Compacted = uint32(len(exts))
+	s.vis = slices.Clip(exts)
+}
+
+// data returns the record's visible extents with data (no holes).
+func (s *span) data() []meta.Extent {
+	for _, e := range s.vis {
+		if e.Kind == meta.KindHole {
+			return slices.DeleteFunc(slices.Clone(s.vis), func(e meta.Extent) bool { return e.Kind == meta.KindHole })
+		}
+	}
+	return s.vis
+}
+
+// moveStart makes the record start at start (< s.start), shifting its
+// extents.
+func (s *span) moveStart(start uint64) {
+	d := s.start - start
+	for i := range s.rec.Extents {
+		s.rec.Extents[i].Off += d
+	}
+	vis := make([]meta.Extent, len(s.vis))
+	for i, e := range s.vis {
+		e.Off += d
+		vis[i] = e
+	}
+	s.vis, s.start = vis, start
 }
 
 // spanValue is what the decode cache holds for a span record: the
-// decoded value (shared, never modified) and its spanUsed.
+// decoded value, its overlaid list and spanUsed (shared, never modified).
 type spanValue struct {
 	rec  *meta.Span
+	vis  []meta.Extent
 	used uint64
 }
 
@@ -57,10 +102,11 @@ func (t *Txn) decodeSpan(key, b []byte) (*span, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: inode %d span [%d, %d]: %v", ErrCorrupt, ino, start, last, err)
 		}
-		v = &spanValue{rec: rec, used: spanUsed(rec.Extents)}
+		vis := visible(rec.Extents)
+		v = &spanValue{rec: rec, vis: vis, used: usedOf(vis)}
 		t.fs.decoded.put(key, b, v)
 	}
-	return &span{start: start, last: last, key: key,
+	return &span{start: start, last: last, key: key, vis: slices.Clip(v.vis),
 		rec: meta.Span{Extents: slices.Clone(v.rec.Extents), Compacted: v.rec.Compacted}, used: v.used}, nil
 }
 
@@ -96,16 +142,15 @@ func (t *Txn) spansIn(ctx context.Context, ino Ino, off, end uint64) ([]*span, e
 
 // spanUsed is the storage a record's visible data extents reference, each
 // rounded up to 4 KiB (holes and overwritten extents do not count).
-func spanUsed(exts []meta.Extent) uint64 {
-	for i := range exts { // compacted lists are already visible: skip the overlay
-		if exts[i].Kind == meta.KindHole || (i > 0 && exts[i].Off < exts[i-1].End()) {
-			exts = visible(exts)
-			break
-		}
-	}
+func spanUsed(exts []meta.Extent) uint64 { return usedOf(visible(exts)) }
+
+// usedOf is spanUsed of an overlaid list (holes do not count).
+func usedOf(vis []meta.Extent) uint64 {
 	var used uint64
-	for _, e := range exts {
-		used += (uint64(e.Len) + 4095) &^ 4095
+	for _, e := range vis {
+		if e.Kind != meta.KindHole {
+			used += (uint64(e.Len) + 4095) &^ 4095
+		}
 	}
 	return used
 }
@@ -139,7 +184,7 @@ func (t *Txn) storeSpans(ctx context.Context, ino Ino, n *meta.Inode, spans []*s
 			}
 			continue
 		}
-		if len(r.Extents) == 0 && (s.last != meta.SpanOpen || s.start == 0) {
+		if len(s.data()) == 0 && (s.last != meta.SpanOpen || s.start == 0) {
 			if err := t.dropSpan(ctx, n, s); err != nil {
 				return err
 			}
@@ -148,7 +193,7 @@ func (t *Txn) storeSpans(ctx context.Context, ino Ino, n *meta.Inode, spans []*s
 		if err := t.writeSpan(ctx, ino, n, s); err != nil {
 			return err
 		}
-		if tryMerge && s.last != meta.SpanOpen && len(r.Extents) <= t.fs.spanMax/4 {
+		if tryMerge && s.last != meta.SpanOpen && len(s.data()) <= t.fs.spanMax/4 {
 			small = append(small, s)
 		}
 	}
@@ -178,8 +223,9 @@ func (t *Txn) writeSpan(ctx context.Context, ino Ino, n *meta.Inode, s *span) er
 	if err := t.setRaw(ctx, key, b); err != nil {
 		return err
 	}
-	used := spanUsed(rec.Extents)
-	t.fs.decoded.put(key, b, &spanValue{rec: rec, used: used})
+	vis := slices.Clip(s.vis)
+	used := usedOf(vis)
+	t.fs.decoded.put(key, b, &spanValue{rec: rec, vis: vis, used: used})
 	n.Used = n.Used - s.used + used
 	s.key, s.used = key, used
 	s.rec = meta.Span{Extents: slices.Clone(rec.Extents), Compacted: rec.Compacted}
@@ -218,12 +264,12 @@ func (t *Txn) splitSpan(ctx context.Context, n *meta.Inode, ino Ino, s *span) er
 			part.last = s.start + vis[i+per].Off - 1
 		}
 		d := part.start - s.start
-		part.rec.Extents = make([]meta.Extent, len(group))
+		exts := make([]meta.Extent, len(group))
 		for k, e := range group {
 			e.Off -= d
-			part.rec.Extents[k] = e
+			exts[k] = e
 		}
-		part.rec.Compacted = uint32(len(group))
+		part.setCompacted(exts)
 		if err := t.writeSpan(ctx, ino, n, part); err != nil {
 			return err
 		}
@@ -240,17 +286,18 @@ func (t *Txn) mergeNext(ctx context.Context, ino Ino, n *meta.Inode, s *span) er
 		return err
 	}
 	nx := next[0]
-	if len(s.rec.Extents)+len(nx.rec.Extents) > t.fs.spanMax/2 {
+	a, b := s.data(), nx.data()
+	if len(a)+len(b) > t.fs.spanMax/2 {
 		return nil
 	}
 	m := &span{start: s.start, last: nx.last}
 	d := nx.start - s.start
-	m.rec.Extents = slices.Clone(visible(s.rec.Extents))
-	for _, e := range visible(nx.rec.Extents) {
+	exts := slices.Clone(a)
+	for _, e := range b {
 		e.Off += d
-		m.rec.Extents = append(m.rec.Extents, e)
+		exts = append(exts, e)
 	}
-	m.rec.Compacted = uint32(len(m.rec.Extents))
+	m.setCompacted(mergePointers(exts))
 	if err := t.dropSpan(ctx, n, s); err != nil {
 		return err
 	}
@@ -300,4 +347,25 @@ func (t *Txn) deletePrefix(ctx context.Context, prefix []byte) error {
 			return nil
 		}
 	}
+}
+
+// overlay places e over the sorted, non-overlapping extents in vis (newest
+// wins) and returns the new list; vis is not modified.
+func overlay(vis []meta.Extent, e meta.Extent) []meta.Extent {
+	if n := len(vis); n == 0 || vis[n-1].End() <= e.Off {
+		return append(slices.Clip(vis), e) // the common case: past everything seen
+	}
+	// the first extent ending after e.Off, and the first starting at or after e.End()
+	i, _ := slices.BinarySearchFunc(vis, e.Off, func(x meta.Extent, off uint64) int { return cmp.Compare(x.End(), off+1) })
+	j, _ := slices.BinarySearchFunc(vis, e.End(), func(x meta.Extent, end uint64) int { return cmp.Compare(x.Off, end) })
+	out := make([]meta.Extent, 0, len(vis)+2)
+	out = append(out, vis[:i]...)
+	if i < j && vis[i].Off < e.Off {
+		out = append(out, trim(vis[i], vis[i].Off, e.Off))
+	}
+	out = append(out, e)
+	if i < j && vis[j-1].End() > e.End() {
+		out = append(out, trim(vis[j-1], e.End(), vis[j-1].End()))
+	}
+	return append(out, vis[j:]...)
 }
