@@ -82,6 +82,7 @@ type FS struct {
 	appender              appender
 	gcState               gcTracker
 	decoded               decodeCache
+	hints                 spanHints
 	// xattrs is false while the store holds no extended attribute at all
 	// (probed at Open, set before any transaction writes one): deleting
 	// an inode then skips the scan of its attributes, one of the four kv

@@ -3,6 +3,7 @@ package fs
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -106,6 +107,7 @@ func (t *Txn) decodeSpan(key, b []byte) (*span, error) {
 		v = &spanValue{rec: rec, vis: vis, used: usedOf(vis)}
 		t.fs.decoded.put(key, b, v)
 	}
+	t.fs.hints.add(Ino(ino), start, last)
 	return &span{start: start, last: last, key: key, vis: slices.Clip(v.vis),
 		rec: meta.Span{Extents: slices.Clone(v.rec.Extents), Compacted: v.rec.Compacted}, used: v.used}, nil
 }
@@ -117,6 +119,26 @@ func (t *Txn) spansIn(ctx context.Context, ino Ino, off, end uint64) ([]*span, e
 	start := meta.SpanSeekKey(uint64(ino), off)
 	stop := kv.PrefixEnd(meta.SpanPrefix(uint64(ino)))
 	limit := 1 // most operations touch one record: keep the read range tight
+	if st, la, ok := t.fs.hints.find(ino, off); ok {
+		key := meta.SpanKey(uint64(ino), st, la)
+		b, err := t.getRaw(ctx, key)
+		switch {
+		case err == nil:
+			s, err := t.decodeSpan(key, b)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+			if s.last >= end-1 {
+				return out, nil
+			}
+			start, limit = append(key, 0), 64
+		case errors.Is(err, ErrNotExist):
+			t.fs.hints.remove(ino, st, la)
+		default:
+			return nil, err
+		}
+	}
 	for {
 		pairs, err := t.scanRaw(ctx, start, stop, limit)
 		if err != nil {
@@ -211,7 +233,7 @@ func (t *Txn) storeSpans(ctx context.Context, ino Ino, n *meta.Inode, spans []*s
 func (t *Txn) writeSpan(ctx context.Context, ino Ino, n *meta.Inode, s *span) error {
 	key := meta.SpanKey(uint64(ino), s.start, s.last)
 	if s.key != nil && string(s.key) != string(key) {
-		if err := t.deleteRaw(ctx, s.key); err != nil {
+		if err := t.dropSpan(ctx, n, s); err != nil {
 			return err
 		}
 	}
@@ -228,6 +250,7 @@ func (t *Txn) writeSpan(ctx context.Context, ino Ino, n *meta.Inode, s *span) er
 	t.fs.decoded.put(key, b, &spanValue{rec: rec, vis: vis, used: used})
 	n.Used = n.Used - s.used + used
 	s.key, s.used = key, used
+	t.fs.hints.add(ino, s.start, s.last)
 	s.rec = meta.Span{Extents: slices.Clone(rec.Extents), Compacted: rec.Compacted}
 	return nil
 }
@@ -239,6 +262,9 @@ func (t *Txn) dropSpan(ctx context.Context, n *meta.Inode, s *span) error {
 	}
 	if err := t.deleteRaw(ctx, s.key); err != nil {
 		return err
+	}
+	if ino, start, last, err := meta.ParseSpanKey(s.key); err == nil {
+		t.fs.hints.remove(Ino(ino), start, last)
 	}
 	n.Used -= s.used
 	s.key, s.used = nil, 0
