@@ -22,7 +22,7 @@ const (
 	// tiny, its data is rewritten into a few large slices: defrag); a
 	// record of at most spanMax/4 extents is merged with the next one
 	// when both fit in spanMax/2.
-	spanMax = 64
+	spanMax = 32
 	// defragBelow: a record split for length is defragmented instead when
 	// its extents average less than this many bytes of file space, so at
 	// most spanMax*defragBelow bytes are read and rewritten.

@@ -109,7 +109,7 @@ func SetUpgradeBatchForTest(n int) (restore func()) {
 // one Region record per meta.RegionSize region and the layout record is
 // deleted. Pieces of one extent that were cut at chunk boundaries are
 // joined again, and each region's list starts with a hole over the whole
-// region and a garbage inline copy of every slice extent, all overwritten
+// region and a garbage inline copy of every slice extent up to 64 KiB, all overwritten
 // by the later extents (layout 1's "later extent wins" lists), so the
 // conversion must honour list order.
 func WriteLayout1ForTest(ctx context.Context, f *FS) error {
@@ -160,7 +160,7 @@ func WriteLayout1ForTest(ctx context.Context, f *FS) error {
 				}
 				r.Extents = append(r.Extents, meta.Extent{Kind: meta.KindHole, Len: r.End})
 				for _, e := range exts {
-					if e.Kind == meta.KindSlice {
+					if e.Kind == meta.KindSlice && e.Len <= 64<<10 { // (bounded: a record is at most 8 MiB)
 						g := make([]byte, e.Len)
 						for i := range g {
 							g[i] = 0xee

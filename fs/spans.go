@@ -273,10 +273,15 @@ func (t *Txn) dropSpan(ctx context.Context, n *meta.Inode, s *span) error {
 
 // splitSpan writes compacted record s as records of spanMax/2 extents,
 // each starting at its first extent (the first keeps s's start, the last
-// its end).
+// its end). The open record, which grows at its end when a file is
+// written sequentially or pasted onto, is split into full records of
+// spanMax instead, so such files get half as many records.
 func (t *Txn) splitSpan(ctx context.Context, n *meta.Inode, ino Ino, s *span) error {
 	vis := s.rec.Extents
 	per := max(t.fs.spanMax/2, 1)
+	if s.last == meta.SpanOpen {
+		per = max(t.fs.spanMax, 1)
+	}
 	if err := t.dropSpan(ctx, n, s); err != nil {
 		return err
 	}
