@@ -179,7 +179,8 @@ func usedOf(vis []meta.Extent) uint64 {
 
 // storeSpans finishes the records an operation changed (in ascending
 // order) and writes them back, keeping n.Used up to date: a list grown
-// long is compacted; a compacted list longer than spanMax is split (or
+// long is compacted; a record of more than spanMax visible extents
+// (2*spanMax for the open record) is compacted and split (or
 // defragmented, see defragBelow); a closed record left empty is deleted;
 // with tryMerge, records left with few extents are merged with the next
 // record. The caller stores n.
@@ -187,20 +188,23 @@ func (t *Txn) storeSpans(ctx context.Context, ino Ino, n *meta.Inode, spans []*s
 	var small []*span
 	for _, s := range spans {
 		r := &s.rec
-		if len(r.Extents) > max(t.fs.compactAfter, 2*int(r.Compacted)) || inlineBytes(r.Extents) > inlineBudget {
+		limit := t.fs.spanMax
+		if s.last == meta.SpanOpen {
+			limit = 2 * t.fs.spanMax
+		}
+		if len(r.Extents) > max(t.fs.compactAfter, 2*int(r.Compacted)) || inlineBytes(r.Extents) > inlineBudget ||
+			(len(s.data()) > limit && len(r.Extents) != int(r.Compacted)) {
 			if err := t.compact(ctx, ino, s); err != nil {
 				return err
 			}
 		}
-		if len(r.Extents) == int(r.Compacted) && len(r.Extents) > t.fs.spanMax {
-			vis := r.Extents
-			if (vis[len(vis)-1].End()-vis[0].Off)/uint64(len(vis)) < defragBelow {
-				if err := t.defrag(ctx, ino, s); err != nil {
-					return err
-				}
+		if vis := r.Extents; len(vis) == int(r.Compacted) && len(vis) > limit &&
+			(vis[len(vis)-1].End()-vis[0].Off)/uint64(len(vis)) < defragBelow {
+			if err := t.defrag(ctx, ino, s); err != nil {
+				return err
 			}
 		}
-		if len(r.Extents) == int(r.Compacted) && len(r.Extents) > t.fs.spanMax {
+		if len(r.Extents) == int(r.Compacted) && len(r.Extents) > limit {
 			if err := t.splitSpan(ctx, n, ino, s); err != nil {
 				return err
 			}
@@ -274,13 +278,15 @@ func (t *Txn) dropSpan(ctx context.Context, n *meta.Inode, s *span) error {
 // splitSpan writes compacted record s as records of spanMax/2 extents,
 // each starting at its first extent (the first keeps s's start, the last
 // its end). The open record, which grows at its end when a file is
-// written sequentially or pasted onto, is split into full records of
-// spanMax instead, so such files get half as many records.
+// written sequentially or pasted onto, is split past 2*spanMax extents
+// into records of 2*spanMax (and the rest): a sequential or cloned file
+// gets few records, and a record that later takes writes is split again
+// by them (it holds more than spanMax).
 func (t *Txn) splitSpan(ctx context.Context, n *meta.Inode, ino Ino, s *span) error {
 	vis := s.rec.Extents
 	per := max(t.fs.spanMax/2, 1)
 	if s.last == meta.SpanOpen {
-		per = max(t.fs.spanMax, 1)
+		per = max(2*t.fs.spanMax, 1)
 	}
 	if err := t.dropSpan(ctx, n, s); err != nil {
 		return err
