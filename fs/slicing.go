@@ -347,7 +347,8 @@ func (t *Txn) copySpans(ctx context.Context, src, dst Ino, df *meta.Inode, shift
 		return len(pairs) == 0 && err == nil, err
 	}
 	// dst's record holding shift must be its open one, without data at
-	// or past shift; it is closed at shift (or deleted if it starts there).
+	// or past shift; it is closed at shift (or deleted if it starts there
+	// or holds nothing: closed records are never empty).
 	tail, err := t.spansIn(ctx, dst, shift, shift+1)
 	if err != nil {
 		return false, err
@@ -362,7 +363,7 @@ func (t *Txn) copySpans(ctx context.Context, src, dst Ino, df *meta.Inode, shift
 				return false, nil
 			}
 		}
-		if r.start >= shift {
+		if r.start >= shift || len(r.data()) == 0 {
 			if err := t.dropSpan(ctx, df, r); err != nil {
 				return false, err
 			}

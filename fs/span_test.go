@@ -17,7 +17,7 @@ import (
 // TestSpanSplitMerge drives span records through splits, merges and
 // defragmentation (thresholds lowered: compaction past 4 extents, split
 // past 8, merge at 2 or fewer) with random writes, punches, truncates,
-// copies and concats of two files of up to 1 MiB, checking every byte
+// copies and concats of three files of up to 1 MiB, checking every byte
 // against a model, Check (record invariants, Used) and the record count:
 // fragmented files get many records, and rewriting a file sequentially
 // merges them back into a few. Reproduce a failure with the printed seed
@@ -33,8 +33,8 @@ func TestSpanSplitMerge(t *testing.T) {
 	f := tf.FS
 	fs.SetCompactionForTest(f, 4, 8)
 	const maxSize = 1 << 20
-	var inos [2]fs.Ino
-	var refs [2][]byte
+	var inos [3]fs.Ino
+	var refs [3][]byte
 	do(t, f, func(ctx context.Context, tx *fs.Txn) error {
 		for i := range inos {
 			a, _, err := tx.Create(ctx, fs.RootIno, fmt.Sprint("f", i), fs.CreateRequest{Type: fs.TypeRegular})
@@ -84,7 +84,7 @@ func TestSpanSplitMerge(t *testing.T) {
 	}
 	most := 0
 	for step := 0; step < 1500; step++ {
-		i := rng.IntN(2)
+		i := rng.IntN(3)
 		ino := inos[i]
 		off := rng.IntN(maxSize)
 		n := 1 + rng.IntN(3000)
@@ -111,7 +111,7 @@ func TestSpanSplitMerge(t *testing.T) {
 			})
 			refs[i] = refs[i][:size]
 		case op < 19:
-			src := 1 - i
+			src := (i + 1 + rng.IntN(2)) % 3
 			srcOff := rng.IntN(len(refs[src]) + 1)
 			var got uint64
 			do(t, f, func(ctx context.Context, tx *fs.Txn) (err error) {
@@ -126,8 +126,14 @@ func TestSpanSplitMerge(t *testing.T) {
 				writeRef(i, off, bytes.Clone(refs[src][srcOff:srcOff+want]))
 			}
 		default:
-			do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Concat(ctx, ino, []fs.Ino{inos[1-i], ino}) })
-			refs[i] = append(bytes.Clone(refs[1-i]), refs[i]...)
+			// dst among the sources (yank/paste) or not (record copies)
+			a, b := inos[(i+1)%3], ino
+			if rng.IntN(2) == 0 {
+				b = inos[(i+2)%3]
+			}
+			ref := append(bytes.Clone(refs[(i+1)%3]), refs[map[bool]int{true: i, false: (i + 2) % 3}[b == ino]]...)
+			do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Concat(ctx, ino, []fs.Ino{a, b}) })
+			refs[i] = ref
 			if len(refs[i]) > maxSize { // keep the files small
 				do(t, f, func(ctx context.Context, tx *fs.Txn) error {
 					sz := uint64(maxSize)
@@ -137,7 +143,7 @@ func TestSpanSplitMerge(t *testing.T) {
 				refs[i] = refs[i][:maxSize]
 			}
 		}
-		most = max(most, records(0), records(1))
+		most = max(most, records(0), records(1), records(2))
 		if step%50 == 49 {
 			verify(fmt.Sprintf("step %d", step))
 		}
@@ -168,5 +174,70 @@ func TestSpanSplitMerge(t *testing.T) {
 		t.Fatalf("after a sequential rewrite f0 has %d span records (%d before): not merged", after, before)
 	} else {
 		t.Logf("most records %d; f0 records %d -> %d after a sequential rewrite", most, before, after)
+	}
+}
+
+// TestSpanConcatEmptyOpenRecord: a file whose open span record holds
+// nothing (truncated into a gap between records, then extended past the
+// record's start) concatenated before another file: its open record must
+// not become an empty closed record (Check) and the result reads right.
+func TestSpanConcatEmptyOpenRecord(t *testing.T) {
+	ctx := context.Background()
+	tf := newTestFS(t, fsOpts{inlineMax: 64})
+	f := tf.FS
+	fs.SetCompactionForTest(f, 4, 8)
+	var a, b, c fs.Ino
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+		for k, p := range []*fs.Ino{&a, &b, &c} {
+			at, _, err := tx.Create(ctx, fs.RootIno, fmt.Sprint("f", k), fs.CreateRequest{Type: fs.TypeRegular, Exclusive: true})
+			if err != nil {
+				return err
+			}
+			*p = at.Ino
+		}
+		return nil
+	})
+	// 40 separate 100-byte extents, 4 KiB apart: several records.
+	for k := 0; k < 40; k++ {
+		do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, a, uint64(k)*4096, pattern(byte(k)|1, 100)) })
+	}
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, b, 0, pattern(7, 5000)) })
+	if n := countKeys(t, tf.KV, meta.SpanPrefix(uint64(a))); n < 3 {
+		t.Fatalf("a has %d span records, want several", n)
+	}
+	// Records [0, 16*4096), [16*4096, 32*4096), [32*4096, ...): punch the
+	// middle one away (a gap), then truncate into the gap.
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Punch(ctx, a, 16*4096, 16*4096) })
+	size := uint64(20 * 4096)
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+		_, err := tx.SetAttr(ctx, a, fs.SetAttr{Size: &size})
+		return err
+	})
+	requireCheckClean(t, f)
+	if n := countKeys(t, tf.KV, meta.SpanPrefix(uint64(a))); n != 2 {
+		t.Fatalf("a has %d span records after the punch and truncate, want 2 (the second empty)", n)
+	}
+	// Extend a past its empty open record's start (zeros).
+	size = 50 * 4096
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+		_, err := tx.SetAttr(ctx, a, fs.SetAttr{Size: &size})
+		return err
+	})
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Concat(ctx, c, []fs.Ino{a, b}) })
+	requireCheckClean(t, f)
+	var want []byte
+	for k := 0; k < 16; k++ {
+		want = append(append(want, pattern(byte(k)|1, 100)...), make([]byte, 4096-100)...)
+	}
+	want = append(append(want, make([]byte, size-16*4096)...), pattern(7, 5000)...)
+	err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
+		got, err := readAll(ctx, tx, c, uint64(len(want)))
+		if err == nil && !bytes.Equal(got, want) {
+			err = fmt.Errorf("concatenation reads differently")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
