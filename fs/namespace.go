@@ -373,6 +373,7 @@ func (t *Txn) CreateOrphan(ctx context.Context, dir Ino, mode uint32) (Attr, err
 			n.Mode &^= ModeSetgid
 		}
 		t.putInode(ino, n)
+		t.markFresh(ino)
 		t.orphaned = append(t.orphaned, ino)
 		t.tmpfiles = append(t.tmpfiles, ino)
 		if err := t.setRaw(ctx, meta.OrphanKey(uint64(ino)), tmpfileMark); err != nil {
@@ -467,6 +468,7 @@ func (t *Txn) Create(ctx context.Context, dir Ino, name string, req CreateReques
 		touch(d, now)
 		t.putInode(dir, d)
 		t.putInode(ino, n)
+		t.markFresh(ino)
 		return createResult{toAttr(ino, n), true}, nil
 	})
 	if err != nil {

@@ -338,6 +338,7 @@ func (t *Txn) concat(ctx context.Context, dst Ino, srcs []Ino, now int64) error 
 // It reports false, having changed nothing, when dst's records past shift
 // are not as expected (the caller then pastes).
 func (t *Txn) copySpans(ctx context.Context, src, dst Ino, df *meta.Inode, shift, srcUsed uint64) (bool, error) {
+	delete(t.fresh, dst) // it gets records written to the kv store directly
 	var pairs []kv.Pair
 	err := t.scanAll(ctx, meta.SpanPrefix(uint64(src)), func(p kv.Pair) error {
 		pairs = append(pairs, p)

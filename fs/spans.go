@@ -115,6 +115,9 @@ func (t *Txn) decodeSpan(key, b []byte) (*span, error) {
 // spansIn returns, in order, ino's span records overlapping file bytes
 // [off, end) (end > off) followed by the first record after them, if any.
 func (t *Txn) spansIn(ctx context.Context, ino Ino, off, end uint64) ([]*span, error) {
+	if _, ok := t.fresh[ino]; ok {
+		return nil, nil // created by this execution, no record written yet
+	}
 	var out []*span
 	start := meta.SpanSeekKey(uint64(ino), off)
 	stop := kv.PrefixEnd(meta.SpanPrefix(uint64(ino)))
@@ -246,6 +249,7 @@ func (t *Txn) writeSpan(ctx context.Context, ino Ino, n *meta.Inode, s *span) er
 	if err != nil {
 		return fmt.Errorf("%w: encoding: %v", ErrCorrupt, err)
 	}
+	delete(t.fresh, ino)
 	if err := t.setRaw(ctx, key, b); err != nil {
 		return err
 	}

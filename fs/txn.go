@@ -38,6 +38,11 @@ type Txn struct {
 
 	mutations int // bumped by every change, to detect half-done operations
 	inodes    map[Ino]*cachedInode
+	// fresh holds the inodes this execution created that have no span
+	// record yet: their numbers were just allocated (never reused,
+	// unknown to others until the commit), so spansIn need not read —
+	// until a span record of one is written (it then leaves the set).
+	fresh map[Ino]struct{}
 }
 
 type cachedInode struct {
@@ -117,6 +122,7 @@ func (t *Txn) reset() {
 		t.kvTxn = nil
 	}
 	t.inodes = map[Ino]*cachedInode{}
+	t.fresh = nil
 	t.orphaned = nil
 	t.dropped = nil
 	t.tmpfiles = nil
@@ -338,6 +344,14 @@ func (t *Txn) loadInode(ctx context.Context, ino Ino) (*meta.Inode, error) {
 	}
 	cp := *c.rec
 	return &cp, nil
+}
+
+// markFresh records that this execution created inode ino (Txn.fresh).
+func (t *Txn) markFresh(ino Ino) {
+	if t.fresh == nil {
+		t.fresh = map[Ino]struct{}{}
+	}
+	t.fresh[ino] = struct{}{}
 }
 
 // putInode stores rec (nil deletes the inode) in the transaction.
