@@ -84,7 +84,9 @@ func testLayoutUpgrade(t *testing.T, from int) {
 			do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, small, 10, []byte("inline")) })
 			seq := create("seq") // 48 chunks: several batches of 4
 			for off := 0; off < 12<<20; off += 1 << 20 {
-				do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, seq, uint64(off), pattern(byte(off>>20)|1, 1<<20)) })
+				do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+					return tx.Write(ctx, seq, uint64(off), pattern(byte(off>>20)|1, 1<<20))
+				})
 			}
 			for _, ino := range []fs.Ino{frag, sparse, small, seq} {
 				var a fs.Attr

@@ -199,7 +199,9 @@ func TestSpanConcatEmptyOpenRecord(t *testing.T) {
 	})
 	// 40 separate 100-byte extents, 4 KiB apart: several records.
 	for k := 0; k < 40; k++ {
-		do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, a, uint64(k)*4096, pattern(byte(k)|1, 100)) })
+		do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+			return tx.Write(ctx, a, uint64(k)*4096, pattern(byte(k)|1, 100))
+		})
 	}
 	do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, b, 0, pattern(7, 5000)) })
 	if n := countKeys(t, tf.KV, meta.SpanPrefix(uint64(a))); n < 3 {
