@@ -72,9 +72,10 @@ type Attr struct {
 	Size  uint64
 	// Used is the number of bytes of storage the file's data references
 	// (holes excluded; each extent rounded up to 4 KiB). GetAttr and
-	// GetAttrMask with AttrUsed compute it from the file's extents; the
-	// attributes other calls return (Lookup, Create, ReadDir, ...) give
-	// the size rounded up to 4 KiB instead.
+	// GetAttrMask with AttrUsed return it as the inode keeps it (updated
+	// by every change of the file's extents); the attributes other calls
+	// return (Lookup, Create, ReadDir, ...) give the size rounded up to
+	// 4 KiB instead.
 	Used uint64
 	Rdev uint64 // device number of char/block devices: major<<32 | minor
 	// Change increases on every change to the inode's data or attributes;

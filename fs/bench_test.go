@@ -505,7 +505,7 @@ func BenchmarkRandomWrite(b *testing.B) {
 	}
 }
 
-// BenchmarkGetAttrUsed: GetAttr (which computes Used from every chunk
+// BenchmarkGetAttrUsed: GetAttr (whose Used the inode keeps; layout 2 summed every chunk
 // record of the file) of a 256 MiB file written in 1 MiB pieces.
 func BenchmarkGetAttrUsed(b *testing.B) {
 	ctx := context.Background()

@@ -32,7 +32,8 @@ func (r *CheckReport) problem(format string, args ...any) {
 // Check verifies the whole file system in one snapshot: every record
 // decodes, directory entries and their cookie index agree, link counts
 // match, every directory is reachable from the root through its parent
-// chain, data chunks belong to existing files and hold nothing past the end of
+// chain, span records belong to existing files, do not overlap, end with an
+// open record, account for the inode's Used and hold nothing past the end of
 // file, and every slice pointer resolves to bytes whose checksum matches.
 // Problems are reported, not repaired. An error means the check itself
 // could not run.
@@ -189,28 +190,42 @@ func (t *Txn) check(ctx context.Context, rep *CheckReport) error {
 	}
 
 	seen := map[slice.Pointer]bool{}
-	err = t.scanAll(ctx, meta.AllChunksPrefix(), func(p kv.Pair) error {
-		ino, idx, err := meta.ParseChunkKey(p.Key)
+	used := map[uint64]uint64{}
+	var prevIno, prevLast uint64
+	havePrev := false
+	endFile := func() { // the previous file's records are all seen
+		if havePrev && prevLast != meta.SpanOpen {
+			rep.problem("inode %d: its last span record ends at %d instead of being open", prevIno, prevLast)
+		}
+	}
+	err = t.scanAll(ctx, meta.AllSpansPrefix(), func(p kv.Pair) error {
+		ino, start, last, r, err := meta.UnmarshalSpan(p.Key, p.Value)
 		if err != nil {
-			rep.problem("%v", err)
+			rep.problem("span record %x: %v", p.Key, err)
 			return nil
 		}
-		var r meta.Chunk
-		if err := meta.Unmarshal(p.Value, &r); err != nil {
-			rep.problem("inode %d chunk %d: %v", ino, idx, err)
-			return nil
+		if havePrev && ino == prevIno {
+			if start <= prevLast {
+				rep.problem("inode %d: span records overlap at [%d, %d]", ino, start, last)
+			}
+		} else {
+			endFile()
 		}
+		prevIno, prevLast, havePrev = ino, last, true
 		n, ok := inodes[ino]
 		if !ok || n.Type != uint8(TypeRegular) {
-			rep.problem("chunk %d of inode %d, which is not a regular file", idx, ino)
+			rep.problem("span [%d, %d] of inode %d, which is not a regular file", start, last, ino)
 			return nil
 		}
-		for _, e := range visible(r.Extents) {
-			if end := idx*meta.ChunkSize + uint64(e.End()); end > n.Size {
+		vis := visible(r.Extents)
+		if len(vis) > 0 {
+			if end := start + vis[len(vis)-1].End(); end > n.Size {
 				rep.problem("inode %d has data up to %d past its size %d", ino, end, n.Size)
-				break
 			}
+		} else if last != meta.SpanOpen {
+			rep.problem("inode %d: span record [%d, %d] holds nothing", ino, start, last)
 		}
+		used[ino] += spanUsed(r.Extents)
 		for _, e := range r.Extents {
 			if e.Kind != meta.KindSlice || seen[e.Pointer()] {
 				continue
@@ -222,30 +237,44 @@ func (t *Txn) check(ctx context.Context, rep *CheckReport) error {
 				if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 					return err
 				}
-				rep.problem("inode %d chunk %d: slice %v: %v", ino, idx, ptr, err)
+				rep.problem("inode %d span [%d, %d]: slice %v: %v", ino, start, last, ptr, err)
 				continue
 			}
 			rep.SliceBytes += uint64(ptr.Length)
 		}
 		return nil
 	})
+	endFile()
 	rep.Slices = len(seen)
 	if err != nil {
 		return err
 	}
-	// Layout: Open converts layout-1 region records to chunks and then
-	// records the layout; neither may be left undone.
+	for ino, n := range inodes {
+		if n.Type == uint8(TypeRegular) && n.Used != used[ino] {
+			rep.problem("inode %d records Used %d, its span records reference %d", ino, n.Used, used[ino])
+		}
+	}
+	// Layout: Open converts layout-1 region and layout-2 chunk records to
+	// span records and then records the layout; none may be left undone.
 	if b, err := t.getRaw(ctx, meta.MiscKey(meta.LayoutKey)); err != nil {
 		rep.problem("data layout record: %v", err)
-	} else if v, err := decodeUint64(b); err != nil || v != meta.LayoutChunks {
-		rep.problem("data layout %d, want %d (%v)", v, meta.LayoutChunks, err)
+	} else if v, err := decodeUint64(b); err != nil || v != meta.LayoutSpans {
+		rep.problem("data layout %d, want %d (%v)", v, meta.LayoutSpans, err)
 	}
-	err = t.scanAll(ctx, meta.AllRegionsPrefix(), func(p kv.Pair) error {
-		rep.problem("layout-1 region record %x left unconverted", p.Key)
-		return nil
-	})
-	if err != nil {
-		return err
+	if _, err := t.getRaw(ctx, meta.MiscKey(upgradeProgressKey)); err == nil {
+		rep.problem("a layout upgrade progress record is left")
+	}
+	for _, old := range []struct {
+		name   string
+		prefix []byte
+	}{{"layout-1 region", meta.AllRegionsPrefix()}, {"layout-2 chunk", meta.AllChunksPrefix()}} {
+		err = t.scanAll(ctx, old.prefix, func(p kv.Pair) error {
+			rep.problem("%s record %x left unconverted", old.name, p.Key)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 	}
 	return t.scanAll(ctx, []byte{'x'}, func(p kv.Pair) error {
 		ino, _, err := meta.ParseXattrKey(p.Key)

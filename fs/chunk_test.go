@@ -8,16 +8,16 @@ import (
 	"github.com/txnfs/txnfs/fs"
 )
 
-// TestChunkRangeOwnWrites: operations over ranges of many chunks (which
-// find the chunks with one kv scan) see the transaction's own uncommitted
-// chunks and deletions: Seek, Read, Yank/Paste and Punch inside one
+// TestChunkRangeOwnWrites: operations over long sparse ranges (which find
+// the span records with kv scans) see the transaction's own uncommitted
+// records and deletions: Seek, Read, Yank/Paste and Punch inside one
 // transaction, on a sparse file, then the committed result.
 func TestChunkRangeOwnWrites(t *testing.T) {
 	for _, kind := range []storeKind{storeMem, storePebble} {
 		t.Run(kind.String(), func(t *testing.T) {
 			ctx := context.Background()
 			f := newTestFS(t, fsOpts{kind: kind})
-			const far = 50 << 20 // chunk 200: past the per-key lookup range
+			const far = 50 << 20 // far away: a sparse range
 			var ino, copyIno fs.Ino
 			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
 				a, _, err := tx.Create(ctx, fs.RootIno, "sparse", fs.CreateRequest{Type: fs.TypeRegular})
@@ -53,8 +53,8 @@ func TestChunkRangeOwnWrites(t *testing.T) {
 				return nil
 			})
 			do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
-				// Punch a range of many chunks, then look in the same
-				// transaction: the deleted chunk must not show.
+				// Punch a long range, then look in the same
+				// transaction: the deleted data must not show.
 				if err := tx.Punch(ctx, ino, 1, far+100); err != nil {
 					return err
 				}

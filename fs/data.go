@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,65 +12,34 @@ import (
 	"github.com/txnfs/txnfs/slice"
 )
 
-// Region list maintenance thresholds.
+// Extent list maintenance thresholds.
 const (
-	// compactAfter: a chunk's list longer than this is compacted (WTF
-	// §2.8): overwritten and hidden extents are dropped.
+	// compactAfter: a span record's list longer than this is compacted
+	// (WTF §2.8): overwritten and hidden extents are dropped.
 	compactAfter = 32
-	// defragAfter: a compacted list still longer than this has its data
-	// rewritten into a few large slices.
-	defragAfter = 256
+	// spanMax: a span record whose compacted list is longer than this is
+	// split into records of spanMax/2 extents (or, when its extents are
+	// tiny, its data is rewritten into a few large slices: defrag); a
+	// record of at most spanMax/4 extents is merged with the next one
+	// when both fit in spanMax/2.
+	spanMax = 32
+	// defragBelow: a record split for length is defragmented instead when
+	// its extents average less than this many bytes of file space, so at
+	// most spanMax*defragBelow bytes are read and rewritten.
+	defragBelow = 1 << 10
 	// maxInlineRun: adjacent inline extents are merged up to this size;
 	// longer runs are moved into a slice.
 	maxInlineRun = 16 << 10
-	// inlineBudget bounds the inline bytes one chunk record holds, so a
-	// chunk record (rewritten on every write to the chunk) stays small:
-	// past it, compaction moves all inline data into slices.
+	// inlineBudget bounds the inline bytes one span record holds, so a
+	// record (rewritten on every write to it) stays small: past it,
+	// compaction moves all inline data into slices.
 	inlineBudget = 64 << 10
 )
 
-// overlay places e over the non-overlapping, sorted pieces in vis (newest
-// wins) and returns the new list.
-func overlay(vis []meta.Extent, e meta.Extent) []meta.Extent {
-	if n := len(vis); n == 0 || vis[n-1].End() <= e.Off {
-		return append(vis, e) // the common case: writing past everything seen
-	}
-	out := make([]meta.Extent, 0, len(vis)+2)
-	inserted := false
-	for _, p := range vis {
-		if p.End() <= e.Off {
-			out = append(out, p)
-			continue
-		}
-		if p.Off >= e.End() {
-			if !inserted {
-				out = append(out, e)
-				inserted = true
-			}
-			out = append(out, p)
-			continue
-		}
-		if p.Off < e.Off {
-			out = append(out, trim(p, p.Off, e.Off))
-		}
-		if !inserted {
-			out = append(out, e)
-			inserted = true
-		}
-		if p.End() > e.End() {
-			out = append(out, trim(p, e.End(), p.End()))
-		}
-	}
-	if !inserted {
-		out = append(out, e)
-	}
-	return out
-}
-
-// trim restricts extent e to chunk offsets [from, to).
-func trim(e meta.Extent, from, to uint32) meta.Extent {
-	d := from - e.Off
-	e.Off, e.Len = from, to-from
+// trim restricts extent e to record offsets [from, to).
+func trim(e meta.Extent, from, to uint64) meta.Extent {
+	d := uint32(from - e.Off)
+	e.Off, e.Len = from, uint32(to-from)
 	switch e.Kind {
 	case meta.KindSlice:
 		e.SliceOff += d
@@ -79,14 +49,66 @@ func trim(e meta.Extent, from, to uint32) meta.Extent {
 	return e
 }
 
-// visible returns the compacted form of a chunk's extent list: sorted,
-// non-overlapping pieces with data, holes left out.
-func visible(exts []meta.Extent) []meta.Extent {
-	var vis []meta.Extent
-	for _, e := range exts {
-		vis = overlay(vis, e)
+// cut removes record offsets [lo, hi) from the sorted, non-overlapping
+// list vis.
+func cut(vis []meta.Extent, lo, hi uint64) []meta.Extent {
+	out := make([]meta.Extent, 0, len(vis)+1)
+	for _, e := range vis {
+		if e.End() <= lo || e.Off >= hi {
+			out = append(out, e)
+			continue
+		}
+		if e.Off < lo {
+			out = append(out, trim(e, e.Off, lo))
+		}
+		if e.End() > hi {
+			out = append(out, trim(e, hi, e.End()))
+		}
 	}
-	return slices.DeleteFunc(vis, func(e meta.Extent) bool { return e.Kind == meta.KindHole })
+	return out
+}
+
+// visible returns the compacted form of a record's extent list: sorted,
+// non-overlapping pieces with data, holes left out. The list is swept from
+// its newest extent back, keeping the covered ranges sorted, so a long
+// list costs O(n log n), not a pass over the result per extent.
+func visible(exts []meta.Extent) []meta.Extent {
+	sorted := true
+	for i := range exts {
+		if exts[i].Kind == meta.KindHole || (i > 0 && exts[i].Off < exts[i-1].End()) {
+			sorted = false
+			break
+		}
+	}
+	if sorted { // already compacted: the common case
+		return slices.Clone(exts)
+	}
+	type iv struct{ lo, hi uint64 }
+	var covered []iv // sorted, disjoint, not touching
+	var out []meta.Extent
+	for i := len(exts) - 1; i >= 0; i-- {
+		e := exts[i]
+		lo, hi := e.Off, e.End()
+		// first covered range ending at or after lo (touching counts)
+		a, _ := slices.BinarySearchFunc(covered, lo, func(c iv, x uint64) int { return cmp.Compare(c.hi, x) })
+		cur, b := lo, a
+		for ; b < len(covered) && covered[b].lo <= hi; b++ {
+			if e.Kind != meta.KindHole && covered[b].lo > cur {
+				out = append(out, trim(e, cur, covered[b].lo))
+			}
+			cur = max(cur, covered[b].hi)
+		}
+		if e.Kind != meta.KindHole && cur < hi {
+			out = append(out, trim(e, cur, hi))
+		}
+		merged := iv{lo, hi}
+		if a < b {
+			merged.lo, merged.hi = min(lo, covered[a].lo), max(hi, covered[b-1].hi)
+		}
+		covered = slices.Replace(covered, a, b, merged)
+	}
+	slices.SortFunc(out, func(x, y meta.Extent) int { return cmp.Compare(x.Off, y.Off) })
+	return out
 }
 
 // filePiece is a visible piece of a file at file offset Off.
@@ -103,24 +125,22 @@ func (t *Txn) pieces(ctx context.Context, ino Ino, off, n uint64) ([]filePiece, 
 	}
 	var out []filePiece
 	end := off + n
-	idxs, err := t.chunksIn(ctx, ino, off/meta.ChunkSize, (end-1)/meta.ChunkSize)
+	spans, err := t.spansIn(ctx, ino, off, end)
 	if err != nil {
 		return nil, err
 	}
-	for _, idx := range idxs {
-		r, err := t.loadChunk(ctx, ino, idx)
-		if err != nil {
-			return nil, err
+	for _, s := range spans {
+		if s.start >= end {
+			break
 		}
-		base := idx * meta.ChunkSize
-		lo := uint32(max(off, base) - base)
-		hi := uint32(min(end, base+meta.ChunkSize) - base)
-		for _, e := range visible(r.Extents) {
+		lo := max(off, s.start) - s.start
+		hi := end - s.start
+		for _, e := range s.data() {
 			if e.End() <= lo || e.Off >= hi {
 				continue
 			}
 			e = trim(e, max(e.Off, lo), min(e.End(), hi))
-			out = append(out, filePiece{Off: base + uint64(e.Off), Ext: e})
+			out = append(out, filePiece{Off: s.start + e.Off, Ext: e})
 		}
 	}
 	return out, nil
@@ -209,8 +229,7 @@ func sliceErr(err error) error {
 }
 
 // storeData turns data destined for file offset off into extents in file
-// coordinates, split at region boundaries and slice.MaxSize (placePieces
-// splits them further at chunk boundaries); pieces larger
+// coordinates, split at region boundaries and slice.MaxSize; pieces larger
 // than the inline threshold are written to the slice store now.
 func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte) ([]filePiece, error) {
 	var out []filePiece
@@ -238,7 +257,7 @@ func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte) (
 // no flush (a NoSync commit over ordered stores, see Config.SlicesOrdered).
 // Small writes then go to slices too: inline data is there to save a
 // durable commit's data flush, and it makes every small write rewrite a
-// chunk record of up to inlineBudget bytes (measured: 4 KiB NoSync writes
+// span record of up to inlineBudget bytes (measured: 4 KiB NoSync writes
 // p50 104 µs, p99 9.7 ms inline; see docs/engine.md).
 func (t *Txn) noFlushSlices() bool { return t.opts.NoSync && t.fs.cfg.SlicesOrdered }
 
@@ -309,8 +328,7 @@ func (t *Txn) AppendAtEnd(ctx context.Context, ino Ino, data []byte) error {
 	if t.done {
 		return ErrTxnDone
 	}
-	// Pieces relative to offset 0; placePieces splits them at chunk
-	// boundaries once the offset is known.
+	// Pieces relative to offset 0, placed once the offset is known.
 	rel, err := t.storeData(ctx, ino, 0, data)
 	if err != nil {
 		return err
@@ -348,53 +366,74 @@ func (t *Txn) placeWritten(ctx context.Context, ino Ino, n *meta.Inode, ps []fil
 	return nil
 }
 
-// placePieces overlays file pieces (of any length, split here at chunk
-// boundaries) on the chunks of inode n, growing its size to cover them, and
-// compacts chunks whose lists grew long. Only the chunks the pieces touch
-// are loaded and re-encoded.
+// placePieces overlays file pieces (in ascending order) on the span
+// records of inode n, growing its size to cover them, and compacts, splits
+// and merges the records it changed. Only the records the pieces touch
+// are loaded and re-encoded: a piece in a gap between records extends
+// the next record down, and a file without records gets one open record.
 func (t *Txn) placePieces(ctx context.Context, ino Ino, n *meta.Inode, ps []filePiece) error {
-	byChunk := map[uint64]*meta.Chunk{}
-	var order []uint64
-	for _, whole := range ps {
-		for _, p := range splitPiece(whole.Off, whole.Ext) {
-			idx := p.Off / meta.ChunkSize
-			r, ok := byChunk[idx]
-			if !ok {
-				var err error
-				if r, err = t.loadChunk(ctx, ino, idx); err != nil {
-					return err
-				}
-				byChunk[idx] = r
-				order = append(order, idx)
+	if len(ps) == 0 {
+		return nil
+	}
+	lo, hi := ps[0].Off, ps[0].Off+uint64(ps[0].Ext.Len)
+	for _, p := range ps[1:] {
+		lo, hi = min(lo, p.Off), max(hi, p.Off+uint64(p.Ext.Len))
+	}
+	spans, err := t.spansIn(ctx, ino, lo, hi)
+	if err != nil {
+		return err
+	}
+	touched := make([]bool, len(spans))
+	j := 0
+	for i, whole := range ps {
+		if i > 0 && whole.Off < ps[i-1].Off {
+			j = 0 // not in order (callers place ascending pieces)
+		}
+		for done := uint64(0); done < uint64(whole.Ext.Len); {
+			a := whole.Off + done
+			for j < len(spans) && spans[j].last < a {
+				j++
 			}
-			e := p.Ext
-			e.Off = uint32(p.Off % meta.ChunkSize)
-			r.Extents = append(r.Extents, e)
-			if e.Kind != meta.KindHole {
-				r.End = max(r.End, e.End())
+			if j == len(spans) { // no record at or past a: the file has none
+				spans = append(spans, &span{start: a, last: meta.SpanOpen})
+				touched = append(touched, false)
 			}
-			if end := p.Off + uint64(e.Len); end > n.Size && e.Kind != meta.KindHole {
+			s := spans[j]
+			if s.start > a { // a gap before s: extend s down
+				s.moveStart(a)
+			}
+			k := min(uint64(whole.Ext.Len)-done, s.last-a+1)
+			if s.last-a+1 == 0 { // the open record at 0: room 2^64
+				k = uint64(whole.Ext.Len) - done
+			}
+			e := whole.Ext
+			if k < uint64(e.Len) || done > 0 {
+				e.Off = 0
+				e = trim(e, done, done+k)
+			}
+			e.Off = a - s.start
+			s.add(e)
+			touched[j] = true
+			if end := a + k; end > n.Size && e.Kind != meta.KindHole {
 				n.Size = end
 			}
+			done += k
 		}
 	}
-	for _, idx := range order {
-		r := byChunk[idx]
-		if len(r.Extents) > max(t.fs.compactAfter, 2*int(r.Compacted)) || inlineBytes(r) > inlineBudget {
-			if err := t.compact(ctx, ino, idx, r); err != nil {
-				return err
-			}
+	var changed []*span
+	for i, s := range spans {
+		if touched[i] {
+			changed = append(changed, s)
 		}
-		t.putChunk(ino, idx, r)
 	}
-	return nil
+	return t.storeSpans(ctx, ino, n, changed, true)
 }
 
-// compact rewrites a chunk's list in compacted form (WTF §2.8): merges
-// adjacent inline runs, moves long inline runs into slices, and if the list
-// is still long, rewrites the chunk's data into a few large slices.
-func (t *Txn) compact(ctx context.Context, ino Ino, idx uint64, r *meta.Chunk) error {
-	vis := visible(r.Extents)
+// compact rewrites a record's list in compacted form (WTF §2.8): merges
+// adjacent inline runs, moves long inline runs into slices and joins
+// adjacent pointers.
+func (t *Txn) compact(ctx context.Context, ino Ino, s *span) error {
+	vis := s.data()
 	var out []meta.Extent
 	for _, e := range vis {
 		if k := len(out) - 1; k >= 0 && e.Kind == meta.KindInline && out[k].Kind == meta.KindInline &&
@@ -405,42 +444,40 @@ func (t *Txn) compact(ctx context.Context, ino Ino, idx uint64, r *meta.Chunk) e
 		}
 		out = append(out, e)
 	}
-	evict := inlineBytes(&meta.Chunk{Extents: out}) > inlineBudget/2
+	evict := inlineBytes(out) > inlineBudget/2
 	for i, e := range out {
 		if e.Kind == meta.KindInline && (evict || int(e.Len) > t.fs.cfg.InlineMax) {
-			p, err := t.putSlice(ctx, ino, idx*meta.ChunkSize+uint64(e.Off), e.Data)
+			p, err := t.putSlice(ctx, ino, s.start+e.Off, e.Data)
 			if err != nil {
 				return err
 			}
 			out[i].SetPointer(p, 0)
 		}
 	}
-	out = mergePointers(out)
-	if len(out) > t.fs.defragAfter {
-		var err error
-		if out, err = t.defrag(ctx, ino, idx, out); err != nil {
-			return err
-		}
-	}
-	r.Extents = out
-	r.Compacted = uint32(len(out))
+	s.setCompacted(mergePointers(out))
 	return nil
 }
 
-// mergePointers joins adjacent slice extents whose slices are adjacent in
-// the same backing file into one extent over a combined pointer, so a
-// file written sequentially in small pieces compacts to a few extents.
+// mergePointers joins adjacent slice extents whose bytes are adjacent in
+// the same backing file (two slices written one after the other, or two
+// pieces of one slice) into one extent, so a file written sequentially in
+// small pieces compacts to a few extents.
 func mergePointers(vis []meta.Extent) []meta.Extent {
 	out := vis[:0:0]
 	for _, e := range vis {
 		k := len(out) - 1
-		if k >= 0 && e.Kind == meta.KindSlice && out[k].Kind == meta.KindSlice && out[k].End() == e.Off &&
-			out[k].SliceOff+out[k].Len == out[k].PtrLen && e.SliceOff == 0 {
-			if p, ok := slice.Combine(out[k].Pointer(), e.Pointer()); ok {
-				sliceOff := out[k].SliceOff
-				out[k].SetPointer(p, sliceOff)
+		if k >= 0 && e.Kind == meta.KindSlice && out[k].Kind == meta.KindSlice && out[k].End() == e.Off {
+			if out[k].Pointer() == e.Pointer() && out[k].SliceOff+out[k].Len == e.SliceOff && uint64(out[k].Len)+uint64(e.Len) <= slice.MaxSize {
 				out[k].Len += e.Len
 				continue
+			}
+			if out[k].SliceOff+out[k].Len == out[k].PtrLen && e.SliceOff == 0 {
+				if p, ok := slice.Combine(out[k].Pointer(), e.Pointer()); ok {
+					sliceOff := out[k].SliceOff
+					out[k].SetPointer(p, sliceOff)
+					out[k].Len += e.Len
+					continue
+				}
 			}
 		}
 		out = append(out, e)
@@ -448,21 +485,22 @@ func mergePointers(vis []meta.Extent) []meta.Extent {
 	return out
 }
 
-func inlineBytes(r *meta.Chunk) int {
+func inlineBytes(exts []meta.Extent) int {
 	n := 0
-	for _, e := range r.Extents {
+	for _, e := range exts {
 		n += len(e.Data)
 	}
 	return n
 }
 
-// defrag reads a fragmented chunk's visible data and rewrites contiguous
+// defrag reads a fragmented record's visible data and rewrites contiguous
 // runs as slices of up to slice.MaxSize.
-func (t *Txn) defrag(ctx context.Context, ino Ino, idx uint64, vis []meta.Extent) ([]meta.Extent, error) {
+func (t *Txn) defrag(ctx context.Context, ino Ino, s *span) error {
+	vis := s.rec.Extents
 	var out []meta.Extent
 	for i := 0; i < len(vis); {
 		j, runEnd := i, vis[i].End()
-		for j+1 < len(vis) && vis[j+1].Off == runEnd && runEnd-vis[i].Off+vis[j+1].Len <= slice.MaxSize {
+		for j+1 < len(vis) && vis[j+1].Off == runEnd && runEnd-vis[i].Off+uint64(vis[j+1].Len) <= slice.MaxSize {
 			j++
 			runEnd = vis[j].End()
 		}
@@ -474,170 +512,88 @@ func (t *Txn) defrag(ctx context.Context, ino Ino, idx uint64, vis []meta.Extent
 		buf := make([]byte, runEnd-vis[i].Off)
 		for _, e := range vis[i : j+1] {
 			if err := t.fs.readPiece(ctx, e, buf[e.Off-vis[i].Off:e.End()-vis[i].Off]); err != nil {
-				return nil, err
+				return err
 			}
 		}
-		p, err := t.putSlice(ctx, ino, idx*meta.ChunkSize+uint64(vis[i].Off), buf)
+		p, err := t.putSlice(ctx, ino, s.start+vis[i].Off, buf)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		e := meta.Extent{Off: vis[i].Off, Len: uint32(len(buf))}
 		e.SetPointer(p, 0)
 		out = append(out, e)
 		i = j + 1
 	}
-	return out, nil
+	s.setCompacted(out)
+	return nil
 }
 
-// truncate changes a file's size: shrinking drops chunks past the end and
-// clips the last one, so a later extension reads zeros.
+// truncate changes a file's size: shrinking clips the record holding the
+// new end (which becomes the open record) and deletes every record after
+// it, so a later extension reads zeros.
 func (t *Txn) truncate(ctx context.Context, ino Ino, n *meta.Inode, size uint64) error {
 	if size < n.Size {
-		last := size / meta.ChunkSize
-		cut := uint32(size % meta.ChunkSize)
-		first := last + 1
-		if cut == 0 {
-			first = last
-		}
-		if err := t.dropChunksFrom(ctx, ino, first); err != nil {
-			return err
-		}
-		if cut != 0 {
-			r, err := t.loadChunk(ctx, ino, last)
-			if err != nil {
+		if size == 0 {
+			if err := t.deletePrefix(ctx, meta.SpanPrefix(uint64(ino))); err != nil {
 				return err
 			}
-			var kept []meta.Extent
-			for _, e := range visible(r.Extents) {
-				if e.Off < cut {
-					kept = append(kept, trim(e, e.Off, min(e.End(), cut)))
-				}
+			n.Used = 0
+			n.Size = 0
+			return nil
+		}
+		spans, err := t.spansIn(ctx, ino, size, size+1)
+		if err != nil {
+			return err
+		}
+		if len(spans) > 0 {
+			s := spans[0]
+			// Every record after s goes.
+			from := append(slices.Clone(s.key), 0)
+			if err := t.deleteRange(ctx, ino, n, from, kv.PrefixEnd(meta.SpanPrefix(uint64(ino)))); err != nil {
+				return err
 			}
-			r.Extents, r.End = kept, min(r.End, cut)
-			t.putChunk(ino, last, r)
+			if size > s.start {
+				s.setCompacted(cut(s.data(), size-s.start, meta.SpanOpen))
+			} else {
+				s.setCompacted(nil)
+			}
+			s.last = meta.SpanOpen
+			if err := t.storeSpans(ctx, ino, n, []*span{s}, true); err != nil {
+				return err
+			}
 		}
 	}
 	n.Size = size
 	return nil
 }
 
-// dropChunksFrom deletes the chunks of ino with index >= first.
-func (t *Txn) dropChunksFrom(ctx context.Context, ino Ino, first uint64) error {
-	start := meta.ChunkKey(uint64(ino), first)
-	end := kv.PrefixEnd(meta.ChunkPrefix(uint64(ino)))
-	for {
-		pairs, err := t.scanRaw(ctx, start, end, 1024)
-		if err != nil {
-			return err
-		}
-		for _, p := range pairs {
-			if err := t.deleteRaw(ctx, p.Key); err != nil {
-				return err
-			}
-		}
-		if len(pairs) < 1024 {
-			break
-		}
-		start = append(slices.Clone(pairs[len(pairs)-1].Key), 0)
-	}
-	for id := range t.chunks {
-		if id.ino == ino && id.idx >= first {
-			delete(t.chunks, id)
-		}
-	}
-	return nil
-}
-
-// chunkScanMin: pieces and punchRange find the chunks of a range of at
-// least this many chunks with one range scan (which sees only chunks that
-// exist, so a huge sparse range costs what it holds); shorter ranges get
-// each chunk by key, which keeps their read sets to single keys.
-const chunkScanMin = 16
-
-// chunksIn returns, in order, the indexes of ino's chunks in [first, last]
-// that may hold extents in this transaction's view. Chunks found by a scan
-// are decoded into the transaction's cache on the way.
-func (t *Txn) chunksIn(ctx context.Context, ino Ino, first, last uint64) ([]uint64, error) {
-	if last < first {
-		return nil, nil
-	}
-	if last-first < chunkScanMin {
-		idxs := make([]uint64, 0, last-first+1)
-		for idx := first; idx <= last; idx++ {
-			idxs = append(idxs, idx)
-		}
-		return idxs, nil
-	}
-	found := map[uint64]bool{}
-	start, end := meta.ChunkKey(uint64(ino), first), meta.ChunkKey(uint64(ino), last+1)
-	for {
-		pairs, err := t.scanRaw(ctx, start, end, 1024)
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range pairs {
-			_, idx, err := meta.ParseChunkKey(p.Key)
-			if err != nil {
-				return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-			}
-			found[idx] = true
-			if _, ok := t.chunks[chunkID{ino, idx}]; !ok {
-				if _, err := t.cacheChunk(ino, idx, p.Key, p.Value, true); err != nil {
-					return nil, err
-				}
-			}
-		}
-		if len(pairs) < 1024 {
-			break
-		}
-		start = append(slices.Clone(pairs[len(pairs)-1].Key), 0)
-	}
-	for id, c := range t.chunks { // this transaction's own chunks
-		if id.ino == ino && id.idx >= first && id.idx <= last {
-			found[id.idx] = c.rec != nil
-		}
-	}
-	idxs := make([]uint64, 0, len(found))
-	for idx, ok := range found {
-		if ok {
-			idxs = append(idxs, idx)
-		}
-	}
-	slices.Sort(idxs)
-	return idxs, nil
-}
-
-// punchRange makes file bytes [off, off+n) read as zeros: chunks wholly
-// inside the range are deleted, the (at most two) partly covered ones get a
-// hole and are compacted, so the punched slices lose their references. It
-// costs what the range holds, not its length.
-func (t *Txn) punchRange(ctx context.Context, ino Ino, off, n uint64) error {
+// punchRange makes file bytes [off, off+n) read as zeros: records wholly
+// inside the range are deleted, the (at most two) partly covered ones lose
+// the range and are compacted, so the punched slices lose their
+// references. It costs what the range holds, not its length.
+func (t *Txn) punchRange(ctx context.Context, ino Ino, f *meta.Inode, off, n uint64) error {
 	if n == 0 {
 		return nil
 	}
 	end := off + n
-	idxs, err := t.chunksIn(ctx, ino, off/meta.ChunkSize, (end-1)/meta.ChunkSize)
+	spans, err := t.spansIn(ctx, ino, off, end)
 	if err != nil {
 		return err
 	}
-	for _, idx := range idxs {
-		r, err := t.loadChunk(ctx, ino, idx)
-		if err != nil {
-			return err
+	var changed []*span
+	for _, s := range spans {
+		if s.start >= end {
+			break
 		}
-		if len(r.Extents) == 0 {
+		if s.start >= off && s.last < end {
+			if err := t.dropSpan(ctx, f, s); err != nil {
+				return err
+			}
 			continue
 		}
-		base := idx * meta.ChunkSize
-		lo, hi := max(off, base)-base, min(end, base+meta.ChunkSize)-base
-		if lo == 0 && hi == meta.ChunkSize {
-			r.Extents = nil
-		} else {
-			hole := meta.Extent{Off: uint32(lo), Len: uint32(hi - lo), Kind: meta.KindHole}
-			r.Extents = visible(append(r.Extents, hole))
-		}
-		r.Compacted = uint32(len(r.Extents))
-		t.putChunk(ino, idx, r)
+		lo, hi := max(off, s.start)-s.start, end-s.start
+		s.setCompacted(cut(s.data(), lo, hi))
+		changed = append(changed, s)
 	}
-	return nil
+	return t.storeSpans(ctx, ino, f, changed, true)
 }

@@ -3,8 +3,6 @@ package fs
 import (
 	"bytes"
 	"sync"
-
-	"github.com/txnfs/txnfs/meta"
 )
 
 // decodeCacheMaxBytes bounds the encoded bytes the decode cache holds.
@@ -14,13 +12,13 @@ const decodeCacheMaxBytes = 32 << 20
 // encoded bytes (map entry, key, the decoded struct).
 const decodeCacheEntryOverhead = 256
 
-// decodeCache keeps decoded inode and chunk records by kv key together
+// decodeCache keeps decoded inode and span records by kv key together
 // with the encoded bytes they were decoded from: a transaction that reads a
 // record whose bytes are identical to the cached ones takes the decoded
 // value instead of decoding CBOR again (nfs4 ENGINE-REQUESTS 4). Byte
 // equality makes it exact whatever snapshot the bytes came from, so it
 // needs no invalidation. Cached values are shared and never modified
-// (loadInode and loadChunk hand out copies; putInode and putChunk store
+// (loadInode and decodeSpan hand out copies; putInode and writeSpan store
 // new values).
 type decodeCache struct {
 	mu    sync.Mutex
@@ -31,9 +29,6 @@ type decodeCache struct {
 type decodedEntry struct {
 	raw []byte
 	val any
-	// usedOK and usedVal memoize chunkUsed of a chunk record.
-	usedOK  bool
-	usedVal uint64
 }
 
 // get returns the value decoded from raw under key, if cached.
@@ -75,32 +70,4 @@ func (c *decodeCache) put(key, raw []byte, val any) {
 			}
 		}
 	}
-}
-
-// used returns chunkUsed of the chunk record raw stored under key,
-// decoding it (and caching the result) only if these bytes are new.
-func (c *decodeCache) used(key, raw []byte) (uint64, error) {
-	c.mu.Lock()
-	e, ok := c.m[string(key)]
-	c.mu.Unlock()
-	if ok && bytes.Equal(e.raw, raw) {
-		if e.usedOK {
-			return e.usedVal, nil
-		}
-	} else {
-		rec := new(meta.Chunk)
-		if err := meta.Unmarshal(raw, rec); err != nil {
-			return 0, err
-		}
-		e = decodedEntry{raw: raw, val: rec}
-		c.put(key, raw, rec)
-	}
-	u := chunkUsed(e.val.(*meta.Chunk))
-	c.mu.Lock()
-	if cur, ok := c.m[string(key)]; ok && bytes.Equal(cur.raw, raw) {
-		cur.usedOK, cur.usedVal = true, u
-		c.m[string(key)] = cur
-	}
-	c.mu.Unlock()
-	return u, nil
 }

@@ -9,9 +9,89 @@ import (
 )
 
 // SetCompactionForTest lowers f's compaction thresholds (compactAfter,
-// defragAfter in data.go) so that short tests compact and defragment often.
-func SetCompactionForTest(f *FS, compact, defrag int) {
-	f.compactAfter, f.defragAfter = compact, defrag
+// spanMax in data.go) so that short tests compact, split, merge and
+// defragment span records often.
+func SetCompactionForTest(f *FS, compact, spanMax int) {
+	f.compactAfter, f.spanMax = compact, spanMax
+}
+
+// inodeV1ForTest is meta.Inode as encoded before layout 3 (no Used).
+type inodeV1ForTest struct {
+	_          struct{} `cbor:",toarray"`
+	Type       uint8
+	Mode       uint32
+	Nlink      uint32
+	Uid        uint32
+	Gid        uint32
+	Size       uint64
+	Rdev       uint64
+	Atime      int64
+	Mtime      int64
+	Ctime      int64
+	Btime      int64
+	Change     uint64
+	Gen        uint64
+	Parent     uint64
+	NextCookie uint64
+	Target     string
+}
+
+// WriteLayout2ForTest rewrites the store in data layout 2, as an engine
+// before layout 3 would have left it: every file's span records become
+// chunk records (its visible extents cut at meta.ChunkSize boundaries),
+// every inode is encoded without Used, and the layout record says 2.
+func WriteLayout2ForTest(ctx context.Context, f *FS) error {
+	return f.Do(ctx, RootCred, func(t *Txn) error {
+		return t.internal(ctx, "downgrade-2", func(ctx context.Context) (any, error) {
+			var inodes []kv.Pair
+			if err := t.scanAll(ctx, meta.InodePrefix(), func(p kv.Pair) error {
+				inodes = append(inodes, p)
+				return nil
+			}); err != nil {
+				return nil, err
+			}
+			for _, p := range inodes {
+				ino, err := meta.ParseIno(p.Key)
+				if err != nil {
+					return nil, err
+				}
+				var n meta.Inode
+				if err := meta.Unmarshal(p.Value, &n); err != nil {
+					return nil, err
+				}
+				if n.Type == uint8(TypeRegular) {
+					chunks, err := t.chunksOf(ctx, Ino(ino))
+					if err != nil {
+						return nil, err
+					}
+					if err := t.deletePrefix(ctx, meta.SpanPrefix(ino)); err != nil {
+						return nil, err
+					}
+					for idx, c := range chunks {
+						b, err := meta.Marshal(c)
+						if err != nil {
+							return nil, err
+						}
+						if err := t.setRaw(ctx, meta.ChunkKey(ino, idx), b); err != nil {
+							return nil, err
+						}
+					}
+				}
+				old := inodeV1ForTest{Type: n.Type, Mode: n.Mode, Nlink: n.Nlink, Uid: n.Uid, Gid: n.Gid, Size: n.Size, Rdev: n.Rdev,
+					Atime: n.Atime, Mtime: n.Mtime, Ctime: n.Ctime, Btime: n.Btime, Change: n.Change, Gen: n.Gen,
+					Parent: n.Parent, NextCookie: n.NextCookie, Target: n.Target}
+				b, err := meta.Marshal(&old)
+				if err != nil {
+					return nil, err
+				}
+				if err := t.setRaw(ctx, p.Key, b); err != nil {
+					return nil, err
+				}
+			}
+			t.inodes = map[Ino]*cachedInode{}
+			return nil, t.setRaw(ctx, meta.MiscKey(meta.LayoutKey), encodeUint64(meta.LayoutChunks))
+		})
+	})
 }
 
 // SetUpgradeBatchForTest sets the number of region records converted per
@@ -24,14 +104,18 @@ func SetUpgradeBatchForTest(n int) (restore func()) {
 }
 
 // WriteLayout1ForTest rewrites the store in data layout 1, as an engine
-// before layout 2 would have left it: the chunk records are merged into
+// before layout 2 would have left it: WriteLayout2ForTest, then the chunk
+// records are merged into
 // one Region record per meta.RegionSize region and the layout record is
 // deleted. Pieces of one extent that were cut at chunk boundaries are
 // joined again, and each region's list starts with a hole over the whole
-// region and a garbage inline copy of every slice extent, all overwritten
+// region and a garbage inline copy of every slice extent up to 64 KiB, all overwritten
 // by the later extents (layout 1's "later extent wins" lists), so the
 // conversion must honour list order.
 func WriteLayout1ForTest(ctx context.Context, f *FS) error {
+	if err := WriteLayout2ForTest(ctx, f); err != nil {
+		return err
+	}
 	return f.Do(ctx, RootCred, func(t *Txn) error {
 		return t.internal(ctx, "downgrade", func(ctx context.Context) (any, error) {
 			type rid struct{ ino, idx uint64 }
@@ -47,7 +131,7 @@ func WriteLayout1ForTest(ctx context.Context, f *FS) error {
 					return err
 				}
 				id := rid{ino, cidx * meta.ChunkSize / meta.RegionSize}
-				shift := uint32(cidx * meta.ChunkSize % meta.RegionSize)
+				shift := cidx * meta.ChunkSize % meta.RegionSize
 				for _, e := range visible(c.Extents) {
 					e.Off += shift
 					l := regions[id]
@@ -69,15 +153,14 @@ func WriteLayout1ForTest(ctx context.Context, f *FS) error {
 					return nil, err
 				}
 			}
-			t.chunks = map[chunkID]*cachedChunk{}
 			for id, exts := range regions {
 				r := meta.Region{}
 				for _, e := range exts {
-					r.End = max(r.End, e.End())
+					r.End = max(r.End, uint32(e.End()))
 				}
 				r.Extents = append(r.Extents, meta.Extent{Kind: meta.KindHole, Len: r.End})
 				for _, e := range exts {
-					if e.Kind == meta.KindSlice {
+					if e.Kind == meta.KindSlice && e.Len <= 64<<10 { // (bounded: a record is at most 8 MiB)
 						g := make([]byte, e.Len)
 						for i := range g {
 							g[i] = 0xee

@@ -296,14 +296,20 @@ func TestCorruptMetadata(t *testing.T) {
 					key = meta.InodeKey(uint64(b.f2))
 				case "dirent":
 					key = meta.DirentKey(uint64(fs.RootIno), "f1")
-				case "region":
-					key = meta.ChunkKey(uint64(b.f1), 0)
 				case "cookie":
 					key = meta.CookieKey(uint64(fs.RootIno), 5)
 				}
 				kt, err := f.KV.Begin(ctx, kv.TxnOptions{})
 				if err != nil {
 					t.Fatal(err)
+				}
+				if target == "region" { // f1's first span record
+					prefix := meta.SpanPrefix(uint64(b.f1))
+					pairs, err := kt.Scan(ctx, prefix, kv.PrefixEnd(prefix), 1)
+					if err != nil || len(pairs) == 0 {
+						t.Fatalf("no span record of f1: %v", err)
+					}
+					key = pairs[0].Key
 				}
 				old, err := kt.Get(ctx, key)
 				if err != nil {
@@ -329,7 +335,8 @@ func TestCorruptMetadata(t *testing.T) {
 				case "dirent":
 					decodes = meta.Unmarshal(val, &meta.Dirent{}) == nil
 				case "region":
-					decodes = meta.Unmarshal(val, &meta.Chunk{}) == nil
+					_, _, _, _, err := meta.UnmarshalSpan(key, val)
+					decodes = err == nil
 				case "cookie":
 					decodes = true
 				}

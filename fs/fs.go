@@ -76,12 +76,13 @@ type FS struct {
 	log    *slog.Logger
 
 	inos inoAllocator
-	// compactAfter and defragAfter are the constants of the same names
+	// compactAfter and spanMax are the constants of the same names
 	// (tests lower them to make compaction frequent).
-	compactAfter, defragAfter int
-	appender                  appender
-	gcState                   gcTracker
-	decoded                   decodeCache
+	compactAfter, spanMax int
+	appender              appender
+	gcState               gcTracker
+	decoded               decodeCache
+	hints                 spanHints
 	// xattrs is false while the store holds no extended attribute at all
 	// (probed at Open, set before any transaction writes one): deleting
 	// an inode then skips the scan of its attributes, one of the four kv
@@ -111,7 +112,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	f := &FS{cfg: cfg, kv: cfg.KV, slices: cfg.Slices, log: cfg.Logger, compactAfter: compactAfter, defragAfter: defragAfter}
+	f := &FS{cfg: cfg, kv: cfg.KV, slices: cfg.Slices, log: cfg.Logger, compactAfter: compactAfter, spanMax: spanMax}
 	f.mu.pins = map[Ino]int{}
 	f.mu.secrets = map[string][]byte{}
 	f.mu.orphans = map[Ino]struct{}{}

@@ -13,7 +13,7 @@ import (
 )
 
 // Garbage collection (WTF §2.9). Slices are never reference-counted: a
-// collection lists the backing files' sizes, then scans all chunk records
+// collection lists the backing files' sizes, then scans all span records
 // in one snapshot for the pointers in use; byte ranges below the listed
 // sizes that no pointer covers are unreferenced. A range is freed (a hole
 // punched) only when two consecutive collections found it unreferenced
@@ -276,7 +276,7 @@ func (f *FS) loadGC(ctx context.Context) (gcRecord, error) {
 	return rec, err
 }
 
-// liveRanges scans every chunk record in one snapshot and returns the
+// liveRanges scans every span record in one snapshot and returns the
 // backing-file ranges referenced by slice pointers, and the GC epoch begun
 // right after the snapshot was taken.
 func (f *FS) liveRanges(ctx context.Context) (map[uint32]ranges, int, uint64, error) {
@@ -288,16 +288,12 @@ func (f *FS) liveRanges(ctx context.Context) (map[uint32]ranges, int, uint64, er
 			return err
 		}
 		epoch = f.gcState.advance()
-		return t.scanAll(ctx, meta.AllChunksPrefix(), func(p kv.Pair) error {
-			ino, idx, err := meta.ParseChunkKey(p.Key)
+		return t.scanAll(ctx, meta.AllSpansPrefix(), func(p kv.Pair) error {
+			s, err := t.decodeSpan(p.Key, p.Value)
 			if err != nil {
-				return fmt.Errorf("%w: %v", ErrCorrupt, err)
+				return err
 			}
-			var r meta.Chunk
-			if err := meta.Unmarshal(p.Value, &r); err != nil {
-				return fmt.Errorf("%w: inode %d chunk %d: %v", ErrCorrupt, ino, idx, err)
-			}
-			for _, e := range r.Extents {
+			for _, e := range s.rec.Extents {
 				if e.Kind != meta.KindSlice || seen[e.Pointer()] {
 					continue
 				}

@@ -19,11 +19,20 @@ import (
 // TestLayout1Upgrade: a store written in data layout 1 (one Region record
 // per 64 MiB region, made by fs.WriteLayout1ForTest from files written
 // through the API) opens, reads the same bytes, passes Check, holds no
-// region records and is writable afterwards. More than one upgrade batch
-// of regions is converted (a sparse file with data in 70 regions), and
-// Opens that fail half-way (injected kv errors) leave a store the next
-// Open finishes converting.
-func TestLayout1Upgrade(t *testing.T) {
+// region (or chunk) records and is writable afterwards. More than one
+// upgrade batch of regions is converted (a sparse file with data in 70
+// regions), and Opens that fail half-way (injected kv errors) leave a
+// store the next Open finishes converting (to layout 2, then 3).
+func TestLayout1Upgrade(t *testing.T) { testLayoutUpgrade(t, meta.LayoutRegions) }
+
+// TestLayout2Upgrade: the same from data layout 2 (one Chunk record per
+// 256 KiB, inodes without Used, made by fs.WriteLayout2ForTest) to span
+// records: files span several conversion batches (a 12 MiB sequential
+// file, the sparse one), Opens fail half-way through files, and the
+// converted store passes Check (record invariants, every inode's Used).
+func TestLayout2Upgrade(t *testing.T) { testLayoutUpgrade(t, meta.LayoutChunks) }
+
+func testLayoutUpgrade(t *testing.T, from int) {
 	for _, kind := range []storeKind{storeMem, storePebble} {
 		t.Run(kind.String(), func(t *testing.T) {
 			seed := uint64(time.Now().UnixNano())
@@ -73,7 +82,13 @@ func TestLayout1Upgrade(t *testing.T) {
 			}
 			small := create("small")
 			do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, small, 10, []byte("inline")) })
-			for _, ino := range []fs.Ino{frag, sparse, small} {
+			seq := create("seq") // 48 chunks: several batches of 4
+			for off := 0; off < 12<<20; off += 1 << 20 {
+				do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+					return tx.Write(ctx, seq, uint64(off), pattern(byte(off>>20)|1, 1<<20))
+				})
+			}
+			for _, ino := range []fs.Ino{frag, sparse, small, seq} {
 				var a fs.Attr
 				do(t, f, func(ctx context.Context, tx *fs.Txn) (err error) { a, err = tx.GetAttr(ctx, ino); return err })
 				files = append(files, file{ino, a.Size})
@@ -107,14 +122,26 @@ func TestLayout1Upgrade(t *testing.T) {
 			for _, fl := range files {
 				want = append(want, readFile(f, fl))
 			}
-			if err := fs.WriteLayout1ForTest(ctx, f); err != nil {
-				t.Fatal(err)
+			if from == meta.LayoutRegions {
+				if err := fs.WriteLayout1ForTest(ctx, f); err != nil {
+					t.Fatal(err)
+				}
+				if n := countKeys(t, tf.KV, meta.AllRegionsPrefix()); n < 71 {
+					t.Fatalf("layout 1 store has %d region records, want at least 71", n)
+				}
+				if n := countKeys(t, tf.KV, meta.AllChunksPrefix()); n != 0 {
+					t.Fatalf("layout 1 store has %d chunk records", n)
+				}
+			} else {
+				if err := fs.WriteLayout2ForTest(ctx, f); err != nil {
+					t.Fatal(err)
+				}
+				if n := countKeys(t, tf.KV, meta.AllChunksPrefix()); n < 48+70 {
+					t.Fatalf("layout 2 store has %d chunk records, want at least %d", n, 48+70)
+				}
 			}
-			if n := countKeys(t, tf.KV, meta.AllRegionsPrefix()); n < 71 {
-				t.Fatalf("layout 1 store has %d region records, want at least 71", n)
-			}
-			if n := countKeys(t, tf.KV, meta.AllChunksPrefix()); n != 0 {
-				t.Fatalf("layout 1 store has %d chunk records", n)
+			if n := countKeys(t, tf.KV, meta.AllSpansPrefix()); n != 0 {
+				t.Fatalf("layout %d store has %d span records", from, n)
 			}
 			// Interrupted upgrades: Open over a kv store that fails calls
 			// (and conflicts) until one Open gets through; each failed
@@ -136,7 +163,8 @@ func TestLayout1Upgrade(t *testing.T) {
 					t.Fatalf("Open over the faulty store: %v", err)
 				}
 				failures++
-				if r, c := countKeys(t, tf.KV, meta.AllRegionsPrefix()), countKeys(t, tf.KV, meta.AllChunksPrefix()); r > 0 && c > 0 {
+				r, c, sp := countKeys(t, tf.KV, meta.AllRegionsPrefix()), countKeys(t, tf.KV, meta.AllChunksPrefix()), countKeys(t, tf.KV, meta.AllSpansPrefix())
+				if (r > 0 && c > 0) || (c > 0 && sp > 0) {
 					partial = true // stopped half-way through the conversion
 				}
 			}
@@ -147,10 +175,10 @@ func TestLayout1Upgrade(t *testing.T) {
 			}
 			f2, err := fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices, Clock: fixedClock, InlineMax: 64, GCWait: time.Millisecond})
 			if err != nil {
-				t.Fatalf("opening the layout 1 store: %v", err)
+				t.Fatalf("opening the layout %d store: %v", from, err)
 			}
-			if n := countKeys(t, tf.KV, meta.AllRegionsPrefix()); n != 0 {
-				t.Fatalf("%d region records left after the upgrade", n)
+			if r, c := countKeys(t, tf.KV, meta.AllRegionsPrefix()), countKeys(t, tf.KV, meta.AllChunksPrefix()); r+c != 0 {
+				t.Fatalf("%d region and %d chunk records left after the upgrade", r, c)
 			}
 			for i, fl := range files {
 				if got := readFile(f2, fl); !bytes.Equal(got, want[i]) {
@@ -185,17 +213,17 @@ func TestLayoutNewerRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kt.Set(meta.MiscKey(meta.LayoutKey), []byte{0, 0, 0, 0, 0, 0, 0, 3})
+	kt.Set(meta.MiscKey(meta.LayoutKey), []byte{0, 0, 0, 0, 0, 0, 0, 4})
 	if err := kt.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_, err = fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices})
 	if !errors.Is(err, fs.ErrNotSupported) {
-		t.Fatalf("Open of a layout-3 store: %v, want ErrNotSupported", err)
+		t.Fatalf("Open of a layout-4 store: %v, want ErrNotSupported", err)
 	}
 	rep, err := tf.Check(ctx)
 	if err != nil || rep.OK() {
-		t.Fatalf("Check of a layout-3 store: OK=%v %v", rep.OK(), err)
+		t.Fatalf("Check of a layout-4 store: OK=%v %v", rep.OK(), err)
 	}
 }
 

@@ -1374,9 +1374,10 @@ func TestRegionBoundaries(t *testing.T) {
 }
 
 // TestChunkFragmentation runs the same operations around the first
-// chunk boundaries (meta.ChunkSize) with many small writes, so the files
-// get chunks of many extents with writes, pastes and punches straddling
-// chunk boundaries, and chunk records are compacted and defragmented.
+// layout-2 chunk boundaries (meta.ChunkSize, 256 KiB apart) with many small
+// writes, so the files get span records of many extents with writes,
+// pastes and punches straddling record boundaries, and records are
+// compacted, split, merged and defragmented.
 // Reproduce a failure with the printed -rapid.seed.
 func TestChunkFragmentation(t *testing.T) {
 	const C = meta.ChunkSize
@@ -1390,7 +1391,7 @@ func TestChunkFragmentation(t *testing.T) {
 // offsets within ±win/2 of the given windows (ascending, the first 0,
 // more than 3*win apart), of up to maxN bytes, and checks the windows and
 // the gaps between them against a sparse reference. With compactOften the
-// engine compacts chunk lists longer than 4 and defragments compacted
+// engine compacts record lists longer than 4 and splits (or defragments) compacted
 // lists longer than 8.
 func runWindows(t *rapid.T, windows []uint64, win, maxN int, compactOften bool) {
 	ctx := context.Background()

@@ -112,7 +112,7 @@ func (t *Txn) dropLink(ctx context.Context, ino Ino, n *meta.Inode, now int64) e
 	return t.deleteInode(ctx, ino)
 }
 
-// deleteInode removes an inode with all its chunks and attributes. The
+// deleteInode removes an inode with all its span records and attributes. The
 // attributes are not scanned for while the store has none (FS.xattrs):
 // the deletion then reads the inode record instead (unlink has it cached
 // already), and SetXattr reads and rewrites that record after setting
@@ -120,7 +120,7 @@ func (t *Txn) dropLink(ctx context.Context, ino Ino, n *meta.Inode, now int64) e
 // SetXattr on the inode, the later commit conflicts and re-runs (the
 // deletion then scans, the SetXattr finds no inode).
 func (t *Txn) deleteInode(ctx context.Context, ino Ino) error {
-	prefixes := [][]byte{meta.ChunkPrefix(uint64(ino))}
+	prefixes := [][]byte{meta.SpanPrefix(uint64(ino))}
 	if t.fs.xattrs.Load() {
 		prefixes = append(prefixes, meta.XattrPrefix(uint64(ino)))
 	} else if _, err := t.loadInode(ctx, ino); err != nil && !errors.Is(err, ErrNotExist) {
@@ -140,11 +140,6 @@ func (t *Txn) deleteInode(ctx context.Context, ino Ino) error {
 			if len(pairs) < 1024 {
 				break
 			}
-		}
-	}
-	for id := range t.chunks {
-		if id.ino == ino {
-			delete(t.chunks, id)
 		}
 	}
 	t.putInode(ino, nil)
@@ -254,67 +249,17 @@ func (t *Txn) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 	return attrResult(res, err)
 }
 
-// attrWithUsed is toAttr with Used computed from a regular file's chunks
+// attrWithUsed is toAttr with a regular file's Used as the inode keeps it
 // (GetAttr and GetAttrMask with AttrUsed; elsewhere Used is the size
 // rounded up): the bytes its visible data extents cover, each rounded up
 // to 4 KiB, so holes and punched ranges do not count (fuse
-// ENGINE-REQUESTS 4).
+// ENGINE-REQUESTS 4). Every change of a span record updates it (spans.go).
 func (t *Txn) attrWithUsed(ctx context.Context, ino Ino, n *meta.Inode) (Attr, error) {
 	a := toAttr(ino, n)
-	if a.Type != TypeRegular {
-		return a, nil
+	if a.Type == TypeRegular {
+		a.Used = n.Used
 	}
-	// One scan of the file's chunk keys; a stored record's Used is taken
-	// from the decode cache when its bytes were seen before, so a GetAttr
-	// of a large file costs the scan and a lookup per chunk.
-	seen := map[uint64]bool{}
-	var used uint64
-	err := t.scanAll(ctx, meta.ChunkPrefix(uint64(ino)), func(p kv.Pair) error {
-		_, idx, err := meta.ParseChunkKey(p.Key)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrCorrupt, err)
-		}
-		seen[idx] = true
-		if c, ok := t.chunks[chunkID{ino, idx}]; ok { // the transaction's own version
-			if c.rec != nil {
-				used += chunkUsed(c.rec)
-			}
-			return nil
-		}
-		u, err := t.fs.decoded.used(p.Key, p.Value)
-		if err != nil {
-			return fmt.Errorf("%w: inode %d chunk %d: %v", ErrCorrupt, ino, idx, err)
-		}
-		used += u
-		return nil
-	})
-	if err != nil {
-		return Attr{}, err
-	}
-	for id, c := range t.chunks { // chunks written by this transaction, not in the store yet
-		if id.ino == ino && !seen[id.idx] && c.rec != nil {
-			used += chunkUsed(c.rec)
-		}
-	}
-	a.Used = used
 	return a, nil
-}
-
-// chunkUsed is the storage a chunk's visible data extents reference, each
-// rounded up to 4 KiB (holes and overwritten extents do not count).
-func chunkUsed(c *meta.Chunk) uint64 {
-	exts := c.Extents
-	for i := range exts { // compacted lists are already visible: skip the overlay
-		if exts[i].Kind == meta.KindHole || (i > 0 && exts[i].Off < exts[i-1].End()) {
-			exts = visible(c.Extents)
-			break
-		}
-	}
-	var used uint64
-	for _, e := range exts {
-		used += (uint64(e.Len) + 4095) &^ 4095
-	}
-	return used
 }
 
 // GetAttrMask returns the attributes of ino selected by mask (the others

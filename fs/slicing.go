@@ -1,10 +1,12 @@
 package fs
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"fmt"
+	"slices"
 
 	"github.com/txnfs/txnfs/kv"
 	"github.com/txnfs/txnfs/meta"
@@ -134,25 +136,33 @@ func (t *Txn) Paste(ctx context.Context, ino Ino, off uint64, s Slices) error {
 }
 
 // checkSource verifies that every slice in s is still referenced by the
-// chunk of the source file it was yanked from (in this transaction's
-// view), making the source chunk part of the read set.
+// span record of the source file holding the offset it was yanked from
+// (in this transaction's view), making those records part of the read set.
 func (t *Txn) checkSource(ctx context.Context, s Slices) error {
+	var spans []*span
+	loaded := false
 	for _, p := range s.Pieces {
 		if p.Ext.Kind != meta.KindSlice {
 			continue
 		}
-		idx := (s.SrcOff + p.Off) / meta.ChunkSize
-		r, err := t.loadChunk(ctx, s.Src, idx)
-		if err != nil {
-			return err
+		if !loaded {
+			var err error
+			if spans, err = t.spansIn(ctx, s.Src, s.SrcOff, s.SrcOff+max(s.Length, 1)); err != nil {
+				return err
+			}
+			loaded = true
 		}
+		at := s.SrcOff + p.Off
 		want := p.Ext.Pointer()
 		found := false
-		for _, e := range r.Extents {
-			if e.Kind == meta.KindSlice && e.Backing == want.Backing && e.PtrOff <= want.Offset &&
-				e.PtrOff+uint64(e.PtrLen) >= want.End() {
-				found = true
-				break
+		i, _ := slices.BinarySearchFunc(spans, at, func(x *span, at uint64) int { return cmp.Compare(x.last, at) })
+		if i < len(spans) && spans[i].start <= at {
+			for _, e := range spans[i].rec.Extents {
+				if e.Kind == meta.KindSlice && e.Backing == want.Backing && e.PtrOff <= want.Offset &&
+					e.PtrOff+uint64(e.PtrLen) >= want.End() {
+					found = true
+					break
+				}
 			}
 		}
 		if !found {
@@ -181,7 +191,7 @@ func (t *Txn) paste(ctx context.Context, ino Ino, f *meta.Inode, off uint64, s S
 	}
 	if covered < s.Length {
 		// Holes in s must read as zeros: punch the range first.
-		if err := t.punchRange(ctx, ino, off, s.Length); err != nil {
+		if err := t.punchRange(ctx, ino, f, off, s.Length); err != nil {
 			return err
 		}
 	}
@@ -192,31 +202,6 @@ func (t *Txn) paste(ctx context.Context, ino Ino, f *meta.Inode, off uint64, s S
 	touch(f, now)
 	t.putInode(ino, f)
 	return nil
-}
-
-// splitPiece cuts extent e placed at file offset off at chunk boundaries.
-func splitPiece(off uint64, e meta.Extent) []filePiece {
-	n := uint64(e.Len)
-	if room := meta.ChunkSize - off%meta.ChunkSize; n <= room {
-		e.Off = 0
-		return []filePiece{{Off: off, Ext: e}} // the common case: no split
-	}
-	var out []filePiece
-	for done := uint64(0); done < n; {
-		room := meta.ChunkSize - (off+done)%meta.ChunkSize
-		k := min(n-done, room)
-		p := e
-		p.Off, p.Len = 0, uint32(k)
-		switch e.Kind {
-		case meta.KindSlice:
-			p.SliceOff = e.SliceOff + uint32(done)
-		case meta.KindInline:
-			p.Data = e.Data[done : done+k]
-		}
-		out = append(out, filePiece{Off: off + done, Ext: p})
-		done += k
-	}
-	return out
 }
 
 // Punch zeroes [off, off+n) (clipped at end of file) without changing the
@@ -231,7 +216,7 @@ func (t *Txn) Punch(ctx context.Context, ino Ino, off, n uint64) error {
 		if off >= f.Size || n == 0 {
 			return nil, nil
 		}
-		if err := t.punchRange(ctx, ino, off, min(n, f.Size-off)); err != nil {
+		if err := t.punchRange(ctx, ino, f, off, min(n, f.Size-off)); err != nil {
 			return nil, err
 		}
 		touch(f, now)
@@ -285,6 +270,7 @@ func (t *Txn) Concat(ctx context.Context, dst Ino, srcs []Ino) error {
 
 func (t *Txn) concat(ctx context.Context, dst Ino, srcs []Ino, now int64) error {
 	sizes := make([]uint64, len(srcs))
+	useds := make([]uint64, len(srcs))
 	total := uint64(0)
 	dstIsSrc := false
 	for i, src := range srcs {
@@ -292,7 +278,7 @@ func (t *Txn) concat(ctx context.Context, dst Ino, srcs []Ino, now int64) error 
 		if err != nil {
 			return err
 		}
-		sizes[i] = sf.Size
+		sizes[i], useds[i] = sf.Size, sf.Used
 		if total += sf.Size; total > MaxFileSize {
 			return ErrFileTooBig
 		}
@@ -318,14 +304,15 @@ func (t *Txn) concat(ctx context.Context, dst Ino, srcs []Ino, now int64) error 
 	}
 	off := uint64(0)
 	for i, src := range srcs {
-		switch {
-		case !dstIsSrc && off%meta.ChunkSize == 0:
-			// Chunk-aligned: the source's chunk records are the
-			// destination's, shifted; copy them without decoding.
-			if err := t.copyChunks(ctx, src, dst, off/meta.ChunkSize); err != nil {
+		copied := false
+		if !dstIsSrc {
+			// The source's span records are the destination's, shifted:
+			// copy them as stored bytes, without decoding.
+			if copied, err = t.copySpans(ctx, src, dst, df, off, useds[i]); err != nil {
 				return err
 			}
-		default:
+		}
+		if !copied {
 			s := Slices{Length: sizes[i]}
 			if dstIsSrc {
 				s = parts[i]
@@ -344,36 +331,64 @@ func (t *Txn) concat(ctx context.Context, dst Ino, srcs []Ino, now int64) error 
 	return nil
 }
 
-// copyChunks gives dst (which has no chunks) src's chunks, chunk idx
-// of src becoming idx+shift of dst. Records not changed by this
-// transaction are copied as stored bytes, so the cost per chunk is one
-// kv read and write, however many extents and bytes it holds.
-func (t *Txn) copyChunks(ctx context.Context, src, dst Ino, shift uint64) error {
-	// dst gets chunk records written to the kv store directly: if it is
-	// fresh, loadChunk must read them from now on.
-	delete(t.fresh, dst)
-	inKV := map[uint64]bool{}
-	err := t.scanAll(ctx, meta.ChunkPrefix(uint64(src)), func(p kv.Pair) error {
-		_, idx, err := meta.ParseChunkKey(p.Key)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrCorrupt, err)
-		}
-		inKV[idx] = true
-		if c, ok := t.chunks[chunkID{src, idx}]; ok && c.dirty {
-			return nil // changed in this transaction: copied from the cache below
-		}
-		delete(t.chunks, chunkID{dst, idx + shift})
-		return t.setRaw(ctx, meta.ChunkKey(uint64(dst), idx+shift), p.Value)
+// copySpans gives dst, which holds no data at or past shift, src's span
+// records shifted by shift, copied as stored bytes (a record's value does
+// not depend on its position): the cost per record is one kv read and
+// write, however many extents and bytes it holds. srcUsed is src's Used.
+// It reports false, having changed nothing, when dst's records past shift
+// are not as expected (the caller then pastes).
+func (t *Txn) copySpans(ctx context.Context, src, dst Ino, df *meta.Inode, shift, srcUsed uint64) (bool, error) {
+	delete(t.fresh, dst) // it gets records written to the kv store directly
+	var pairs []kv.Pair
+	err := t.scanAll(ctx, meta.SpanPrefix(uint64(src)), func(p kv.Pair) error {
+		pairs = append(pairs, p)
+		return nil
 	})
-	if err != nil {
-		return err
+	if err != nil || len(pairs) == 0 {
+		return len(pairs) == 0 && err == nil, err
 	}
-	for id, c := range t.chunks {
-		if id.ino == src && c.dirty && c.rec != nil {
-			t.putChunk(dst, id.idx+shift, c.rec)
+	// dst's record holding shift must be its open one, without data at
+	// or past shift; it is closed at shift (or deleted if it starts there
+	// or holds nothing: closed records are never empty).
+	tail, err := t.spansIn(ctx, dst, shift, shift+1)
+	if err != nil {
+		return false, err
+	}
+	if len(tail) > 0 {
+		r := tail[0]
+		if r.last != meta.SpanOpen {
+			return false, nil
+		}
+		for _, e := range r.data() {
+			if r.start+e.End() > shift {
+				return false, nil
+			}
+		}
+		if r.start >= shift || len(r.data()) == 0 {
+			if err := t.dropSpan(ctx, df, r); err != nil {
+				return false, err
+			}
+		} else {
+			r.last = shift - 1
+			if err := t.writeSpan(ctx, dst, df, r); err != nil {
+				return false, err
+			}
 		}
 	}
-	return nil
+	for _, p := range pairs {
+		_, start, last, err := meta.ParseSpanKey(p.Key)
+		if err != nil {
+			return false, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		if last != meta.SpanOpen {
+			last += shift
+		}
+		if err := t.setRaw(ctx, meta.SpanKey(uint64(dst), start+shift, last), p.Value); err != nil {
+			return false, err
+		}
+	}
+	df.Used += srcUsed
+	return true, nil
 }
 
 // Copy replaces dst's content with src's. Metadata only.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
 
 	"github.com/txnfs/txnfs/kv"
 	"github.com/txnfs/txnfs/meta"
@@ -39,27 +38,15 @@ type Txn struct {
 
 	mutations int // bumped by every change, to detect half-done operations
 	inodes    map[Ino]*cachedInode
-	chunks    map[chunkID]*cachedChunk
-	// fresh holds the inodes this execution created: their numbers were
-	// just allocated (never reused, unknown to others until the commit),
-	// so the store holds no chunk of them and loadChunk does not read —
-	// until copyChunks writes chunk records of one to the kv store
-	// directly (it then leaves the set).
+	// fresh holds the inodes this execution created that have no span
+	// record yet: their numbers were just allocated (never reused,
+	// unknown to others until the commit), so spansIn need not read —
+	// until a span record of one is written (it then leaves the set).
 	fresh map[Ino]struct{}
 }
 
 type cachedInode struct {
 	rec   *meta.Inode // nil: does not exist
-	dirty bool
-}
-
-type chunkID struct {
-	ino Ino
-	idx uint64
-}
-
-type cachedChunk struct {
-	rec   *meta.Chunk // nil: does not exist
 	dirty bool
 }
 
@@ -135,7 +122,6 @@ func (t *Txn) reset() {
 		t.kvTxn = nil
 	}
 	t.inodes = map[Ino]*cachedInode{}
-	t.chunks = map[chunkID]*cachedChunk{}
 	t.fresh = nil
 	t.orphaned = nil
 	t.dropped = nil
@@ -297,7 +283,8 @@ func (t *Txn) Abort() {
 	t.fs.gcState.end(t, false)
 }
 
-// flush writes the cached inodes and chunks into the kv transaction.
+// flush writes the cached inodes into the kv transaction (span records
+// are written through as operations change them, spans.go).
 func (t *Txn) flush() error {
 	kt := t.kvTxn
 	for ino, c := range t.inodes {
@@ -309,31 +296,15 @@ func (t *Txn) flush() error {
 		}
 		c.dirty = false
 	}
-	for id, c := range t.chunks {
-		if !c.dirty {
-			continue
-		}
-		if err := t.putRecord(kt, meta.ChunkKey(uint64(id.ino), id.idx), c.rec); err != nil {
-			return err
-		}
-		c.dirty = false
-	}
 	return nil
 }
 
-// putRecord writes an inode or chunk record (nil deletes it) and offers
-// the encoding to the decode cache, so the next transaction reading these
+// putRecord writes an inode record (nil deletes it) and offers the
+// encoding to the decode cache, so the next transaction reading these
 // bytes does not decode them again.
-func (t *Txn) putRecord(kt kv.Txn, key []byte, rec any) error {
-	switch r := rec.(type) {
-	case *meta.Inode:
-		if r == nil {
-			return kvErr(kt.Delete(key))
-		}
-	case *meta.Chunk:
-		if r == nil {
-			return kvErr(kt.Delete(key))
-		}
+func (t *Txn) putRecord(kt kv.Txn, key []byte, rec *meta.Inode) error {
+	if rec == nil {
+		return kvErr(kt.Delete(key))
 	}
 	b, err := meta.Marshal(rec)
 	if err != nil {
@@ -392,57 +363,6 @@ func (t *Txn) putInode(ino Ino, rec *meta.Inode) {
 		c.rec = &cp
 	}
 	t.inodes[ino] = c
-}
-
-// loadChunk returns a copy of a chunk record, or an empty chunk.
-func (t *Txn) loadChunk(ctx context.Context, ino Ino, idx uint64) (*meta.Chunk, error) {
-	c, ok := t.chunks[chunkID{ino, idx}]
-	if _, fresh := t.fresh[ino]; !ok && fresh {
-		c = &cachedChunk{}
-		t.chunks[chunkID{ino, idx}] = c
-	} else if !ok {
-		key := meta.ChunkKey(uint64(ino), idx)
-		b, err := t.getRaw(ctx, key)
-		if err != nil && !errors.Is(err, ErrNotExist) {
-			return nil, err
-		}
-		if c, err = t.cacheChunk(ino, idx, key, b, err == nil); err != nil {
-			return nil, err
-		}
-	}
-	if c.rec == nil {
-		return &meta.Chunk{}, nil
-	}
-	return &meta.Chunk{End: c.rec.End, Extents: slices.Clone(c.rec.Extents), Compacted: c.rec.Compacted}, nil
-}
-
-// cacheChunk decodes chunk record b read from the store (if exists) into
-// the transaction's cache.
-func (t *Txn) cacheChunk(ino Ino, idx uint64, key, b []byte, exists bool) (*cachedChunk, error) {
-	c := &cachedChunk{}
-	if exists {
-		if v, ok := t.fs.decoded.get(key, b); ok {
-			c.rec = v.(*meta.Chunk)
-		} else {
-			c.rec = new(meta.Chunk)
-			if err := meta.Unmarshal(b, c.rec); err != nil {
-				return nil, fmt.Errorf("%w: inode %d chunk %d: %v", ErrCorrupt, ino, idx, err)
-			}
-			t.fs.decoded.put(key, b, c.rec)
-		}
-	}
-	t.chunks[chunkID{ino, idx}] = c
-	return c, nil
-}
-
-// putChunk stores a chunk (an empty one is deleted).
-func (t *Txn) putChunk(ino Ino, idx uint64, r *meta.Chunk) {
-	t.mutations++
-	c := &cachedChunk{dirty: true}
-	if r != nil && len(r.Extents) > 0 {
-		c.rec = &meta.Chunk{End: r.End, Extents: slices.Clone(r.Extents), Compacted: r.Compacted}
-	}
-	t.chunks[chunkID{ino, idx}] = c
 }
 
 func (t *Txn) getRaw(ctx context.Context, key []byte) ([]byte, error) {

@@ -5,6 +5,7 @@ package meta_test
 // decodes to the same record.
 //
 //	go test ./meta -fuzz FuzzUnmarshalRegion -fuzztime 1m
+//	go test ./meta -fuzz FuzzUnmarshalSpan -fuzztime 1m
 
 import (
 	"bytes"
@@ -23,7 +24,42 @@ func seedInodes() []*meta.Inode {
 		{Type: 3, Mode: 0o777, Nlink: 1, Size: 5, Target: "../a/b"},
 		{Type: 6, Mode: 0o600, Nlink: 1, Rdev: 1<<32 | 7},
 		{Type: 1, Mode: 0o4755, Nlink: 65535, Size: 1 << 60, Atime: -1, Mtime: 1 << 62},
+		{Type: 1, Mode: 0o644, Nlink: 1, Size: 1 << 30, Used: 1<<30 + 4096},
 	}
+}
+
+// inodeV1Encoding turns the encoding of an inode with Used 0 into the
+// encoding before layout 3 (an array of 16, without Used).
+func inodeV1Encoding(t testing.TB, b []byte) []byte {
+	if len(b) < 3 || b[1] != 0x80|17 || b[len(b)-1] != 0 {
+		t.Fatalf("unexpected inode encoding %x", b)
+	}
+	return append([]byte{b[0], 0x80 | 16}, b[2:len(b)-1]...)
+}
+
+// TestInodeV1Decodes: inodes encoded before layout 3 (without Used)
+// decode, with Used 0.
+func TestInodeV1Decodes(t *testing.T) {
+	for _, n := range seedInodes() {
+		n.Used = 0
+		b, err := meta.Marshal(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got meta.Inode
+		if err := meta.Unmarshal(inodeV1Encoding(t, b), &got); err != nil || !reflect.DeepEqual(&got, n) {
+			t.Fatalf("old encoding of %+v decodes as %+v, %v", n, got, err)
+		}
+	}
+}
+
+func seedSpans() []*meta.Span {
+	var out []*meta.Span
+	for _, r := range seedRegions() {
+		out = append(out, &meta.Span{Extents: r.Extents, Compacted: r.Compacted})
+	}
+	big := meta.Extent{Off: 1 << 40, Len: 10, Kind: meta.KindInline, Data: bytes.Repeat([]byte{1}, 10)}
+	return append(out, &meta.Span{Extents: []meta.Extent{big}, Compacted: 1})
 }
 
 func seedDirents() []*meta.Dirent {
@@ -106,6 +142,10 @@ func normalize(v any) any {
 		}
 		return r
 	}
+	if c, ok := v.(meta.Span); ok {
+		r := normalize(meta.Region{Extents: c.Extents, Compacted: c.Compacted}).(meta.Region)
+		return meta.Span{Extents: r.Extents, Compacted: r.Compacted}
+	}
 	if c, ok := v.(meta.Chunk); ok {
 		r := normalize(meta.Region{End: c.End, Extents: c.Extents, Compacted: c.Compacted}).(meta.Region)
 		return meta.Chunk{End: r.End, Extents: r.Extents, Compacted: r.Compacted}
@@ -115,6 +155,14 @@ func normalize(v any) any {
 
 func FuzzUnmarshalInode(f *testing.F) {
 	addSeeds(f, seedInodes())
+	for _, n := range seedInodes() {
+		n.Used = 0
+		b, err := meta.Marshal(n)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(inodeV1Encoding(f, b))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkDecode[meta.Inode](t, b)
 		var n meta.Inode
@@ -161,6 +209,43 @@ func FuzzUnmarshalChunk(f *testing.F) {
 	})
 }
 
+// FuzzUnmarshalSpan: a span record decodes (with its key) into extents
+// that lie inside the span the key names, or gives ErrCorrupt.
+func FuzzUnmarshalSpan(f *testing.F) {
+	keys := [][]byte{meta.SpanKey(3, 0, meta.SpanOpen), meta.SpanKey(3, 4096, 8191), meta.SpanKey(3, 100, 99)[:24], meta.ChunkKey(3, 1)}
+	for i, r := range seedSpans() {
+		b, err := meta.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, k := range keys {
+			f.Add(k, b)
+			f.Add(k, b[:len(b)/2])
+		}
+		f.Add(meta.SpanKey(uint64(i), 1<<40, 1<<40+9), b)
+	}
+	f.Fuzz(func(t *testing.T, k, b []byte) {
+		checkDecode[meta.Span](t, b)
+		ino, start, last, s, err := meta.UnmarshalSpan(k, b)
+		if err != nil {
+			if !errors.Is(err, meta.ErrCorrupt) {
+				t.Fatalf("error does not wrap ErrCorrupt: %v", err)
+			}
+			return
+		}
+		if start > last || !bytes.Equal(meta.SpanKey(ino, start, last), k) {
+			t.Fatalf("span key %x decodes as (%d, %d, %d)", k, ino, start, last)
+		}
+		length := last - start + 1 // 0: 2^64
+		for _, e := range s.Extents {
+			if e.Off+uint64(e.Len) < e.Off || (length != 0 && e.Off+uint64(e.Len) > length) {
+				t.Fatalf("extent [%d,+%d) outside a span of %d bytes", e.Off, e.Len, length)
+			}
+		}
+		checkExtents(t, 0, s.Extents, ^uint64(0))
+	})
+}
+
 // checkExtents: what decodes is safe to use: every extent lies inside the
 // record's span and names a range inside its slice or data.
 func checkExtents(t *testing.T, end uint32, exts []meta.Extent, span uint64) {
@@ -168,7 +253,7 @@ func checkExtents(t *testing.T, end uint32, exts []meta.Extent, span uint64) {
 		t.Fatalf("end %d past %d", end, span)
 	}
 	for _, e := range exts {
-		if e.Len == 0 || uint64(e.Off)+uint64(e.Len) > span {
+		if e.Len == 0 || e.Off+uint64(e.Len) < e.Off || e.Off+uint64(e.Len) > span {
 			t.Fatalf("extent [%d,+%d) outside [0, %d)", e.Off, e.Len, span)
 		}
 		switch e.Kind {
@@ -195,6 +280,7 @@ func FuzzParseKeys(f *testing.F) {
 	f.Add(meta.CookieKey(1, 3))
 	f.Add(meta.XattrKey(2, "user.x"))
 	f.Add(meta.InodeKey(9))
+	f.Add(meta.SpanKey(9, 4096, meta.SpanOpen))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, k []byte) {
 		for _, err := range []error{
@@ -204,6 +290,7 @@ func FuzzParseKeys(f *testing.F) {
 			func() error { _, _, err := meta.ParseDirentKey(k); return err }(),
 			func() error { _, _, err := meta.ParseCookieKey(k); return err }(),
 			func() error { _, _, err := meta.ParseXattrKey(k); return err }(),
+			func() error { _, _, _, err := meta.ParseSpanKey(k); return err }(),
 		} {
 			if err != nil && !errors.Is(err, meta.ErrCorrupt) {
 				t.Fatalf("error does not wrap ErrCorrupt: %v", err)
@@ -214,6 +301,9 @@ func FuzzParseKeys(f *testing.F) {
 		}
 		if ino, idx, err := meta.ParseChunkKey(k); err == nil && !bytes.Equal(meta.ChunkKey(ino, idx), k) {
 			t.Fatalf("chunk key %x parses as (%d, %d)", k, ino, idx)
+		}
+		if ino, start, last, err := meta.ParseSpanKey(k); err == nil && (start > last || !bytes.Equal(meta.SpanKey(ino, start, last), k)) {
+			t.Fatalf("span key %x parses as (%d, %d, %d)", k, ino, start, last)
 		}
 		if dir, name, err := meta.ParseDirentKey(k); err == nil && !bytes.Equal(meta.DirentKey(dir, name), k) {
 			t.Fatalf("dirent key %x parses as (%d, %q)", k, dir, name)

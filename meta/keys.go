@@ -11,7 +11,8 @@ const (
 	prefixDirent = 'd'
 	prefixCookie = 'c'
 	prefixRegion = 'r' // layout 1 only (see ChunkKey)
-	prefixChunk  = 'e'
+	prefixChunk  = 'e' // layout 2 only (see SpanKey)
+	prefixSpan   = 'f'
 	prefixXattr  = 'x'
 	prefixOrphan = 'o'
 	prefixMisc   = 'm'
@@ -34,6 +35,8 @@ const (
 	LayoutRegions = 1
 	// LayoutChunks: one Chunk record per ChunkSize chunk ("e" keys).
 	LayoutChunks = 2
+	// LayoutSpans: Span records of variable span ("f" keys).
+	LayoutSpans = 3
 	// LayoutKey names the misc record holding the layout.
 	LayoutKey = "layout"
 )
@@ -90,6 +93,40 @@ func ChunkPrefix(ino uint64) []byte { return key(prefixChunk, ino, nil) }
 // AllChunksPrefix covers every chunk of every file.
 func AllChunksPrefix() []byte { return []byte{prefixChunk} }
 
+// SpanOpen is the last offset of a file's open-ended span record: the
+// record with the highest offsets covers everything past its start.
+const SpanOpen = ^uint64(0)
+
+// SpanKey is the key of the span record of inode ino covering file bytes
+// [start, last] (layout 3). Keys sort by last offset, so the record
+// covering offset x is the first one at or after SpanSeekKey(ino, x): a
+// forward scan, which the kv store's range read sets protect.
+func SpanKey(ino, start, last uint64) []byte {
+	return binary.BigEndian.AppendUint64(key(prefixSpan, ino, u64(last)), start)
+}
+
+// SpanSeekKey is the smallest key of a span record of ino whose last
+// offset is at least off.
+func SpanSeekKey(ino, off uint64) []byte { return key(prefixSpan, ino, u64(off)) }
+
+// SpanPrefix covers all span records of ino.
+func SpanPrefix(ino uint64) []byte { return key(prefixSpan, ino, nil) }
+
+// AllSpansPrefix covers every span record of every file.
+func AllSpansPrefix() []byte { return []byte{prefixSpan} }
+
+// ParseSpanKey decodes a span key into inode, first and last offset.
+func ParseSpanKey(k []byte) (ino, start, last uint64, err error) {
+	if len(k) != 25 || k[0] != prefixSpan {
+		return 0, 0, 0, fmt.Errorf("%w: bad span key %x", ErrCorrupt, k)
+	}
+	ino, last, start = binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:17]), binary.BigEndian.Uint64(k[17:25])
+	if start > last {
+		return 0, 0, 0, fmt.Errorf("%w: span key %x starts after its end", ErrCorrupt, k)
+	}
+	return ino, start, last, nil
+}
+
 // XattrKey is the key of extended attribute name of ino.
 func XattrKey(ino uint64, name string) []byte { return key(prefixXattr, ino, []byte(name)) }
 
@@ -110,7 +147,7 @@ func MiscKey(name string) []byte { return append([]byte{prefixMisc}, name...) }
 
 // ParseInodeKey, ParseRegionKey etc. decode keys found by scans.
 
-// ParseIno decodes the inode number of an "i", "r", "e", "x", "o", "d" or "c" key.
+// ParseIno decodes the inode number of an "i", "r", "e", "f", "x", "o", "d" or "c" key.
 func ParseIno(k []byte) (uint64, error) {
 	if len(k) < 9 {
 		return 0, fmt.Errorf("%w: short key %x", ErrCorrupt, k)

@@ -95,6 +95,51 @@ type Inode struct {
 	NextCookie uint64
 	// Target is a symlink's target.
 	Target string
+	// Used is the storage a regular file's visible data extents
+	// reference, each rounded up to 4 KiB (layout 3; kept up to date by
+	// every change of its span records). Records written before layout 3
+	// lack the field and decode with 0.
+	Used uint64
+}
+
+// inodeV1 is Inode as encoded before layout 3 (without Used).
+type inodeV1 struct {
+	_          struct{} `cbor:",toarray"`
+	Type       uint8
+	Mode       uint32
+	Nlink      uint32
+	Uid        uint32
+	Gid        uint32
+	Size       uint64
+	Rdev       uint64
+	Atime      int64
+	Mtime      int64
+	Ctime      int64
+	Btime      int64
+	Change     uint64
+	Gen        uint64
+	Parent     uint64
+	NextCookie uint64
+	Target     string
+}
+
+// inodeWire is Inode without its methods (for the decoder).
+type inodeWire Inode
+
+// UnmarshalCBOR decodes an inode of either encoding: a CBOR array of 17
+// elements (with Used) or, as written before layout 3, of 16.
+func (n *Inode) UnmarshalCBOR(b []byte) error {
+	if len(b) > 0 && b[0] == 0x80|16 {
+		var v inodeV1
+		if err := decMode.Unmarshal(b, &v); err != nil {
+			return err
+		}
+		*n = Inode{Type: v.Type, Mode: v.Mode, Nlink: v.Nlink, Uid: v.Uid, Gid: v.Gid, Size: v.Size, Rdev: v.Rdev,
+			Atime: v.Atime, Mtime: v.Mtime, Ctime: v.Ctime, Btime: v.Btime, Change: v.Change, Gen: v.Gen,
+			Parent: v.Parent, NextCookie: v.NextCookie, Target: v.Target}
+		return nil
+	}
+	return decMode.Unmarshal(b, (*inodeWire)(n))
 }
 
 func (n *Inode) check() error {
@@ -132,10 +177,11 @@ const (
 	KindInline = 2 // bytes in Data
 )
 
-// Extent places Len bytes at offset Off within a region.
+// Extent places Len bytes at offset Off within a region, chunk or span
+// record (relative to the record's first byte).
 type Extent struct {
 	_        struct{} `cbor:",toarray"`
-	Off      uint32
+	Off      uint64
 	Len      uint32
 	Kind     uint8
 	Backing  uint32
@@ -156,12 +202,13 @@ func (e *Extent) SetPointer(p slice.Pointer, sliceOff uint32) {
 	e.Kind, e.Backing, e.PtrOff, e.PtrLen, e.CRC, e.SliceOff, e.Data = KindSlice, p.Backing, p.Offset, p.Length, p.CRC, sliceOff, nil
 }
 
-// End is the region offset just past the extent.
-func (e *Extent) End() uint32 { return e.Off + e.Len }
+// End is the record offset just past the extent.
+func (e *Extent) End() uint64 { return e.Off + uint64(e.Len) }
 
+// check checks e on its own; the record's check bounds its offsets.
 func (e *Extent) check() error {
-	if e.Len == 0 || uint64(e.Off)+uint64(e.Len) > RegionSize {
-		return fmt.Errorf("extent [%d,+%d) outside region", e.Off, e.Len)
+	if e.Len == 0 || e.Off+uint64(e.Len) < e.Off {
+		return fmt.Errorf("extent [%d,+%d)", e.Off, e.Len)
 	}
 	switch e.Kind {
 	case KindHole:
@@ -199,8 +246,12 @@ func (r *Region) check() error {
 		return fmt.Errorf("region end %d", r.End)
 	}
 	for i := range r.Extents {
-		if err := r.Extents[i].check(); err != nil {
+		e := &r.Extents[i]
+		if err := e.check(); err != nil {
 			return err
+		}
+		if e.End() > RegionSize {
+			return fmt.Errorf("extent [%d,+%d) outside region", e.Off, e.Len)
 		}
 	}
 	return nil
@@ -230,9 +281,67 @@ func (c *Chunk) check() error {
 		if err := e.check(); err != nil {
 			return err
 		}
-		if uint64(e.Off)+uint64(e.Len) > ChunkSize {
+		if e.End() > ChunkSize {
 			return fmt.Errorf("extent [%d,+%d) outside chunk", e.Off, e.Len)
 		}
 	}
 	return nil
+}
+
+// MaxExtentsPerSpan bounds the extents a decoded Span record may hold (the
+// engine keeps far fewer: it splits records past a few dozen).
+const MaxExtentsPerSpan = MaxExtentsPerRegion
+
+// Span is the slice list of one span record of a file (layout 3): the
+// record covers file bytes [start, last] given by its key (SpanKey), and
+// its extents are at offsets relative to start, in the order they were
+// written; where they overlap the later one wins (WTF §2.1). The value is
+// independent of the record's position, so copying a file's records to
+// another offset rewrites keys only.
+type Span struct {
+	_       struct{} `cbor:",toarray"`
+	Extents []Extent
+	// Compacted is the list length after the last compaction; the list
+	// is compacted again when it has grown well past it.
+	Compacted uint32
+}
+
+func (s *Span) check() error {
+	if len(s.Extents) > MaxExtentsPerSpan {
+		return fmt.Errorf("span of %d extents", len(s.Extents))
+	}
+	for i := range s.Extents {
+		if err := s.Extents[i].check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckLength reports an extent reaching past a record covering length
+// bytes (last-start+1; 0 stands for 2^64, the open record at offset 0).
+func (s *Span) CheckLength(length uint64) error {
+	for i := range s.Extents {
+		e := &s.Extents[i]
+		if length != 0 && e.End() > length {
+			return fmt.Errorf("%w: extent [%d,+%d) outside a span of %d bytes", ErrCorrupt, e.Off, e.Len, length)
+		}
+	}
+	return nil
+}
+
+// UnmarshalSpan decodes the span record value b stored under key k
+// (ParseSpanKey), checking that its extents lie within the span.
+func UnmarshalSpan(k, b []byte) (ino, start, last uint64, s *Span, err error) {
+	if ino, start, last, err = ParseSpanKey(k); err != nil {
+		return 0, 0, 0, nil, err
+	}
+	s = new(Span)
+	if err := Unmarshal(b, s); err != nil {
+		return 0, 0, 0, nil, err
+	}
+	if err := s.CheckLength(last - start + 1); err != nil {
+		return 0, 0, 0, nil, err
+	}
+	return ino, start, last, s, nil
 }
