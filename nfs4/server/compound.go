@@ -132,11 +132,6 @@ type compound struct {
 	// joined is the multi-compound transaction the compound joined with
 	// TXN_JOIN (ops_txn.go), or nil.
 	joined *mtxn
-	// txnUnchanged is set while the transaction in txn (of runTxn or
-	// runGroup, never a multi-compound one) has run only read-only
-	// operations: its reads then see a committed state, which the
-	// space_used cache may serve (usedcache.go).
-	txnUnchanged bool
 }
 
 type decodedOp struct {
@@ -439,9 +434,6 @@ func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 		wrote := c.wrote
 		c.wrote = false
 		c.wantOffset = op.wantOffset
-		if !readOnlyOp(op) {
-			c.txnUnchanged = false
-		}
 		switch {
 		case op.code == OpAppendOffset:
 			res, st = c.appendOffset(op.flags, wrote)
@@ -503,11 +495,11 @@ func (c *compound) runTxn(ops []decodedOp, txr *txnResult) ([]nfsv4.NfsResop4, n
 			txr.status = c.s.toStatus(c.ctx, "TXN", err, aboutName)
 			return nil, txr.status
 		}
-		c.txn, c.txnUnchanged = t, true
+		c.txn = t
 		c.wrote = false
 		c.reopen = false
 		res, st := c.runOps(ops)
-		c.txn, c.txnUnchanged = nil, false
+		c.txn = nil
 		if st != nfsv4.NFS4_OK && c.reopen {
 			t.Abort()
 			err = fs.ErrConflict // retried below
@@ -627,9 +619,9 @@ func (c *compound) runGroup(ops []decodedOp) (res []nfsv4.NfsResop4, st nfsv4.Nf
 		if err != nil {
 			return nil, 0, -1
 		}
-		c.txn, c.txnUnchanged = t, true
+		c.txn = t
 		res, st = c.runOps(ops)
-		c.txn, c.txnUnchanged = nil, false
+		c.txn = nil
 		if st != nfsv4.NFS4_OK {
 			t.Abort()
 			restore()

@@ -220,10 +220,6 @@ func (c *compound) curAttr(op string, mask []uint32) (fs.Attr, *fs.StatFS, nfsv4
 	var a fs.Attr
 	m := attrMask(mask)
 	err := c.view(func(t *fs.Txn) (err error) {
-		if m&fs.AttrUsed != 0 && (c.txn == nil || c.txnUnchanged) { // a committed state
-			a, err = c.s.attrUsedCached(c.ctx, t, c.cur.ino, m)
-			return err
-		}
 		// Only the requested attributes are logged for replay: in a
 		// transaction, a concurrent change of others is no conflict.
 		a, err = t.GetAttrMask(c.ctx, c.cur.ino, m)

@@ -513,7 +513,7 @@ func (c *compound) runJoined(a *txnArgs, ops []decodedOp, txr *txnResult) ([]nfs
 	// Each request carries its caller's credential (a FUSE mount acts
 	// for several users).
 	x.t.SetCred(c.cred)
-	c.txn, c.userTxn, c.joined, c.txnUnchanged = x.t, true, x, false
+	c.txn, c.userTxn, c.joined = x.t, true, x
 	c.wrote = false
 	if x.closing == nil {
 		x.closing = map[[12]byte]bool{}

@@ -6,11 +6,3 @@ func OpenTxnsForTest(s *Server) int {
 	defer s.txns.mu.Unlock()
 	return len(s.txns.mu.byID)
 }
-
-// DropUsedCache empties the space_used cache (usedcache.go), so that the
-// next GETATTR computes space_used from the file's chunk records.
-func (s *Server) DropUsedCache() {
-	s.used.mu.Lock()
-	s.used.m = nil
-	s.used.mu.Unlock()
-}

@@ -141,8 +141,6 @@ type Server struct {
 
 	// bufPool holds MaxIO-sized READ buffers (*[]byte).
 	bufPool sync.Pool
-	// used caches regular files' space_used (usedcache.go).
-	used usedCache
 
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
