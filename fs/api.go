@@ -71,11 +71,10 @@ type Attr struct {
 	Gid   uint32
 	Size  uint64
 	// Used is the number of bytes of storage the file's data references
-	// (holes excluded; each extent rounded up to 4 KiB). GetAttr and
-	// GetAttrMask with AttrUsed return it as the inode keeps it (updated
-	// by every change of the file's extents); the attributes other calls
-	// return (Lookup, Create, ReadDir, ...) give the size rounded up to
-	// 4 KiB instead.
+	// (holes excluded; each extent rounded up to 4 KiB), as the inode
+	// keeps it (updated by every change of the file's extents), in the
+	// attributes of every call; for symlinks the size rounded up to
+	// 4 KiB, for directories 4096.
 	Used uint64
 	Rdev uint64 // device number of char/block devices: major<<32 | minor
 	// Change increases on every change to the inode's data or attributes;

@@ -19,9 +19,16 @@ func toAttr(ino Ino, n *meta.Inode) Attr {
 	a := Attr{Ino: ino, Gen: n.Gen, Type: FileType(n.Type), Mode: n.Mode, Nlink: n.Nlink, Uid: n.Uid, Gid: n.Gid,
 		Size: n.Size, Rdev: n.Rdev, Change: n.Change, Atime: meta.Time(n.Atime), Mtime: meta.Time(n.Mtime),
 		Ctime: meta.Time(n.Ctime), Btime: meta.Time(n.Btime)}
-	if a.Type == TypeRegular || a.Type == TypeSymlink {
+	switch a.Type {
+	case TypeRegular:
+		// The bytes its visible data extents cover, each rounded up to
+		// 4 KiB, so holes and punched ranges do not count (fuse
+		// ENGINE-REQUESTS 4); every change of a span record updates it
+		// (spans.go).
+		a.Used = n.Used
+	case TypeSymlink:
 		a.Used = (n.Size + 4095) &^ 4095
-	} else if a.Type == TypeDirectory {
+	case TypeDirectory:
 		a.Used = 4096
 	}
 	return a
@@ -244,22 +251,9 @@ func (t *Txn) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 		if err != nil {
 			return nil, err
 		}
-		return t.attrWithUsed(ctx, ino, n)
+		return toAttr(ino, n), nil
 	})
 	return attrResult(res, err)
-}
-
-// attrWithUsed is toAttr with a regular file's Used as the inode keeps it
-// (GetAttr and GetAttrMask with AttrUsed; elsewhere Used is the size
-// rounded up): the bytes its visible data extents cover, each rounded up
-// to 4 KiB, so holes and punched ranges do not count (fuse
-// ENGINE-REQUESTS 4). Every change of a span record updates it (spans.go).
-func (t *Txn) attrWithUsed(ctx context.Context, ino Ino, n *meta.Inode) (Attr, error) {
-	a := toAttr(ino, n)
-	if a.Type == TypeRegular {
-		a.Used = n.Used
-	}
-	return a, nil
 }
 
 // GetAttrMask returns the attributes of ino selected by mask (the others
@@ -273,14 +267,7 @@ func (t *Txn) GetAttrMask(ctx context.Context, ino Ino, mask AttrMask) (Attr, er
 		if err != nil {
 			return nil, err
 		}
-		if mask&AttrUsed == 0 {
-			return toAttr(ino, n).Mask(mask), nil
-		}
-		a, err := t.attrWithUsed(ctx, ino, n)
-		if err != nil {
-			return nil, err
-		}
-		return a.Mask(mask), nil
+		return toAttr(ino, n).Mask(mask), nil
 	})
 	return attrResult(res, err)
 }
