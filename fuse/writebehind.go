@@ -210,6 +210,7 @@ func (q *writeBehind) commitTxn(w *wbWrite) {
 			h.setErr(err)
 		}
 		for _, ino := range tx.inos {
+			m.handles.setErr(ino, err)
 			m.nodes.forgetPages(ino)
 		}
 		m.notify.push(&invalidation{inos: tx.inos})
@@ -399,6 +400,7 @@ func commitRun(run []*wbWrite) {
 func (m *Server) writeFailed(w *wbWrite, err error) {
 	m.log.Debug("background write failed", "ino", w.ino, "off", w.off, "len", len(w.data), "err", err)
 	w.h.setErr(err)
+	m.handles.setErr(w.ino, err)
 	m.nodes.forgetPages(w.ino)
 	m.notify.push(&invalidation{inos: []fs.Ino{w.ino}})
 }
@@ -444,6 +446,19 @@ func (h *handle) setErr(err error) {
 		h.err = err
 	}
 	h.errMu.Unlock()
+}
+
+// setErr records a background write failure of ino on every handle of
+// this mount open for writing on it, as Linux reports a writeback error
+// to every descriptor open on the file at the time (once each).
+func (t *handleTable) setErr(ino fs.Ino, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, h := range t.mu.m {
+		if h.ino == ino && h.write {
+			h.setErr(err)
+		}
+	}
 }
 
 // takeErr returns and clears the handle's background write failure.

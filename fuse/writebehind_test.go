@@ -209,7 +209,13 @@ func TestWriteBehind(t *testing.T) {
 			t.Fatalf("write after a failed background write: %v, want EIO", err)
 		}
 		// A large write (written into the queue's open transaction)
-		// whose commit fails.
+		// whose commit fails: reported to every descriptor open for
+		// writing on the file, once each.
+		other, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
 		fail.Store(true)
 		if _, err := fd.WriteAt(bytes.Repeat([]byte("L"), 128<<10), 4); err != nil {
 			t.Fatalf("large write: %v (want success, the failure reported later)", err)
@@ -218,6 +224,12 @@ func TestWriteBehind(t *testing.T) {
 			t.Fatalf("fsync after a failed large background write: %v, want EIO", err)
 		}
 		fail.Store(false)
+		if err := other.Sync(); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("fsync of another descriptor after a failed background write: %v, want EIO", err)
+		}
+		if err := other.Sync(); err != nil {
+			t.Fatalf("second fsync of the other descriptor: %v", err)
+		}
 		// At close.
 		fail.Store(true)
 		if _, err := fd.WriteAt([]byte("lost"), 4); err != nil {
