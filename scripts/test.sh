@@ -19,6 +19,11 @@ tail -n 20 "$log" | grep -E '^(ok|FAIL|---)' || true
 passed=$(grep -cE '^\s*--- PASS' "$log")
 failed=$(grep -cE '^\s*--- FAIL' "$log")
 skipped=$(grep -cE '^\s*--- SKIP' "$log")
+if [ "$failed" -gt 0 ]; then
+	echo
+	echo "== failures (with the failing tests' output)"
+	grep -E -A 25 '^\s*--- FAIL' "$log" | grep -vE '^\s*--- (PASS|SKIP)|^=== ' | head -n 300
+fi
 echo
 echo "== summary"
 grep -E '^(ok|FAIL)\s' "$log" | sort | uniq
