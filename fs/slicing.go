@@ -243,7 +243,7 @@ func (t *Txn) CopyRange(ctx context.Context, src Ino, srcOff uint64, dst Ino, ds
 		if err != nil {
 			return nil, err
 		}
-		if dstOff+s.Length > MaxFileSize {
+		if dstOff+s.Length > MaxFileSize || dstOff+s.Length < dstOff { // wrapped past 2^64
 			return nil, ErrFileTooBig
 		}
 		df, err := t.loadFile(ctx, dst)
