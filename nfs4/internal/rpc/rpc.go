@@ -242,7 +242,14 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 
 // ServeConn serves one connection until it fails or ctx is done, then
 // closes it. id must be unique among live connections.
+//
+// Requests run under ctx, not under the connection: one whose connection
+// drops runs to completion, so that an NFSv4.1 session's slot caches its
+// real reply for the client's retransmission on a new connection (RFC
+// 8881 §2.10.6.2) instead of a cancellation (NFS4ERR_DELAY at whatever
+// operation was running, which the retransmission would then get).
 func (s *Server) ServeConn(ctx context.Context, id uint64, c net.Conn) {
+	reqCtx := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	cn := &conn{srv: s, id: id, c: c, done: make(chan error, 1)}
 	r := io.Reader(c)
@@ -264,7 +271,7 @@ func (s *Server) ServeConn(ctx context.Context, id uint64, c net.Conn) {
 	cn.mu.workers = 1
 	cn.mu.Unlock()
 	cn.wg.Add(1)
-	go cn.worker(ctx)
+	go cn.worker(reqCtx)
 	if err := <-cn.done; err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.cfg.Logger.Debug("rpc: connection closed", "remote", c.RemoteAddr().String(), "err", err)
 	}
@@ -360,7 +367,7 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 	return d.c.Read(p)
 }
 
-// worker reads and runs requests until the connection fails. It holds
+// worker reads and runs requests (under ctx) until the connection fails. It holds
 // rmu while reading and until the call releases the connection (or, if
 // it never does, across the call and on to reading the next request: a
 // worker that keeps the connection wakes nobody).

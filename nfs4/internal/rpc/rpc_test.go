@@ -361,3 +361,50 @@ func TestWriteTimeout(t *testing.T) {
 		t.Logf("replies of %d bytes: connection closed after %v (%v)", size, elapsed, werr)
 	}
 }
+
+// blocker's handler waits for release, then reports its context's error.
+type blocker struct {
+	started, release chan struct{}
+	ctxErr           chan error
+}
+
+func (b blocker) Handle(ctx context.Context, c *Call) Reply {
+	c.Release() // another worker reads on, and sees the connection close
+	b.started <- struct{}{}
+	<-b.release
+	b.ctxErr <- ctx.Err()
+	return Reply{Stat: rpcv2.SUCCESS}
+}
+
+// TestRequestOutlivesConnection: a request whose connection closes while
+// it runs keeps a live context (its reply is what a session's slot cache
+// must hold for the retransmission), until the server itself stops.
+func TestRequestOutlivesConnection(t *testing.T) {
+	b := blocker{started: make(chan struct{}, 1), release: make(chan struct{}), ctxErr: make(chan error, 1)}
+	s, err := NewServer(Config{Handler: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, l) }()
+	defer func() { cancel(); <-done }()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(call(1, 1, rpcv2.OpaqueAuth{}, []byte("args"))); err != nil {
+		t.Fatal(err)
+	}
+	<-b.started
+	c.Close()
+	time.Sleep(100 * time.Millisecond) // the server notices the close
+	close(b.release)
+	if err := <-b.ctxErr; err != nil {
+		t.Fatalf("the request's context ended with its connection: %v", err)
+	}
+}
