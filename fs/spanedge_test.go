@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/txnfs/txnfs/fs"
 )
@@ -351,5 +352,78 @@ func TestSpanEdgeConcatEmpty(t *testing.T) {
 		check(c.name, dst, c.want)
 		check(c.name+": e1", e1, nil)
 		check(c.name+": full", full, data)
+	}
+}
+
+// TestSpanEdgeUpgradeHugeSparse converts stores of layouts 1 and 2 holding
+// huge sparse files (data at 0, near 2^40 and at the last bytes below
+// MaxFileSize; a file whose size is past its data; one with a size and
+// no data) in batches of 1 and 3 records, so batches end inside files and
+// between them: every file reads as before, Check is clean (Used), and
+// writes after the upgrade land right (the open record).
+func TestSpanEdgeUpgradeHugeSparse(t *testing.T) {
+	for _, from := range []int{1, 2} {
+		for _, batch := range []int{1, 3} {
+			t.Run(fmt.Sprintf("layout%d-batch%d", from, batch), func(t *testing.T) {
+				ctx := context.Background()
+				tf := newTestFS(t, fsOpts{inlineMax: 64})
+				f := tf.FS
+				const top uint64 = fs.MaxFileSize
+				inos := createFiles(t, f, 4)
+				refs := []*sparseRef{newSparseRef(), newSparseRef(), newSparseRef(), newSparseRef()}
+				write := func(i int, off uint64, data []byte) {
+					t.Helper()
+					do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, inos[i], off, data) })
+					refs[i].write(off, data)
+				}
+				write(0, 0, pattern(1, 3000))
+				write(0, 1<<40+12345, pattern(2, 300_000))
+				write(0, top-5000, pattern(3, 5000))
+				write(1, 1<<50, pattern(4, 70))
+				write(1, 1<<50+1<<20, []byte("inline"))
+				do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Allocate(ctx, inos[1], 0, 1<<55) })
+				refs[1].size = 1 << 55
+				do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Allocate(ctx, inos[2], 0, 1<<45) })
+				refs[2].size = 1 << 45
+				write(3, 1<<30, pattern(5, 1<<20))
+				do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Punch(ctx, inos[3], 1<<30+100, 1<<20-200) })
+				for o := uint64(1<<30 + 100); o < 1<<30+1<<20-100; o++ {
+					delete(refs[3].data, o)
+				}
+				for i := range inos {
+					requireSparse(t, f, inos[i], refs[i], fmt.Sprintf("file %d before", i), top-8192)
+				}
+				var err error
+				if from == 1 {
+					err = fs.WriteLayout1ForTest(ctx, f)
+				} else {
+					err = fs.WriteLayout2ForTest(ctx, f)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				restore := fs.SetUpgradeBatchForTest(batch)
+				f2, err := fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices, Clock: fixedClock, InlineMax: 64, GCWait: time.Millisecond})
+				restore()
+				if err != nil {
+					t.Fatalf("opening the layout %d store: %v", from, err)
+				}
+				t.Cleanup(func() { f2.Close() })
+				for i := range inos {
+					requireSparse(t, f2, inos[i], refs[i], fmt.Sprintf("file %d after the upgrade", i), top-8192)
+				}
+				for i := range inos {
+					for _, off := range []uint64{0, 1 << 40, refs[i].size - 10, refs[i].size + 10} {
+						if off+10 > top {
+							continue
+						}
+						data := pattern(byte(i+9), 10)
+						do(t, f2, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, inos[i], off, data) })
+						refs[i].write(off, data)
+					}
+					requireSparse(t, f2, inos[i], refs[i], fmt.Sprintf("file %d after writes", i))
+				}
+			})
+		}
 	}
 }
