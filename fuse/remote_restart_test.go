@@ -82,13 +82,10 @@ func (s *serveProcess) kill() {
 	s.cmd = nil
 }
 
-// TestRemoteServerRestart: a program holding an open file and POSIX locks
-// through a remote mount keeps both across a crash and restart of the
-// server (kill -9, start on the same data directory and port): the mount
-// reclaims its opens and locks in the server's grace period, I/O through
-// the same descriptor works, and another client still cannot take a
-// conflicting lock.
-func TestRemoteServerRestart(t *testing.T) {
+// restartableRemote starts a `txnfs serve` process (30 s grace period)
+// and a remoteEnv whose mounts use it.
+func restartableRemote(t *testing.T) (*serveProcess, *remoteEnv) {
+	t.Helper()
 	requireFUSE(t)
 	srv := startServeProcess(t, "--grace", "30s")
 	e := &remoteEnv{t: t, peer: &nfspeers.Peer{Name: "txnfs serve", Addr: srv.addr}}
@@ -98,6 +95,17 @@ func TestRemoteServerRestart(t *testing.T) {
 			m.cfg.Client.Close()
 		}
 	})
+	return srv, e
+}
+
+// TestRemoteServerRestart: a program holding an open file and POSIX locks
+// through a remote mount keeps both across a crash and restart of the
+// server (kill -9, start on the same data directory and port): the mount
+// reclaims its opens and locks in the server's grace period, I/O through
+// the same descriptor works, and another client still cannot take a
+// conflicting lock.
+func TestRemoteServerRestart(t *testing.T) {
+	srv, e := restartableRemote(t)
 	a, _ := e.mount()
 	b, _ := e.mount()
 
@@ -335,15 +343,7 @@ func TestRemoteLockWaitWakes(t *testing.T) {
 // another mount reads the new data. Without the copies the fsync would
 // succeed over the old data.
 func TestRemoteUnstableResend(t *testing.T) {
-	requireFUSE(t)
-	srv := startServeProcess(t, "--grace", "30s")
-	e := &remoteEnv{t: t, peer: &nfspeers.Peer{Name: "txnfs serve", Addr: srv.addr}}
-	t.Cleanup(func() {
-		for _, m := range e.mounts {
-			unmountRetry(t, m)
-			m.cfg.Client.Close()
-		}
-	})
+	srv, e := restartableRemote(t)
 	a, ma := e.mount()
 	old := bytes.Repeat([]byte("old data "), 300_000) // 2.7 MB: several WRITEs
 	f, err := os.OpenFile(filepath.Join(a, "f"), os.O_RDWR|os.O_CREATE, 0o644)

@@ -150,23 +150,7 @@ func TestServerCallsAuthAndPanics(t *testing.T) {
 // afterwards), and that one that releases it does not — also when both
 // requests arrive in one segment (the second is buffered).
 func TestRelease(t *testing.T) {
-	s, err := NewServer(Config{Handler: echo{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, l) }()
-	defer func() { cancel(); <-done }()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := serveAndDial(t, Config{Handler: echo{}})
 	for _, tc := range []struct {
 		slowProc  uint32
 		together  bool
@@ -259,23 +243,7 @@ func (k keeper) Handle(ctx context.Context, c *Call) Reply {
 // ReuseArgs or before the reply is written.
 func TestReuseArgs(t *testing.T) {
 	k := keeper{kept: make(chan []byte, 1)}
-	s, err := NewServer(Config{Handler: k})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, l) }()
-	defer func() { cancel(); <-done }()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := serveAndDial(t, Config{Handler: k})
 	args := func(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
 	c.Write(call(1, 1, rpcv2.OpaqueAuth{}, args('k', 3000)))
 	readReply(t, c)
@@ -362,6 +330,29 @@ func TestWriteTimeout(t *testing.T) {
 	}
 }
 
+// serveAndDial serves cfg on a loopback port for the test's duration and
+// returns a connection to it (closed at the end).
+func serveAndDial(t *testing.T, cfg Config) net.Conn {
+	t.Helper()
+	s, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, l) }()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); cancel(); <-done })
+	return c
+}
+
 // blocker's handler waits for release, then reports its context's error.
 type blocker struct {
 	started, release chan struct{}
@@ -381,22 +372,7 @@ func (b blocker) Handle(ctx context.Context, c *Call) Reply {
 // must hold for the retransmission), until the server itself stops.
 func TestRequestOutlivesConnection(t *testing.T) {
 	b := blocker{started: make(chan struct{}, 1), release: make(chan struct{}), ctxErr: make(chan error, 1)}
-	s, err := NewServer(Config{Handler: b})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, l) }()
-	defer func() { cancel(); <-done }()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := serveAndDial(t, Config{Handler: b})
 	if _, err := c.Write(call(1, 1, rpcv2.OpaqueAuth{}, []byte("args"))); err != nil {
 		t.Fatal(err)
 	}
