@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/kv"
+	"github.com/txnfs/txnfs/meta"
 )
 
 // Edge cases of span records (data layout 3): offsets near MaxFileSize and
@@ -425,5 +428,76 @@ func TestSpanEdgeUpgradeHugeSparse(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSpanCheckDataPastRecordEnd: a closed span record whose extents reach
+// past its last offset (they would overlap the next record's bytes, and
+// reads through either record would disagree) is reported by Check and
+// read as ErrCorrupt (meta.UnmarshalSpan validates extents against the
+// key's bounds), never returned as data.
+func TestSpanCheckDataPastRecordEnd(t *testing.T) {
+	ctx := context.Background()
+	tf := newTestFS(t, fsOpts{inlineMax: 64})
+	f := tf.FS
+	fs.SetCompactionForTest(f, 4, 8)
+	ino := createFiles(t, f, 1)[0]
+	for i := uint64(0); i < 40; i++ {
+		do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, ino, i*4096, pattern(byte(i+1), 1000)) })
+	}
+	requireCheckClean(t, f)
+	kt, err := tf.KV.Begin(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kt.Rollback()
+	prefix := meta.SpanPrefix(uint64(ino))
+	pairs, err := kt.Scan(ctx, prefix, kv.PrefixEnd(prefix), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pairs) < 3 {
+		t.Fatalf("%d span records, want several", len(pairs))
+	}
+	// Shorten the first record's key to end inside its data, leaving a
+	// gap before the next record (so records do not overlap by keys).
+	_, start, _, rec, err := meta.UnmarshalSpan(pairs[0].Key, pairs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Extents) < 2 {
+		t.Fatalf("first record holds %d extents", len(rec.Extents))
+	}
+	if err := kt.Delete(pairs[0].Key); err != nil {
+		t.Fatal(err)
+	}
+	if err := kt.Set(meta.SpanKey(uint64(ino), start, start+rec.Extents[0].Off+10), pairs[0].Value); err != nil {
+		t.Fatal(err)
+	}
+	if err := kt.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f2, err := fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices, Clock: fixedClock, InlineMax: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Close()
+	rep, err := f2.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, p := range rep.Problems {
+		found = found || strings.Contains(p, "outside a span")
+	}
+	if !found {
+		t.Fatalf("Check did not report data past a record's end; problems:\n%s", joinLines(rep.Problems, 10))
+	}
+	err = f2.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
+		_, _, err := tx.Read(ctx, ino, start, make([]byte, 100))
+		return err
+	})
+	if !errors.Is(err, fs.ErrCorrupt) {
+		t.Fatalf("reading through the record: %v, want ErrCorrupt", err)
 	}
 }
