@@ -308,3 +308,74 @@ func spanConcTxn1(ctx context.Context, f *fs.FS, rng *rand.Rand, inos []fs.Ino, 
 	edge(dst, before, ref)
 	return nil
 }
+
+// TestSpanPasteStaleSourceConflicts: a Paste checks that its source still
+// references the slices, reading the source's span record through a hint
+// (a point read; the source's inode is not read). A concurrent
+// transaction on another engine overwrites the yanked range (the record
+// is rewritten, compacted, and the slices lose their last reference) and
+// commits first: the Paste must not commit with the stale slices. After
+// garbage collection the destination reads either its old bytes (the
+// Paste failed) or the yanked ones, never an error.
+func TestSpanPasteStaleSourceConflicts(t *testing.T) {
+	ctx := context.Background()
+	tf := newTestFS(t, fsOpts{inlineMax: 64})
+	f1 := tf.FS
+	f2, err := fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices, Clock: fixedClock, InlineMax: 64, GCWait: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Close()
+	for _, e := range []*fs.FS{f1, f2} {
+		fs.SetCompactionForTest(e, 2, 8)
+	}
+	inos := createFiles(t, f1, 2)
+	a, b := inos[0], inos[1]
+	orig := pattern(3, 20000)
+	do(t, f1, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, a, 0, orig) })
+	do(t, f1, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, b, 0, pattern(4, 100)) })
+	var s fs.Slices
+	do(t, f1, func(ctx context.Context, tx *fs.Txn) (err error) { s, err = tx.Yank(ctx, a, 0, 20000); return err })
+	tx, err := f1.Begin(ctx, fs.RootCred, fs.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Abort()
+	if err := tx.Paste(ctx, b, 0, s); err != nil {
+		t.Fatal(err)
+	}
+	// Overwrite a's whole range on the other engine, several times so the
+	// record's list is compacted and the old slice is dropped.
+	for i := 0; i < 4; i++ {
+		do(t, f2, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, a, 0, pattern(byte(10+i), 20000)) })
+	}
+	commitErr := tx.Commit(ctx)
+	pasted := commitErr == nil
+	if commitErr != nil && !errors.Is(commitErr, fs.ErrConflict) && !errors.Is(commitErr, fs.ErrBadSlice) {
+		t.Fatalf("Paste commit: %v, want success, ErrConflict or ErrBadSlice", commitErr)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := f1.CollectGarbage(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := pattern(4, 100)
+	if pasted {
+		want = orig
+	}
+	err = f1.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
+		got, err := readAll(ctx, tx, b, uint64(len(want)))
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(got, want) {
+			return fmt.Errorf("b reads other bytes (pasted %v)", pasted)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("paste committed: %v (%v)", pasted, commitErr)
+	requireCheckClean(t, f1)
+}
