@@ -435,34 +435,63 @@ func (t *Txn) Seek(ctx context.Context, ino Ino, off uint64, whence Whence) (uin
 		if off >= f.Size {
 			return seekResult{Off: f.Size, EOF: true}, nil
 		}
-		pos := off
-		for idx := off / meta.RegionSize; idx*meta.RegionSize < f.Size; idx++ {
-			base := idx * meta.RegionSize
-			ps, err := t.pieces(ctx, ino, max(pos, base), min(base+meta.RegionSize, f.Size)-max(pos, base))
-			if err != nil {
-				return nil, err
-			}
-			for _, p := range ps {
-				if whence == SeekData {
-					return seekResult{Off: max(p.Off, pos)}, nil
-				}
-				if p.Off > pos {
-					return seekResult{Off: pos}, nil
-				}
-				pos = p.Off + uint64(p.Ext.Len)
-			}
-			if whence == SeekHole && pos < min(base+meta.RegionSize, f.Size) {
-				return seekResult{Off: pos}, nil
-			}
-		}
-		if whence == SeekData {
-			return seekResult{Off: f.Size, EOF: true}, nil
-		}
-		return seekResult{Off: f.Size, EOF: true}, nil
+		return t.seek(ctx, ino, off, f.Size, whence)
 	})
 	if err != nil {
 		return 0, false, err
 	}
 	r := res.(seekResult)
 	return r.Off, r.EOF, nil
+}
+
+// seek finds the first data or hole at or after off (< size) by walking
+// the file's span records from the one holding off: it costs the records
+// it passes, not the length of the holes between them (a file of 2^60
+// bytes with data only at its end answers after one or two records).
+func (t *Txn) seek(ctx context.Context, ino Ino, off, size uint64, whence Whence) (seekResult, error) {
+	pos := off
+	for pos < size {
+		// The record holding pos, or the first one after it.
+		spans, err := t.spansIn(ctx, ino, pos, pos+1)
+		if err != nil {
+			return seekResult{}, err
+		}
+		if len(spans) == 0 {
+			break // no record at or after pos: zeros to the end
+		}
+		s := spans[0]
+		if s.start > pos { // a gap before s: a hole
+			if whence == SeekHole {
+				return seekResult{Off: pos}, nil
+			}
+			pos = s.start
+		}
+		for _, e := range s.data() {
+			lo, hi := s.start+e.Off, s.start+e.End()
+			if hi <= pos {
+				continue
+			}
+			if lo >= size {
+				break
+			}
+			if whence == SeekData {
+				return seekResult{Off: max(lo, pos)}, nil
+			}
+			if lo > pos {
+				return seekResult{Off: pos}, nil
+			}
+			pos = hi
+		}
+		if s.last == meta.SpanOpen {
+			break // nothing past the open record
+		}
+		if whence == SeekHole && pos <= s.last && pos < size {
+			return seekResult{Off: pos}, nil // s holds no data from pos to its end
+		}
+		pos = max(pos, s.last+1)
+	}
+	if whence == SeekHole && pos < size {
+		return seekResult{Off: pos}, nil
+	}
+	return seekResult{Off: size, EOF: true}, nil
 }
