@@ -501,3 +501,67 @@ func TestSpanCheckDataPastRecordEnd(t *testing.T) {
 		t.Fatalf("reading through the record: %v, want ErrCorrupt", err)
 	}
 }
+
+// TestSpanEdgeManyRecords: one write, punch and copy each covering dozens
+// of span records, starting and ending inside records, and copies of a
+// file onto itself shifted forward and backward (overlapping ranges).
+func TestSpanEdgeManyRecords(t *testing.T) {
+	ctx := context.Background()
+	tf := newTestFS(t, fsOpts{inlineMax: 64})
+	f := tf.FS
+	fs.SetCompactionForTest(f, 4, 8)
+	ino := createFiles(t, f, 1)[0]
+	var ref []byte
+	put := func(off int, data []byte) {
+		if end := off + len(data); end > len(ref) {
+			ref = append(ref, make([]byte, end-len(ref))...)
+		}
+		copy(ref[off:], data)
+	}
+	verify := func(when string) {
+		t.Helper()
+		err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
+			got, err := readAll(ctx, tx, ino, uint64(len(ref)))
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(got, ref) {
+				k := 0
+				for k < len(got) && got[k] == ref[k] {
+					k++
+				}
+				return fmt.Errorf("differs from byte %d", k)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		requireCheckClean(t, f)
+	}
+	for i := 0; i < 400; i++ { // 400 extents 1 KiB apart: ~50 records
+		data := pattern(byte(i)|1, 300)
+		do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, ino, uint64(i*1024), data) })
+		put(i*1024, data)
+	}
+	verify("fragmented")
+	if n := countKeys(t, tf.KV, meta.SpanPrefix(uint64(ino))); n < 20 {
+		t.Fatalf("%d span records, want many", n)
+	}
+	big := pattern(200, 300_000)
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, ino, 20_123, big) })
+	put(20_123, big)
+	verify("one write over many records")
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Punch(ctx, ino, 5_555, 250_000) })
+	clear(ref[5_555:255_555])
+	verify("one punch over many records")
+	for _, c := range []struct{ src, dst, n int }{{0, 777, 200_000}, {100_000, 3, 250_000}, {1000, 1000, 50_000}} {
+		do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+			_, err := tx.CopyRange(ctx, ino, uint64(c.src), ino, uint64(c.dst), uint64(c.n))
+			return err
+		})
+		n := min(c.n, len(ref)-c.src)
+		put(c.dst, bytes.Clone(ref[c.src:c.src+n]))
+		verify(fmt.Sprintf("copy %d -> %d (%d bytes) within the file", c.src, c.dst, c.n))
+	}
+}
