@@ -36,23 +36,25 @@ import (
 // and Check (record invariants, Used) must be clean. Reproduce with the
 // printed seed (TXNFS_SPANCONC_SEED); TXNFS_LONG=1 runs longer.
 func TestSpanConcurrentModel(t *testing.T) {
-	t.Run("plain", func(t *testing.T) { spanConcModel(t, false) })
-	// The second engine's kv store fails 2% of reads and commits and
-	// makes 20% of commits conflict (faultkv, no lost acknowledgements so
-	// that a failed commit applied nothing): operations fail in the
-	// middle of splits and merges, leaving hints and cached records of
-	// writes that never happened.
-	t.Run("kvfaults", func(t *testing.T) { spanConcModel(t, true) })
+	for _, kind := range []storeKind{storeMem, storePebble} {
+		t.Run(kind.String()+"/plain", func(t *testing.T) { spanConcModel(t, kind, false) })
+		// The second engine's kv store fails 2% of reads and commits and
+		// makes 20% of commits conflict (faultkv, no lost acknowledgements
+		// so that a failed commit applied nothing): operations fail in the
+		// middle of splits and merges, leaving hints and cached records of
+		// writes that never happened.
+		t.Run(kind.String()+"/kvfaults", func(t *testing.T) { spanConcModel(t, kind, true) })
+	}
 }
 
-func spanConcModel(t *testing.T, faults bool) {
+func spanConcModel(t *testing.T, kind storeKind, faults bool) {
 	seed := uint64(time.Now().UnixNano())
 	if s, err := strconv.ParseUint(os.Getenv("TXNFS_SPANCONC_SEED"), 10, 64); err == nil {
 		seed = s
 	}
 	t.Logf("seed %d (TXNFS_SPANCONC_SEED)", seed)
 	ctx := context.Background()
-	tf := newTestFS(t, fsOpts{inlineMax: 64})
+	tf := newTestFS(t, fsOpts{kind: kind, inlineMax: 64})
 	kv2 := tf.KV
 	if faults {
 		kv2 = faultkv.Wrap(tf.KV, faultkv.Options{Seed: int64(seed), ErrorRate: 0.02, ConflictRate: 0.2})
@@ -88,7 +90,7 @@ func spanConcModel(t *testing.T, faults bool) {
 		committed, conflicts   int
 		aborted, ioErrors      int
 	)
-	workers, txns := 4, scale(40, 400)
+	workers, txns := 4, scale(150, 1500)
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
 	for w := 0; w < workers; w++ {
