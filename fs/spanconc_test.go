@@ -37,24 +37,27 @@ import (
 // printed seed (TXNFS_SPANCONC_SEED); TXNFS_LONG=1 runs longer.
 func TestSpanConcurrentModel(t *testing.T) {
 	for _, kind := range []storeKind{storeMem, storePebble} {
-		t.Run(kind.String()+"/plain", func(t *testing.T) { spanConcModel(t, kind, false) })
+		t.Run(kind.String()+"/plain", func(t *testing.T) { spanConcModel(t, kind, false, 64) })
+		// Writes up to 8 KiB inline: merged inline runs, inline bytes
+		// moved into slices by compaction.
+		t.Run(kind.String()+"/inline", func(t *testing.T) { spanConcModel(t, kind, false, 8192) })
 		// The second engine's kv store fails 2% of reads and commits and
 		// makes 20% of commits conflict (faultkv, no lost acknowledgements
 		// so that a failed commit applied nothing): operations fail in the
 		// middle of splits and merges, leaving hints and cached records of
 		// writes that never happened.
-		t.Run(kind.String()+"/kvfaults", func(t *testing.T) { spanConcModel(t, kind, true) })
+		t.Run(kind.String()+"/kvfaults", func(t *testing.T) { spanConcModel(t, kind, true, 64) })
 	}
 }
 
-func spanConcModel(t *testing.T, kind storeKind, faults bool) {
+func spanConcModel(t *testing.T, kind storeKind, faults bool, inlineMax int) {
 	seed := uint64(time.Now().UnixNano())
 	if s, err := strconv.ParseUint(os.Getenv("TXNFS_SPANCONC_SEED"), 10, 64); err == nil {
 		seed = s
 	}
 	t.Logf("seed %d (TXNFS_SPANCONC_SEED)", seed)
 	ctx := context.Background()
-	tf := newTestFS(t, fsOpts{kind: kind, inlineMax: 64})
+	tf := newTestFS(t, fsOpts{kind: kind, inlineMax: inlineMax})
 	kv2 := tf.KV
 	if faults {
 		kv2 = faultkv.Wrap(tf.KV, faultkv.Options{Seed: int64(seed), ErrorRate: 0.02, ConflictRate: 0.2})
@@ -62,7 +65,7 @@ func spanConcModel(t *testing.T, kind storeKind, faults bool) {
 	var f2 *fs.FS
 	var err error
 	for try := 0; try < 20; try++ { // Open itself may meet an injected error
-		f2, err = fs.Open(ctx, fs.Config{KV: kv2, Slices: tf.Slices, Clock: fixedClock, InlineMax: 64, GCWait: time.Millisecond})
+		f2, err = fs.Open(ctx, fs.Config{KV: kv2, Slices: tf.Slices, Clock: fixedClock, InlineMax: inlineMax, GCWait: time.Millisecond})
 		if err == nil || !errors.Is(err, fs.ErrIO) {
 			break
 		}
@@ -72,7 +75,7 @@ func spanConcModel(t *testing.T, kind storeKind, faults bool) {
 	}
 	t.Cleanup(func() { f2.Close() })
 	// A third engine, without faults, for the final reads.
-	f3, err := fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices, Clock: fixedClock, InlineMax: 64, GCWait: time.Millisecond})
+	f3, err := fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices, Clock: fixedClock, InlineMax: inlineMax, GCWait: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
