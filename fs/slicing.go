@@ -445,50 +445,59 @@ func (t *Txn) Seek(ctx context.Context, ino Ino, off uint64, whence Whence) (uin
 }
 
 // seek finds the first data or hole at or after off (< size) by walking
-// the file's span records from the one holding off: it costs the records
-// it passes, not the length of the holes between them (a file of 2^60
-// bytes with data only at its end answers after one or two records).
+// the file's span records from the one holding off, those overlapping a
+// 64 MiB window per kv scan: it costs the records it passes, not the
+// length of the holes between them (a file of 2^60 bytes with data only
+// at its end answers after one or two records).
 func (t *Txn) seek(ctx context.Context, ino Ino, off, size uint64, whence Whence) (seekResult, error) {
 	pos := off
 	for pos < size {
-		// The record holding pos, or the first one after it.
-		spans, err := t.spansIn(ctx, ino, pos, pos+1)
+		// The records overlapping the window from pos (at least the one
+		// holding pos, or the first after it) and the first after them.
+		spans, err := t.spansIn(ctx, ino, pos, max(pos+1, min(size, pos+meta.RegionSize)))
 		if err != nil {
 			return seekResult{}, err
 		}
 		if len(spans) == 0 {
 			break // no record at or after pos: zeros to the end
 		}
-		s := spans[0]
-		if s.start > pos { // a gap before s: a hole
-			if whence == SeekHole {
-				return seekResult{Off: pos}, nil
-			}
-			pos = s.start
-		}
-		for _, e := range s.data() {
-			lo, hi := s.start+e.Off, s.start+e.End()
-			if hi <= pos {
+		for _, s := range spans {
+			if s.last < pos {
 				continue
 			}
-			if lo >= size {
-				break
+			if s.start > pos { // a gap before s: a hole
+				if whence == SeekHole {
+					return seekResult{Off: min(pos, size), EOF: pos >= size}, nil
+				}
+				pos = s.start
 			}
-			if whence == SeekData {
-				return seekResult{Off: max(lo, pos)}, nil
+			if pos >= size {
+				return seekResult{Off: size, EOF: true}, nil
 			}
-			if lo > pos {
-				return seekResult{Off: pos}, nil
+			for _, e := range s.data() {
+				lo, hi := s.start+e.Off, s.start+e.End()
+				if hi <= pos {
+					continue
+				}
+				if lo >= size {
+					break
+				}
+				if whence == SeekData {
+					return seekResult{Off: max(lo, pos)}, nil
+				}
+				if lo > pos {
+					return seekResult{Off: pos}, nil
+				}
+				pos = hi
 			}
-			pos = hi
+			if whence == SeekHole && pos <= s.last && pos < size {
+				return seekResult{Off: pos}, nil // s holds no data from pos to its end
+			}
+			if s.last == meta.SpanOpen {
+				return seekResult{Off: size, EOF: true}, nil // no data past the open record
+			}
+			pos = max(pos, s.last+1)
 		}
-		if s.last == meta.SpanOpen {
-			break // nothing past the open record
-		}
-		if whence == SeekHole && pos <= s.last && pos < size {
-			return seekResult{Off: pos}, nil // s holds no data from pos to its end
-		}
-		pos = max(pos, s.last+1)
 	}
 	if whence == SeekHole && pos < size {
 		return seekResult{Off: pos}, nil
