@@ -323,7 +323,7 @@ func (s *Span) check() error {
 func (s *Span) CheckLength(length uint64) error {
 	for i := range s.Extents {
 		e := &s.Extents[i]
-		if length != 0 && e.End() > length {
+		if e.End() < e.Off || length != 0 && e.End() > length {
 			return fmt.Errorf("%w: extent [%d,+%d) outside a span of %d bytes", ErrCorrupt, e.Off, e.Len, length)
 		}
 	}

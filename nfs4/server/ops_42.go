@@ -45,7 +45,7 @@ func (c *compound) copyRange(op string, srcOff, dstOff, n uint64) (uint64, nfsv4
 		if err != nil {
 			return err
 		}
-		if srcOff > src.Size || n != 0 && srcOff+n > src.Size && op == "CLONE" {
+		if srcOff > src.Size || n != 0 && n > src.Size-srcOff && op == "CLONE" { // (no wrap: srcOff <= Size)
 			return fs.ErrInvalid
 		}
 		copied, err = t.CopyRange(c.ctx, c.saved.ino, srcOff, c.cur.ino, dstOff, n)

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"math"
 	"testing"
 	"time"
 
@@ -184,6 +185,11 @@ func TestNFSv42Ops(t *testing.T) {
 	if string(got[50000:50010]) != "0123456789" {
 		t.Fatalf("clone: %q", got[50000:50010])
 	}
+	// A CLONE past the source's end is refused, also when offset+count
+	// wraps past 2^64.
+	r, err := c.Compound(putroot(), lookup("src"), savefh(), putroot(), lookup("dst"),
+		&nfsv4.NfsArgop4_OP_CLONE{Opclone: nfsv4.Clone4args{ClSrcOffset: 10, ClDstOffset: 0, ClCount: math.MaxUint64 - 5}})
+	wantStatus(t, r, err, nfsv4.NFS4ERR_INVAL)
 	okT(t)(c.Compound(putroot(), lookup("dst"), &nfsv4.NfsArgop4_OP_DEALLOCATE{Opdeallocate: nfsv4.Deallocate4args{DaOffset: 8192, DaLength: 8192}}))
 	got = readAll(t, c, "dst")
 	if !bytes.Equal(got[8192:16384], make([]byte, 8192)) || len(got) != len(data) {
@@ -193,7 +199,7 @@ func TestNFSv42Ops(t *testing.T) {
 	if off := rep.Results[2].(*nfsv4.NfsResop4_OP_SEEK).Opseek.(*nfsv4.Seek4res_NFS4_OK).Resok4.SrOffset; off > 8192 {
 		t.Fatalf("hole at %d", off)
 	}
-	r, err := c.Compound(putroot(), lookup("dst"), &nfsv4.NfsArgop4_OP_SEEK{Opseek: nfsv4.Seek4args{SaOffset: 1 << 40, SaWhat: nfsv4.NFS4_CONTENT_DATA}})
+	r, err = c.Compound(putroot(), lookup("dst"), &nfsv4.NfsArgop4_OP_SEEK{Opseek: nfsv4.Seek4args{SaOffset: 1 << 40, SaWhat: nfsv4.NFS4_CONTENT_DATA}})
 	wantStatus(t, r, err, nfsv4.NFS4ERR_NXIO)
 	// ALLOCATE extends; READ_PLUS reads.
 	okT(t)(c.Compound(putroot(), lookup("dst"), &nfsv4.NfsArgop4_OP_ALLOCATE{Opallocate: nfsv4.Allocate4args{AaOffset: 0, AaLength: 200000}}))
