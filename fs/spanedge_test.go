@@ -443,7 +443,9 @@ func TestSpanCheckDataPastRecordEnd(t *testing.T) {
 	fs.SetCompactionForTest(f, 4, 8)
 	ino := createFiles(t, f, 1)[0]
 	for i := uint64(0); i < 40; i++ {
-		do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, ino, i*4096, pattern(byte(i+1), 1000)) })
+		do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+			return tx.Write(ctx, ino, i*4096, pattern(byte(i+1), 1000))
+		})
 	}
 	requireCheckClean(t, f)
 	kt, err := tf.KV.Begin(ctx, kv.TxnOptions{})

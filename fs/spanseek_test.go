@@ -86,7 +86,9 @@ func TestSpanSeekModel(t *testing.T) {
 		n := uint64(1 + rng.IntN(20000))
 		switch r := rng.IntN(10); {
 		case r < 6:
-			do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, ino, off, pattern(byte(step)|1, int(n))) })
+			do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+				return tx.Write(ctx, ino, off, pattern(byte(step)|1, int(n)))
+			})
 		case r < 8:
 			do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Punch(ctx, ino, off, n) })
 		case r < 9:
