@@ -88,10 +88,10 @@ func spanConcModel(t *testing.T, kind storeKind, faults bool, inlineMax int) {
 	const maxSize = 96 << 10
 	type edge struct{ from, to [32]byte }
 	var (
-		mu                     sync.Mutex
-		edges                  [3][]edge
-		committed, conflicts   int
-		aborted, ioErrors      int
+		mu                   sync.Mutex
+		edges                [3][]edge
+		committed, conflicts int
+		aborted, ioErrors    int
 	)
 	workers, txns := 4, scale(150, 1500)
 	var wg sync.WaitGroup
