@@ -182,6 +182,7 @@ func TestWriteBehind(t *testing.T) {
 		if _, err := fd.Write([]byte("kept")); err != nil {
 			t.Fatal(err)
 		}
+		ma.wb.wait() // "kept" committed before the fault is armed
 		fail.Store(true)
 		// Answered before it commits: the failure shows at fsync.
 		if _, err := fd.WriteAt([]byte("lost"), 4); err != nil {
