@@ -293,21 +293,7 @@ func args5k() []byte { return bytes.Repeat([]byte("0123456789"), 500) }
 // buffer) and large ones (writev).
 func TestWriteTimeout(t *testing.T) {
 	for _, size := range []int{1000, 64 << 10} {
-		s, err := NewServer(Config{Handler: echo{}, WriteTimeout: 300 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- s.Serve(ctx, l) }()
-		c, err := net.Dial("tcp", l.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := serveAndDial(t, Config{Handler: echo{}, WriteTimeout: 300 * time.Millisecond})
 		start := time.Now()
 		c.SetWriteDeadline(start.Add(20 * time.Second))
 		req := call(1, 1, rpcv2.OpaqueAuth{}, make([]byte, size))
@@ -317,8 +303,6 @@ func TestWriteTimeout(t *testing.T) {
 		}
 		elapsed := time.Since(start)
 		c.Close()
-		cancel()
-		<-done
 		var ne net.Error
 		if werr == nil || errors.As(werr, &ne) && ne.Timeout() {
 			t.Fatalf("replies of %d bytes: writes went on for %v (%v): the server kept the connection", size, elapsed, werr)
