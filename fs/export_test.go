@@ -15,27 +15,6 @@ func SetCompactionForTest(f *FS, compact, spanMax int) {
 	f.compactAfter, f.spanMax = compact, spanMax
 }
 
-// inodeV1ForTest is meta.Inode as encoded before layout 3 (no Used).
-type inodeV1ForTest struct {
-	_          struct{} `cbor:",toarray"`
-	Type       uint8
-	Mode       uint32
-	Nlink      uint32
-	Uid        uint32
-	Gid        uint32
-	Size       uint64
-	Rdev       uint64
-	Atime      int64
-	Mtime      int64
-	Ctime      int64
-	Btime      int64
-	Change     uint64
-	Gen        uint64
-	Parent     uint64
-	NextCookie uint64
-	Target     string
-}
-
 // WriteLayout2ForTest rewrites the store in data layout 2, as an engine
 // before layout 3 would have left it: every file's span records become
 // chunk records (its visible extents cut at meta.ChunkSize boundaries),
@@ -77,10 +56,7 @@ func WriteLayout2ForTest(ctx context.Context, f *FS) error {
 						}
 					}
 				}
-				old := inodeV1ForTest{Type: n.Type, Mode: n.Mode, Nlink: n.Nlink, Uid: n.Uid, Gid: n.Gid, Size: n.Size, Rdev: n.Rdev,
-					Atime: n.Atime, Mtime: n.Mtime, Ctime: n.Ctime, Btime: n.Btime, Change: n.Change, Gen: n.Gen,
-					Parent: n.Parent, NextCookie: n.NextCookie, Target: n.Target}
-				b, err := meta.Marshal(&old)
+				b, err := meta.MarshalInodeV1(&n)
 				if err != nil {
 					return nil, err
 				}

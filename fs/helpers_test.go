@@ -365,3 +365,15 @@ func do(tb tbLike, f *fs.FS, fn func(ctx context.Context, tx *fs.Txn) error) {
 		tb.Fatalf("Do: %v", err)
 	}
 }
+
+// sibling opens another engine over tf's store (as a second server on one
+// kv store would), closed when the test ends.
+func sibling(t tbLike, tf *testFS, inlineMax int) *fs.FS {
+	t.Helper()
+	f, err := fs.Open(context.Background(), fs.Config{KV: tf.KV, Slices: tf.Slices, Clock: fixedClock, InlineMax: inlineMax, GCWait: time.Millisecond})
+	if err != nil {
+		t.Fatalf("opening a second engine: %v", err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}

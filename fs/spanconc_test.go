@@ -75,11 +75,7 @@ func spanConcModel(t *testing.T, kind storeKind, faults bool, inlineMax int) {
 	}
 	t.Cleanup(func() { f2.Close() })
 	// A third engine, without faults, for the final reads.
-	f3, err := fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices, Clock: fixedClock, InlineMax: inlineMax, GCWait: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f3.Close() })
+	f3 := sibling(t, tf, inlineMax)
 	engines := []*fs.FS{tf.FS, f2}
 	for _, e := range engines {
 		fs.SetCompactionForTest(e, 4, 8)
@@ -327,11 +323,7 @@ func TestSpanPasteStaleSourceConflicts(t *testing.T) {
 	ctx := context.Background()
 	tf := newTestFS(t, fsOpts{inlineMax: 64})
 	f1 := tf.FS
-	f2, err := fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices, Clock: fixedClock, InlineMax: 64, GCWait: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f2.Close()
+	f2 := sibling(t, tf, 64)
 	for _, e := range []*fs.FS{f1, f2} {
 		fs.SetCompactionForTest(e, 2, 8)
 	}
@@ -394,11 +386,7 @@ func TestSpanPasteStaleSourceConflicts(t *testing.T) {
 func TestSpanConcurrentAppendAtEnd(t *testing.T) {
 	ctx := context.Background()
 	tf := newTestFS(t, fsOpts{inlineMax: 64})
-	f2, err := fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices, Clock: fixedClock, InlineMax: 64, GCWait: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f2.Close()
+	f2 := sibling(t, tf, 64)
 	engines := []*fs.FS{tf.FS, f2}
 	for _, e := range engines {
 		fs.SetCompactionForTest(e, 4, 8)
@@ -461,11 +449,7 @@ func TestSpanHintsTwoEngines(t *testing.T) {
 	ctx := context.Background()
 	tf := newTestFS(t, fsOpts{inlineMax: 64})
 	f1 := tf.FS
-	f2, err := fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices, Clock: fixedClock, InlineMax: 64, GCWait: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f2.Close()
+	f2 := sibling(t, tf, 64)
 	for _, e := range []*fs.FS{f1, f2} {
 		fs.SetCompactionForTest(e, 4, 8)
 	}

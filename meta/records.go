@@ -123,6 +123,14 @@ type inodeV1 struct {
 	Target     string
 }
 
+// MarshalInodeV1 encodes n as engines before layout 3 did (without
+// Used), for tests and tools that build older data directories.
+func MarshalInodeV1(n *Inode) ([]byte, error) {
+	return Marshal(&inodeV1{Type: n.Type, Mode: n.Mode, Nlink: n.Nlink, Uid: n.Uid, Gid: n.Gid, Size: n.Size,
+		Rdev: n.Rdev, Atime: n.Atime, Mtime: n.Mtime, Ctime: n.Ctime, Btime: n.Btime, Change: n.Change, Gen: n.Gen,
+		Parent: n.Parent, NextCookie: n.NextCookie, Target: n.Target})
+}
+
 // inodeWire is Inode without its methods (for the decoder).
 type inodeWire Inode
 
