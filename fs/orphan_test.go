@@ -112,6 +112,7 @@ func TestPinDuringRemoval(t *testing.T) {
 		f := newTestFS(t, fsOpts{wrapKV: func(s kv.Store) kv.Store {
 			return faultkv.Wrap(s, faultkv.Options{Latency: time.Millisecond})
 		}})
+		pinnedFirst := 0
 		for i := 0; i < 20; i++ {
 			name := fmt.Sprint("f", i)
 			var ino fs.Ino
@@ -127,11 +128,22 @@ func TestPinDuringRemoval(t *testing.T) {
 			}()
 			time.Sleep(time.Duration(i%5) * time.Millisecond)
 			f.Pin(ino)
-			select {
-			case <-done:
-				// Pin returned after the commit, or the commit saw it.
-			default:
-				<-done
+			// A snapshot begun after Pin returned that still has the
+			// name proves the unlink commits after Pin returned. (That
+			// the unlink's goroutine has not finished proves nothing:
+			// it may have committed and not yet returned.)
+			var before bool
+			err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
+				_, err := tx.Lookup(ctx, fs.RootIno, name)
+				before = err == nil
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-done
+			if before {
+				pinnedFirst++
 				err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) error { _, err := tx.GetAttr(ctx, ino); return err })
 				if err != nil {
 					t.Fatalf("iteration %d: Pin returned before the unlink committed, then the inode was deleted: %v", i, err)
@@ -140,6 +152,9 @@ func TestPinDuringRemoval(t *testing.T) {
 			if err := f.Unpin(ctx, ino); err != nil {
 				t.Fatal(err)
 			}
+		}
+		if pinnedFirst == 0 {
+			t.Fatal("no Pin returned before its unlink committed: the race was not exercised")
 		}
 		requireCheckClean(t, f.FS)
 	})
