@@ -31,6 +31,8 @@ type Proxy struct {
 
 	// dropReply counts armed DropNextReply calls.
 	dropReply atomic.Int64
+	// down: SetDown(true) is in effect.
+	down atomic.Bool
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -65,6 +67,16 @@ func (p *Proxy) DropConns() {
 	defer p.mu.Unlock()
 	for c := range p.conns {
 		c.Close()
+	}
+}
+
+// SetDown emulates an unreachable server: while down, every proxied
+// connection is closed and new ones are closed as soon as they are
+// accepted (clients see a reset); SetDown(false) ends the outage.
+func (p *Proxy) SetDown(down bool) {
+	p.down.Store(down)
+	if down {
+		p.DropConns()
 	}
 }
 
@@ -112,6 +124,10 @@ func (p *Proxy) accept() {
 		c, err := p.l.Accept()
 		if err != nil {
 			return
+		}
+		if p.down.Load() {
+			c.Close()
+			continue
 		}
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {

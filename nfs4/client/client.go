@@ -57,7 +57,21 @@ type Config struct {
 	// is in its grace period) or NFS4ERR_DELAY, when resending is safe
 	// (see Do); default: twice the lease; negative: never resend.
 	RetryFor time.Duration
+	// Hard makes an established client keep trying to reach a server
+	// that stopped answering (connection refused or broken), with
+	// backoff up to HardRetryMax between attempts, until the call's
+	// context ends — the NFS "hard" mount semantics, so a server
+	// restart or a network outage delays requests instead of failing
+	// them. The outage is logged at warning level once ("not
+	// responding, still trying") and its end at info level. Dial itself
+	// fails fast (three attempts) either way. Default false: a call
+	// fails after three connection attempts (ErrTransport).
+	Hard bool
 }
+
+// HardRetryMax is the longest wait between two connection attempts of a
+// Hard client.
+const HardRetryMax = 5 * time.Second
 
 // Validate checks c and fills in defaults.
 func (c *Config) Validate() error {
@@ -178,6 +192,9 @@ type Client struct {
 	}
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// established is set once Dial returned (Hard applies from then on);
+	// unreachable while a Hard client is waiting for the server.
+	established, unreachable atomic.Bool
 }
 
 // session is one NFSv4.1 session and its slot table.
@@ -216,6 +233,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		c.wg.Add(1)
 		go c.renewLoop()
 	}
+	c.established.Store(true)
 	return c, nil
 }
 
@@ -305,16 +323,28 @@ func (c *Client) closeTransport() {
 }
 
 // rawCall sends COMPOUND args (already encoded) and returns the decoded
-// reply. Transport failures are retried on a new connection up to twice:
-// the session's reply cache makes that safe for SEQUENCE compounds.
+// reply. Transport failures are retried on a new connection up to twice,
+// or until ctx ends for a Hard client (see Config.Hard): the session's
+// reply cache makes that safe for SEQUENCE compounds.
 func (c *Client) rawCall(ctx context.Context, args []byte, nops int, cred []byte) (*rawReply, error) {
 	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
+	for attempt := 0; ; attempt++ {
+		if attempt >= 3 {
+			if !c.cfg.Hard || !c.established.Load() {
+				return nil, lastErr
+			}
+			if err := c.waitForServer(ctx, attempt-3, lastErr); err != nil {
+				return nil, err
+			}
+		}
 		tr, err := c.transport(ctx)
 		if err != nil {
 			lastErr = err
+			if errors.Is(err, ErrClosed) {
+				return nil, err
+			}
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, fmt.Errorf("%w (%w)", ctx.Err(), err)
 			}
 			continue
 		}
@@ -329,6 +359,9 @@ func (c *Client) rawCall(ctx context.Context, args []byte, nops int, cred []byte
 			}
 			return nil, err
 		}
+		if c.unreachable.CompareAndSwap(true, false) {
+			c.cfg.Logger.Info("nfs4 client: server OK", "addr", c.cfg.Addr)
+		}
 		c.stats.in.Add(uint64(len(body)))
 		rep, err := decodeReply(body)
 		if err != nil {
@@ -336,7 +369,30 @@ func (c *Client) rawCall(ctx context.Context, args []byte, nops int, cred []byte
 		}
 		return rep, nil
 	}
-	return nil, lastErr
+}
+
+// waitForServer sleeps before the n-th extra connection attempt of a Hard
+// client (100 ms doubling up to HardRetryMax), logging the start of an
+// outage once. It returns an error wrapping ctx's and the last transport
+// error if ctx ends first, or ErrClosed if the client is closed.
+func (c *Client) waitForServer(ctx context.Context, n int, lastErr error) error {
+	if c.unreachable.CompareAndSwap(false, true) {
+		c.cfg.Logger.Warn("nfs4 client: server not responding, still trying", "addr", c.cfg.Addr, "err", lastErr)
+	}
+	d := HardRetryMax
+	if n < 6 {
+		d = min(HardRetryMax, 100*time.Millisecond<<n)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("%w (%w)", ctx.Err(), lastErr)
+	case <-c.stop:
+		return ErrClosed
+	case <-t.C:
+		return nil
+	}
 }
 
 // sessionless runs a COMPOUND of one session-management op (EXCHANGE_ID,
@@ -799,15 +855,29 @@ func (c *Client) Close() error {
 	c.abortTxns(ctx)
 	var err error
 	if s != nil {
-		// Wait for in-flight compounds to release their slots.
-		for i := 0; i < cap(s.free); i++ {
+		// Wait for in-flight compounds to release their slots (slots
+		// retired after a transport failure never come back).
+	wait:
+		for got := 0; got+int(s.retired.Load()) < cap(s.free); {
 			select {
 			case <-s.free:
+				got++
+			case <-time.After(10 * time.Millisecond):
 			case <-ctx.Done():
+				break wait
 			}
 		}
-		_, err = c.sessionless(ctx, s.limit.MinorVersion, &nfsv4.NfsArgop4_OP_DESTROY_SESSION{
-			OpdestroySession: nfsv4.DestroySession4args{DsaSessionid: s.id}})
+		destroy := &nfsv4.NfsArgop4_OP_DESTROY_SESSION{OpdestroySession: nfsv4.DestroySession4args{DsaSessionid: s.id}}
+		_, err = c.sessionless(ctx, s.limit.MinorVersion, destroy)
+		if se := (*StatusError)(nil); errors.As(err, &se) && se.Status == nfsv4.NFS4ERR_CONN_NOT_BOUND_TO_SESSION {
+			// A connection made after the last COMPOUND (which would
+			// have bound it through SEQUENCE): bind it, then destroy
+			// (RFC 8881 §18.37.3; Ganesha enforces it).
+			if _, err = c.sessionless(ctx, s.limit.MinorVersion, &nfsv4.NfsArgop4_OP_BIND_CONN_TO_SESSION{
+				OpbindConnToSession: nfsv4.BindConnToSession4args{BctsaSessid: s.id, BctsaDir: nfsv4.CDFC4_FORE}}); err == nil {
+				_, err = c.sessionless(ctx, s.limit.MinorVersion, destroy)
+			}
+		}
 		if err == nil {
 			_, err = c.sessionless(ctx, s.limit.MinorVersion, &nfsv4.NfsArgop4_OP_DESTROY_CLIENTID{
 				OpdestroyClientid: nfsv4.DestroyClientid4args{DcaClientid: clientID}})

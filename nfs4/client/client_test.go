@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -334,4 +337,103 @@ func TestPerCompoundCred(t *testing.T) {
 			t.Fatalf("owner of a directory made as uid 4321: %q", a.Owner)
 		}
 	})
+}
+
+// TestHardOutage: while the server is unreachable (the proxy resets every
+// connection) a Hard client's COMPOUND waits and completes once the server
+// is back, a call whose context ends first fails with the context's and
+// the transport's error, and a default (soft) client fails with
+// ErrTransport.
+func TestHardOutage(t *testing.T) {
+	for _, p := range peers {
+		t.Run(p.Name, func(t *testing.T) {
+			px, err := latencyproxy.New(p.Addr, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer px.Close()
+			ctx := context.Background()
+			var logs strings.Builder
+			var logMu sync.Mutex
+			hard, err := client.Dial(ctx, client.Config{Addr: px.Addr(), Hard: true,
+				Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeQuickly(t, hard)
+			soft, err := client.Dial(ctx, client.Config{Addr: px.Addr()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeQuickly(t, soft)
+			getattr := func() *client.Compound {
+				var cp client.Compound
+				lookupPath(&cp, p.Root)
+				cp.GetAttr(client.StatMask)
+				return &cp
+			}
+			px.SetDown(true)
+			if _, err := soft.Do(ctx, getattr()); !errors.Is(err, client.ErrTransport) {
+				t.Fatalf("soft client during the outage: %v, want ErrTransport", err)
+			}
+			short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			_, err = hard.Do(short, getattr())
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, client.ErrTransport) {
+				t.Fatalf("hard client whose context ends during the outage: %v, want DeadlineExceeded and ErrTransport", err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				rep, err := hard.Do(ctx, getattr())
+				if err == nil {
+					err = rep.Err()
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				t.Fatalf("hard client returned during the outage: %v", err)
+			case <-time.After(time.Second):
+			}
+			px.SetDown(false)
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("hard client after the outage: %v", err)
+				}
+			case <-time.After(3 * client.HardRetryMax):
+				t.Fatal("hard client did not complete after the server came back")
+			}
+			logMu.Lock()
+			l := logs.String()
+			logMu.Unlock()
+			if strings.Count(l, "not responding") != 1 || strings.Count(l, "server OK") != 1 {
+				t.Fatalf("want one outage warning and one recovery line, log:\n%s", l)
+			}
+		})
+	}
+}
+
+// closeQuickly closes c and checks that Close does not wait for the
+// session slots that transport failures retired (it waited its whole
+// 5 s timeout for them before).
+func closeQuickly(t *testing.T, c *client.Client) {
+	start := time.Now()
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
