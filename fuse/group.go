@@ -3,6 +3,7 @@ package fuse
 import (
 	"log/slog"
 	"sync"
+	"time"
 
 	raw "github.com/hanwen/go-fuse/v2/fuse"
 
@@ -61,12 +62,12 @@ func NewGroup() *Group { return &Group{} }
 // writeBehind returns the group's write-behind queue, made with max bytes
 // (or the default if max is not positive) by the first mount that asks:
 // every mount of the group waits for it, whether it queues writes or not.
-func (g *Group) writeBehind(max int) *writeBehind {
+func (g *Group) writeBehind(max int, delay time.Duration) *writeBehind {
 	g.wbOnce.Do(func() {
 		if max <= 0 {
 			max = DefaultWriteBehindBytes
 		}
-		g.wb = newWriteBehind(max)
+		g.wb = newWriteBehind(max, delay)
 	})
 	return g.wb
 }

@@ -30,6 +30,7 @@ func requireFUSE(t testing.TB) {
 // env is an engine with one or more mounts of it.
 type env struct {
 	writeback bool
+	wbDelay   time.Duration
 	t         testing.TB
 	data      string
 	engine    *datadir.Engine
@@ -38,16 +39,17 @@ type env struct {
 }
 
 type envOptions struct {
-	writeback bool // kernel writeback cache
-	sync      bool // durable commits (default: pebble NoSync for speed)
-	group     bool // join the mounts in a Group
+	writeback bool          // kernel writeback cache
+	sync      bool          // durable commits (default: pebble NoSync for speed)
+	group     bool          // join the mounts in a Group
+	wbDelay   time.Duration // Config.WriteBehindDelay (0: the default)
 }
 
 // newEnv opens an engine in a temporary directory.
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	requireFUSE(t)
-	e := &env{t: t, data: filepath.Join(t.TempDir(), "data"), writeback: o.writeback}
+	e := &env{t: t, data: filepath.Join(t.TempDir(), "data"), writeback: o.writeback, wbDelay: o.wbDelay}
 	eng, err := datadir.Open(context.Background(), datadir.Options{Dir: e.data, NoSync: !o.sync})
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +87,8 @@ func (e *env) mount() (string, *Server) {
 		Group:       e.group,
 		Writeback:   e.writeback,
 		Logger:      testLogger(e.t),
+
+		WriteBehindDelay: e.wbDelay,
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -84,6 +84,11 @@ type Config struct {
 	// WRITE commits before it is answered). Mounts of a Group share the
 	// queue of the first mount that joined.
 	WriteBehindBytes int
+	// WriteBehindDelay is the longest an answered write waits for its
+	// commit when nothing else asks for it (the queue commits earlier
+	// once it holds 4 MiB or a request waits for it): 0 means
+	// DefaultWriteBehindDelay, negative commits at once.
+	WriteBehindDelay time.Duration
 }
 
 // Validate checks c and fills in defaults.
@@ -113,6 +118,9 @@ func (c *Config) Validate() error {
 	}
 	if c.WriteBehindBytes == 0 {
 		c.WriteBehindBytes = DefaultWriteBehindBytes
+	}
+	if c.WriteBehindDelay == 0 {
+		c.WriteBehindDelay = DefaultWriteBehindDelay
 	}
 	return nil
 }
@@ -186,11 +194,11 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
 	m.pins = &pinGate{}
 	m.wbOn = cfg.WriteBehindBytes > 0
 	if m.wbOn {
-		m.wb = newWriteBehind(cfg.WriteBehindBytes)
+		m.wb = newWriteBehind(cfg.WriteBehindBytes, cfg.WriteBehindDelay)
 	}
 	if cfg.Group != nil {
 		m.pins = &cfg.Group.pins
-		m.wb = cfg.Group.writeBehind(cfg.WriteBehindBytes)
+		m.wb = cfg.Group.writeBehind(cfg.WriteBehindBytes, cfg.WriteBehindDelay)
 	}
 	opts := cfg.mountOptions(m.log)
 	// No ATOMIC_O_TRUNC: with it O_TRUNC is applied in OPEN, before

@@ -249,3 +249,91 @@ func TestWriteBehind(t *testing.T) {
 		}
 	})
 }
+
+// waitCount polls c until it reaches want (failing after 10 s) and
+// returns its value then.
+func waitCount(t *testing.T, c *atomic.Int64, want int64, what string) int64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Load() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d commits after 10 s, want %d", what, c.Load(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return c.Load()
+}
+
+// TestWriteBehindBatch checks when the queue commits (writeBehind,
+// "Batches"): not at each write, but once it holds wbBatch bytes, once
+// a request waits for it, or after the delay.
+func TestWriteBehindBatch(t *testing.T) {
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB
+	t.Run("SizeAndWaiter", func(t *testing.T) {
+		// The delay never expires here: only the batch size and
+		// waiters start commits.
+		e := newEnv(t, envOptions{group: true, wbDelay: time.Hour})
+		a, ma := e.mount()
+		b, _ := e.mount()
+		var commits atomic.Int64
+		slowCommits(ma, 0, &commits)
+		f, err := os.Create(filepath.Join(a, "f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		n := int64(wbBatch / len(chunk))
+		for i := range n - 1 {
+			if _, err := f.WriteAt(chunk, i<<20); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+		if c := commits.Load(); c != 0 {
+			t.Fatalf("%d commits of %d MiB of answered writes, below the batch size and with nobody waiting: want 0", c, n-1)
+		}
+		// The write that fills the batch starts the committer: one
+		// commit for all of them.
+		if _, err := f.WriteAt(chunk, (n-1)<<20); err != nil {
+			t.Fatal(err)
+		}
+		if c := waitCount(t, &commits, 1, "full batch"); c != 1 {
+			t.Fatalf("%d commits for one batch of %d writes, want 1", c, n)
+		}
+		// A request that must see the writes (another mount's stat)
+		// commits what is queued.
+		if _, err := f.WriteAt(chunk, n<<20); err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(filepath.Join(b, "f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Size() != (n+1)<<20 {
+			t.Fatalf("other mount sees %d bytes, want %d", st.Size(), (n+1)<<20)
+		}
+		if c := commits.Load(); c != 2 {
+			t.Fatalf("%d commits after a stat waited for a queued write, want 2", c)
+		}
+	})
+	t.Run("Delay", func(t *testing.T) {
+		// With nobody waiting, a write below the batch size commits
+		// after the delay.
+		e := newEnv(t, envOptions{wbDelay: 20 * time.Millisecond})
+		a, ma := e.mount()
+		var commits atomic.Int64
+		slowCommits(ma, 0, &commits)
+		f, err := os.Create(filepath.Join(a, "f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for _, w := range [][]byte{chunk, []byte("small")} { // the open transaction, a queued copy
+			before := commits.Load()
+			if _, err := f.WriteAt(w, 0); err != nil {
+				t.Fatal(err)
+			}
+			waitCount(t, &commits, before+1, fmt.Sprintf("%d-byte write", len(w)))
+		}
+	})
+}

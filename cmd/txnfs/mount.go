@@ -71,6 +71,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	negTimeout := fl.Duration("negative-timeout", fuse.DefaultTimeout, "kernel cache lifetime of failed lookups (0: none)")
 	writeback := fl.Bool("writeback", false, "use the kernel writeback cache (faster small writes; only for a mount that is its files' only writer; no sandbox)")
 	writeBehind := fl.Int("write-behind", fuse.DefaultWriteBehindBytes, "bytes of writes answered before they commit (local mounts; 0 or negative: every write commits first)")
+	writeBehindDelay := fl.Duration("write-behind-delay", fuse.DefaultWriteBehindDelay, "longest an answered write waits for its commit when nothing asks for it (0: commit at once)")
 	debug := fl.Bool("debug", false, "log every FUSE request")
 	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the mount to this file when it ends")
@@ -150,9 +151,13 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Debug:            *debug,
 		Writeback:        *writeback,
 		WriteBehindBytes: *writeBehind,
+		WriteBehindDelay: *writeBehindDelay,
 	}
 	if cfg.WriteBehindBytes <= 0 {
 		cfg.WriteBehindBytes = -1 // 0 would be Config's default
+	}
+	if cfg.WriteBehindDelay <= 0 {
+		cfg.WriteBehindDelay = -1 // 0 would be Config's default
 	}
 	var m fuse.Mounted
 	if *server != "" {
