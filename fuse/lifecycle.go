@@ -32,6 +32,7 @@ func (l *mountLife) serve(fsys raw.RawFileSystem, opts *raw.MountOptions, readAh
 		return fmt.Errorf("fuse: mounting %s: %w", l.dir, err)
 	}
 	l.srv = srv
+	hugeReadBuffers(srv, log)
 	started(srv)
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
