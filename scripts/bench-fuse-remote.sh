@@ -24,7 +24,8 @@ go build -o "$work/benchvnfs" ./fuse/internal/benchvnfs
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$work/txnfs" serve --data "$work/data" --listen "127.0.0.1:$port" --log-level warn >"$work/serve.log" 2>&1 &
 srv=$!
-trap '"$work/txnfs" umount --force "$work/mnt" 2>/dev/null || true; kill $srv 2>/dev/null || true' EXIT
+# At exit the data directory and the local files go (gigabytes; KEEP_DATA=1 keeps them).
+trap '"$work/txnfs" umount --force "$work/mnt" 2>/dev/null || true; kill $srv 2>/dev/null || true; wait $srv 2>/dev/null; [[ -n "${KEEP_DATA:-}" ]] || rm -rf "$work/data" "$work/local"' EXIT
 for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 "$work/txnfs" mount --background --log "$work/mount.log" --server "127.0.0.1:$port" "$work/mnt"
 echo "uptime before: $(uptime)"

@@ -16,7 +16,8 @@
 # an A/B of two builds; default: one built from this tree; a binary may be
 # named twice; the mounts run in a rotated order each round), MOUNTFLAGS (extra `txnfs mount` flags for every mount),
 # MOUNTFLAGS0, MOUNTFLAGS1, ... (for the N-th mount only), PROFILE=1 (--cpuprofile of each mount into
-# WORKDIR/cpu.N.pprof, written at unmount).
+# WORKDIR/cpu.N.pprof, written at unmount), KEEP_DATA=1 (keep the mounts' data
+# directories, removed at exit by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-fuse-lib.sh
@@ -46,6 +47,9 @@ cleanup() {
 	for m in "${mnts[@]}"; do
 		"${BINS%% *}" umount "$m" 2>/dev/null || "${BINS%% *}" umount --force "$m" 2>/dev/null || true
 	done
+	# The data directories keep gigabytes after the files are removed
+	# (a run once filled / with 48 GB): logs and profiles stay.
+	[[ -n "${KEEP_DATA:-}" ]] || rm -rf "$work"/data[0-9]* "$work/local"
 }
 trap cleanup EXIT
 

@@ -18,7 +18,8 @@ NFILES=${NFILES:-10000}
 mkdir -p "$work/local" "$work/mnt"
 go build -o "$work/txnfs" ./cmd/txnfs
 "$work/txnfs" mount --background --log "$work/mount.log" --data "$work/data" "$work/mnt"
-trap '"$work/txnfs" umount --force "$work/mnt" 2>/dev/null || true' EXIT
+# At exit the data directory and the local files go (gigabytes; KEEP_DATA=1 keeps them).
+trap '"$work/txnfs" umount --force "$work/mnt" 2>/dev/null || true; [[ -n "${KEEP_DATA:-}" ]] || rm -rf "$work/data" "$work/local"' EXIT
 
 printf '| workload | local dir | local dir, fsync each write | txnfs FUSE | txnfs / local |\n|---|---|---|---|---|\n'
 row() { # name, fio args (a write job also runs with --fsync=1 on the local directory)
