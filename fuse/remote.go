@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -371,6 +372,10 @@ func (m *RemoteServer) probe(ctx context.Context) error {
 
 // doShutdown releases the mount's state once the kernel is gone.
 func (m *RemoteServer) doShutdown() {
+	// Bounded, so that a hard client does not keep the process waiting
+	// for a server that is gone.
+	t := time.AfterFunc(shutdownTimeout, m.cancel)
+	defer t.Stop()
 	m.abortSandboxAtExit()
 	m.notify.stop()
 	m.c.SetReclaim(nil)
@@ -415,10 +420,16 @@ func (m *RemoteServer) cred(h *raw.InHeader) *client.Cred {
 // do sends cp as the caller of h (inside the sandbox's transaction when
 // one is active) and returns the reply; the error is the failing
 // operation's (a *client.StatusError) or the transport's.
-func (m *RemoteServer) do(h *raw.InHeader, cp *client.Compound) (*client.Reply, error) {
+//
+// cancel is the request's cancellation channel (closed by go-fuse when the
+// caller is interrupted or the mount is aborted): a hard client waiting
+// for an unreachable server gives up when it closes.
+func (m *RemoteServer) do(cancel <-chan struct{}, h *raw.InHeader, cp *client.Compound) (*client.Reply, error) {
 	cp.Cred = m.cred(h)
 	release := m.sb.join(cp)
-	rep, err := m.c.Do(m.ctx, cp)
+	ctx, done := m.requestContext(cancel, h.Pid)
+	rep, err := m.c.Do(ctx, cp)
+	done()
 	release(err == nil)
 	if err != nil {
 		return nil, err
@@ -428,8 +439,8 @@ func (m *RemoteServer) do(h *raw.InHeader, cp *client.Compound) (*client.Reply, 
 
 // doAttrs is do for a COMPOUND whose result at is a GETATTR: it returns
 // the reply and the decoded attributes, or the FUSE status of op's failure.
-func (m *RemoteServer) doAttrs(h *raw.InHeader, op string, cp *client.Compound, at int) (*client.Reply, client.Attrs, raw.Status) {
-	rep, err := m.do(h, cp)
+func (m *RemoteServer) doAttrs(cancel <-chan struct{}, h *raw.InHeader, op string, cp *client.Compound, at int) (*client.Reply, client.Attrs, raw.Status) {
+	rep, err := m.do(cancel, h, cp)
 	if err != nil {
 		return nil, client.Attrs{}, m.status(op, err)
 	}
@@ -546,7 +557,7 @@ func (m *RemoteServer) attrOut(id uint64, out *raw.AttrOut, a *client.Attrs) {
 }
 
 // Lookup implements RawFileSystem: PUTFH LOOKUP GETFH GETATTR.
-func (m *RemoteServer) Lookup(_ <-chan struct{}, h *raw.InHeader, name string, out *raw.EntryOut) raw.Status {
+func (m *RemoteServer) Lookup(cancel <-chan struct{}, h *raw.InHeader, name string, out *raw.EntryOut) raw.Status {
 	dir := m.node(h.NodeId)
 	if dir == nil {
 		return raw.Status(syscall.ESTALE)
@@ -562,7 +573,7 @@ func (m *RemoteServer) Lookup(_ <-chan struct{}, h *raw.InHeader, name string, o
 	}
 	fhAt := cp.GetFH()
 	attrAt := cp.GetAttr(client.StatMask)
-	rep, err := m.do(h, &cp)
+	rep, err := m.do(cancel, h, &cp)
 	if err != nil {
 		var se *client.StatusError
 		if errors.As(err, &se) && se.Status == nfsv4.NFS4ERR_NOENT && m.cfg.NegativeTimeout > 0 && !m.sbActive.Load() {
@@ -587,7 +598,7 @@ func (m *RemoteServer) Lookup(_ <-chan struct{}, h *raw.InHeader, name string, o
 func (m *RemoteServer) Forget(nodeid, nlookup uint64) { m.nodes.forget(nodeid, nlookup) }
 
 // GetAttr implements RawFileSystem: PUTFH GETATTR.
-func (m *RemoteServer) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.AttrOut) raw.Status {
+func (m *RemoteServer) GetAttr(cancel <-chan struct{}, in *raw.GetAttrIn, out *raw.AttrOut) raw.Status {
 	n := m.node(in.NodeId)
 	if in.Flags()&raw.FUSE_GETATTR_FH != 0 {
 		if h := m.handle(in.Fh()); h != nil {
@@ -600,7 +611,7 @@ func (m *RemoteServer) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.At
 	var cp client.Compound
 	cp.PutFH(n.fh)
 	cp.GetAttr(client.StatMask)
-	rep, err := m.do(&in.InHeader, &cp)
+	rep, err := m.do(cancel, &in.InHeader, &cp)
 	var se *client.StatusError
 	if errors.As(err, &se) && se.Status == nfsv4.NFS4ERR_STALE {
 		if r := m.redirected(in.NodeId); r != nil {
@@ -609,7 +620,7 @@ func (m *RemoteServer) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.At
 			cp.Reset()
 			cp.PutFH(r.fh)
 			cp.GetAttr(client.StatMask)
-			rep, err = m.do(&in.InHeader, &cp)
+			rep, err = m.do(cancel, &in.InHeader, &cp)
 		} else if dir := m.node(parentOf(m, in.NodeId)); dir != nil {
 			// The kernel checks permissions before an open from
 			// attributes it refreshes by node id: report those of the
@@ -620,7 +631,7 @@ func (m *RemoteServer) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.At
 			cp.PutFH(dir.fh)
 			cp.Lookup(name)
 			cp.GetAttr(client.StatMask)
-			if rep2, err2 := m.do(&in.InHeader, &cp); err2 == nil {
+			if rep2, err2 := m.do(cancel, &in.InHeader, &cp); err2 == nil {
 				if a, err3 := resAttrs(rep2.Results[2]); err3 == nil && a.Type == nfsv4.NF4REG {
 					out.SetTimeout(0)
 					fillRemoteAttr(&out.Attr, &a)
@@ -643,7 +654,7 @@ func (m *RemoteServer) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.At
 
 // SetAttr implements RawFileSystem: PUTFH SETATTR GETATTR (truncation
 // through an open file uses its open stateid).
-func (m *RemoteServer) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.AttrOut) raw.Status {
+func (m *RemoteServer) SetAttr(cancel <-chan struct{}, in *raw.SetAttrIn, out *raw.AttrOut) raw.Status {
 	n := m.node(in.NodeId)
 	if n == nil {
 		return raw.Status(syscall.ESTALE)
@@ -673,7 +684,7 @@ func (m *RemoteServer) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.At
 	if sa.SetSize {
 		// Writes sent again after a server restart must not undo
 		// the truncation (remote_unstable.go).
-		if err := m.commit(&in.InHeader, n); err != nil {
+		if err := m.commit(cancel, &in.InHeader, n); err != nil {
 			return m.status("setattr", err)
 		}
 	}
@@ -690,7 +701,7 @@ func (m *RemoteServer) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.At
 		}
 	}
 	var at int
-	rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+	rep, err := m.doSid(cancel, &in.InHeader, func(cp *client.Compound) {
 		cp.PutFH(n.fh)
 		if !sa.Empty() {
 			sid := client.AnonymousStateid
@@ -714,7 +725,7 @@ func (m *RemoteServer) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.At
 
 // create sends PUTFH(dir) op GETFH GETATTR, where add adds op (CREATE or
 // OPEN), and answers with the new entry.
-func (m *RemoteServer) create(op string, h *raw.InHeader, add func(*client.Compound), out *raw.EntryOut) raw.Status {
+func (m *RemoteServer) create(cancel <-chan struct{}, op string, h *raw.InHeader, add func(*client.Compound), out *raw.EntryOut) raw.Status {
 	dir := m.node(h.NodeId)
 	if dir == nil {
 		return raw.Status(syscall.ESTALE)
@@ -724,7 +735,7 @@ func (m *RemoteServer) create(op string, h *raw.InHeader, add func(*client.Compo
 	add(&cp)
 	fhAt := cp.GetFH()
 	attrAt := cp.GetAttr(client.StatMask)
-	rep, a, st := m.doAttrs(h, op, &cp, attrAt)
+	rep, a, st := m.doAttrs(cancel, h, op, &cp, attrAt)
 	if st != raw.OK {
 		return st
 	}
@@ -738,24 +749,24 @@ func modeAttrs(mode uint32) nfsv4.Fattr4 {
 }
 
 // Mkdir implements RawFileSystem: CREATE NF4DIR.
-func (m *RemoteServer) Mkdir(_ <-chan struct{}, in *raw.MkdirIn, name string, out *raw.EntryOut) raw.Status {
-	return m.create("mkdir", &in.InHeader, func(cp *client.Compound) { cp.Mkdir(name, modeAttrs(in.Mode)) }, out)
+func (m *RemoteServer) Mkdir(cancel <-chan struct{}, in *raw.MkdirIn, name string, out *raw.EntryOut) raw.Status {
+	return m.create(cancel, "mkdir", &in.InHeader, func(cp *client.Compound) { cp.Mkdir(name, modeAttrs(in.Mode)) }, out)
 }
 
 // Symlink implements RawFileSystem: CREATE NF4LNK.
-func (m *RemoteServer) Symlink(_ <-chan struct{}, h *raw.InHeader, target, name string, out *raw.EntryOut) raw.Status {
-	return m.create("symlink", h, func(cp *client.Compound) { cp.Symlink(name, target, modeAttrs(0o777)) }, out)
+func (m *RemoteServer) Symlink(cancel <-chan struct{}, h *raw.InHeader, target, name string, out *raw.EntryOut) raw.Status {
+	return m.create(cancel, "symlink", h, func(cp *client.Compound) { cp.Symlink(name, target, modeAttrs(0o777)) }, out)
 }
 
 // Mknod implements RawFileSystem: CREATE of a FIFO, socket or device; a
 // regular file is an exclusive OPEN and CLOSE.
-func (m *RemoteServer) Mknod(_ <-chan struct{}, in *raw.MknodIn, name string, out *raw.EntryOut) raw.Status {
+func (m *RemoteServer) Mknod(cancel <-chan struct{}, in *raw.MknodIn, name string, out *raw.EntryOut) raw.Status {
 	var typ nfsv4.Createtype4
 	dev := decodeDev(in.Rdev)
 	spec := nfsv4.Specdata4{Specdata1: uint32(dev >> 32), Specdata2: uint32(dev)}
 	switch in.Mode & syscall.S_IFMT {
 	case syscall.S_IFREG, 0:
-		return m.create("mknod", &in.InHeader, func(cp *client.Compound) {
+		return m.create(cancel, "mknod", &in.InHeader, func(cp *client.Compound) {
 			cp.Open(m.c.ClientID(), m.newOwner(), client.OpenArgs{Name: name, Access: nfsv4.OPEN4_SHARE_ACCESS_READ,
 				Create: true, Exclusive: true, CreateAttrs: modeAttrs(in.Mode)})
 			// CLOSE after GETFH/GETATTR would also do; the current
@@ -773,14 +784,14 @@ func (m *RemoteServer) Mknod(_ <-chan struct{}, in *raw.MknodIn, name string, ou
 	default:
 		return raw.EINVAL
 	}
-	return m.create("mknod", &in.InHeader, func(cp *client.Compound) {
+	return m.create(cancel, "mknod", &in.InHeader, func(cp *client.Compound) {
 		cp.Add(&nfsv4.NfsArgop4_OP_CREATE{Opcreate: nfsv4.Create4args{Objtype: typ, Objname: name, Createattrs: modeAttrs(in.Mode)}})
 	}, out)
 }
 
 // Link implements RawFileSystem: PUTFH(file) SAVEFH PUTFH(dir) LINK
 // PUTFH(file) GETATTR.
-func (m *RemoteServer) Link(_ <-chan struct{}, in *raw.LinkIn, name string, out *raw.EntryOut) raw.Status {
+func (m *RemoteServer) Link(cancel <-chan struct{}, in *raw.LinkIn, name string, out *raw.EntryOut) raw.Status {
 	dir, file := m.node(in.NodeId), m.node(in.Oldnodeid)
 	if dir == nil || file == nil {
 		return raw.Status(syscall.ESTALE)
@@ -792,7 +803,7 @@ func (m *RemoteServer) Link(_ <-chan struct{}, in *raw.LinkIn, name string, out 
 	cp.Link(name)
 	cp.PutFH(file.fh)
 	at := cp.GetAttr(client.StatMask)
-	_, a, st := m.doAttrs(&in.InHeader, "link", &cp, at)
+	_, a, st := m.doAttrs(cancel, &in.InHeader, "link", &cp, at)
 	if st != raw.OK {
 		return st
 	}
@@ -802,7 +813,7 @@ func (m *RemoteServer) Link(_ <-chan struct{}, in *raw.LinkIn, name string, out 
 
 // remove is REMOVE. The kernel has already checked the victim's type
 // against unlink/rmdir from its cached attributes.
-func (m *RemoteServer) remove(op string, h *raw.InHeader, name string) raw.Status {
+func (m *RemoteServer) remove(cancel <-chan struct{}, op string, h *raw.InHeader, name string) raw.Status {
 	dir := m.node(h.NodeId)
 	if dir == nil {
 		return raw.Status(syscall.ESTALE)
@@ -810,18 +821,18 @@ func (m *RemoteServer) remove(op string, h *raw.InHeader, name string) raw.Statu
 	var cp client.Compound
 	cp.PutFH(dir.fh)
 	cp.Remove(name)
-	_, err := m.do(h, &cp)
+	_, err := m.do(cancel, h, &cp)
 	return m.status(op, err)
 }
 
 // Unlink implements RawFileSystem.
-func (m *RemoteServer) Unlink(_ <-chan struct{}, h *raw.InHeader, name string) raw.Status {
-	return m.remove("unlink", h, name)
+func (m *RemoteServer) Unlink(cancel <-chan struct{}, h *raw.InHeader, name string) raw.Status {
+	return m.remove(cancel, "unlink", h, name)
 }
 
 // Rmdir implements RawFileSystem.
-func (m *RemoteServer) Rmdir(_ <-chan struct{}, h *raw.InHeader, name string) raw.Status {
-	return m.remove("rmdir", h, name)
+func (m *RemoteServer) Rmdir(cancel <-chan struct{}, h *raw.InHeader, name string) raw.Status {
+	return m.remove(cancel, "rmdir", h, name)
 }
 
 // Rename implements RawFileSystem: PUTFH(src) SAVEFH PUTFH(dst) RENAME.
@@ -829,7 +840,7 @@ func (m *RemoteServer) Rmdir(_ <-chan struct{}, h *raw.InHeader, name string) ra
 // RENAME_EXCHANGE, which NFS lacks, is three RENAMEs through a temporary
 // name in one transactional COMPOUND (txnfs servers only: EINVAL
 // elsewhere).
-func (m *RemoteServer) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newName string) raw.Status {
+func (m *RemoteServer) Rename(cancel <-chan struct{}, in *raw.RenameIn, oldName, newName string) raw.Status {
 	if in.Flags&^(renameNoReplace|renameExchange) != 0 || in.Flags == renameNoReplace|renameExchange {
 		return raw.EINVAL
 	}
@@ -849,7 +860,7 @@ func (m *RemoteServer) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newN
 		step(dst.fh, dst.fh, newName, tmp)
 		step(src.fh, dst.fh, oldName, newName)
 		step(dst.fh, src.fh, tmp, oldName)
-		_, err := m.do(&in.InHeader, &cp)
+		_, err := m.do(cancel, &in.InHeader, &cp)
 		if errors.Is(err, client.ErrTxnUnsupported) {
 			return raw.EINVAL
 		}
@@ -859,7 +870,7 @@ func (m *RemoteServer) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newN
 		var cp client.Compound
 		cp.PutFH(dst.fh)
 		cp.Lookup(newName)
-		_, err := m.do(&in.InHeader, &cp)
+		_, err := m.do(cancel, &in.InHeader, &cp)
 		var se *client.StatusError
 		switch {
 		case err == nil:
@@ -873,7 +884,7 @@ func (m *RemoteServer) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newN
 	cp.SaveFH()
 	cp.PutFH(dst.fh)
 	cp.Rename(oldName, newName)
-	_, err := m.do(&in.InHeader, &cp)
+	_, err := m.do(cancel, &in.InHeader, &cp)
 	if err == nil {
 		m.nodes.renamed(in.NodeId, oldName, in.Newdir, newName)
 	}
@@ -881,7 +892,7 @@ func (m *RemoteServer) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newN
 }
 
 // Readlink implements RawFileSystem.
-func (m *RemoteServer) Readlink(_ <-chan struct{}, h *raw.InHeader) ([]byte, raw.Status) {
+func (m *RemoteServer) Readlink(cancel <-chan struct{}, h *raw.InHeader) ([]byte, raw.Status) {
 	n := m.node(h.NodeId)
 	if n == nil {
 		return nil, raw.Status(syscall.ESTALE)
@@ -889,7 +900,7 @@ func (m *RemoteServer) Readlink(_ <-chan struct{}, h *raw.InHeader) ([]byte, raw
 	var cp client.Compound
 	cp.PutFH(n.fh)
 	cp.Readlink()
-	rep, err := m.do(h, &cp)
+	rep, err := m.do(cancel, h, &cp)
 	if err != nil {
 		return nil, m.status("readlink", err)
 	}
@@ -902,7 +913,7 @@ func (m *RemoteServer) Readlink(_ <-chan struct{}, h *raw.InHeader) ([]byte, raw
 }
 
 // Access implements RawFileSystem with ACCESS.
-func (m *RemoteServer) Access(_ <-chan struct{}, in *raw.AccessIn) raw.Status {
+func (m *RemoteServer) Access(cancel <-chan struct{}, in *raw.AccessIn) raw.Status {
 	n := m.node(in.NodeId)
 	if n == nil {
 		return raw.Status(syscall.ESTALE)
@@ -920,7 +931,7 @@ func (m *RemoteServer) Access(_ <-chan struct{}, in *raw.AccessIn) raw.Status {
 	var cp client.Compound
 	cp.PutFH(n.fh)
 	cp.Access(bits)
-	rep, err := m.do(&in.InHeader, &cp)
+	rep, err := m.do(cancel, &in.InHeader, &cp)
 	if err != nil {
 		return m.status("access", err)
 	}
@@ -947,11 +958,11 @@ var statfsMask = client.MakeBitmap(nfsv4.FATTR4_FILES_AVAIL, nfsv4.FATTR4_FILES_
 	nfsv4.FATTR4_MAXNAME, nfsv4.FATTR4_SPACE_AVAIL, nfsv4.FATTR4_SPACE_FREE, nfsv4.FATTR4_SPACE_TOTAL)
 
 // StatFs implements RawFileSystem from the space attributes of the root.
-func (m *RemoteServer) StatFs(_ <-chan struct{}, h *raw.InHeader, out *raw.StatfsOut) raw.Status {
+func (m *RemoteServer) StatFs(cancel <-chan struct{}, h *raw.InHeader, out *raw.StatfsOut) raw.Status {
 	var cp client.Compound
 	cp.PutFH(m.nodes.get(1).fh)
 	cp.GetAttr(statfsMask)
-	rep, err := m.do(h, &cp)
+	rep, err := m.do(cancel, h, &cp)
 	if err != nil {
 		return m.status("statfs", err)
 	}
@@ -1078,18 +1089,18 @@ func (m *RemoteServer) openFlags(id uint64, flags uint32, change uint64) uint32 
 }
 
 // closeState closes an open state that will not be used (best effort).
-func (m *RemoteServer) closeState(h *raw.InHeader, fh []byte, sid nfsv4.Stateid4) {
+func (m *RemoteServer) closeState(cancel <-chan struct{}, h *raw.InHeader, fh []byte, sid nfsv4.Stateid4) {
 	var cp client.Compound
 	cp.PutFH(fh)
 	cp.Close(sid)
-	if _, err := m.do(h, &cp); err != nil {
+	if _, err := m.do(cancel, h, &cp); err != nil {
 		m.log.Debug("closing an unused open state", "err", err)
 	}
 }
 
 // Open implements RawFileSystem: PUTFH OPEN(CLAIM_FH) [SETATTR size 0]
 // GETATTR.
-func (m *RemoteServer) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.Status {
+func (m *RemoteServer) Open(cancel <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.Status {
 	n := m.node(in.NodeId)
 	if n == nil {
 		return raw.Status(syscall.ESTALE)
@@ -1105,23 +1116,23 @@ func (m *RemoteServer) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut)
 		cp.SetAttr(client.CurrentStateid, sa.Encode())
 	}
 	at := cp.GetAttr(client.StatMask)
-	rep, err := m.do(&in.InHeader, &cp)
+	rep, err := m.do(cancel, &in.InHeader, &cp)
 	if err != nil {
 		if rep != nil && len(rep.Results) > openAt+1 {
 			if sid, ok := resStateid(rep.Results[openAt]); ok {
-				m.closeState(&in.InHeader, n.fh, sid)
+				m.closeState(cancel, &in.InHeader, n.fh, sid)
 			}
 		}
 		var se *client.StatusError
 		if errors.As(err, &se) && se.Status == nfsv4.NFS4ERR_STALE {
-			return m.reopenByName(in, out)
+			return m.reopenByName(cancel, in, out)
 		}
 		return m.status("open", err)
 	}
 	sid, _ := resStateid(rep.Results[openAt])
 	a, err := resAttrs(rep.Results[at])
 	if err != nil {
-		m.closeState(&in.InHeader, n.fh, sid)
+		m.closeState(cancel, &in.InHeader, n.fh, sid)
 		return m.status("open", err)
 	}
 	out.Fh = m.newHandle(in.NodeId, n, in.Flags, owner, &cp, sid)
@@ -1138,7 +1149,7 @@ func (m *RemoteServer) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut)
 // to the file that now has the name, as an open by name would find it:
 // the handle serves the new file with direct I/O (the kernel's pages and
 // size belong to the old node) and fstat through it reports the new file.
-func (m *RemoteServer) reopenByName(in *raw.OpenIn, out *raw.OpenOut) raw.Status {
+func (m *RemoteServer) reopenByName(cancel <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.Status {
 	parent, name := m.nodes.nameOf(in.NodeId)
 	dir := m.node(parent)
 	if dir == nil || name == "" {
@@ -1154,11 +1165,11 @@ func (m *RemoteServer) reopenByName(in *raw.OpenIn, out *raw.OpenOut) raw.Status
 	}
 	fhAt := cp.GetFH()
 	at := cp.GetAttr(client.StatMask)
-	rep, err := m.do(&in.InHeader, &cp)
+	rep, err := m.do(cancel, &in.InHeader, &cp)
 	if err != nil {
 		if rep != nil && len(rep.Results) > fhAt {
 			if sid, ok := resStateid(rep.Results[openAt]); ok {
-				m.closeState(&in.InHeader, resFH(rep.Results[fhAt]), sid)
+				m.closeState(cancel, &in.InHeader, resFH(rep.Results[fhAt]), sid)
 			}
 		}
 		var se *client.StatusError
@@ -1171,7 +1182,7 @@ func (m *RemoteServer) reopenByName(in *raw.OpenIn, out *raw.OpenOut) raw.Status
 	fh := resFH(rep.Results[fhAt])
 	a, err := resAttrs(rep.Results[at])
 	if err != nil || a.Type != nfsv4.NF4REG {
-		m.closeState(&in.InHeader, fh, sid)
+		m.closeState(cancel, &in.InHeader, fh, sid)
 		return raw.Status(syscall.ESTALE)
 	}
 	n := &rnode{fh: fh, fileid: a.FileID}
@@ -1185,14 +1196,14 @@ func (m *RemoteServer) reopenByName(in *raw.OpenIn, out *raw.OpenOut) raw.Status
 // Tmpfile implements RawFileSystem: NFS has no unnamed files, so
 // open(O_TMPFILE) is EOPNOTSUPP (ENOSYS tells the kernel so, and it stops
 // asking).
-func (m *RemoteServer) Tmpfile(_ <-chan struct{}, _ *raw.CreateIn, _ *raw.CreateOut) raw.Status {
+func (m *RemoteServer) Tmpfile(cancel <-chan struct{}, _ *raw.CreateIn, _ *raw.CreateOut) raw.Status {
 	return raw.ENOSYS
 }
 
 // Create implements RawFileSystem: PUTFH(dir) OPEN(create) GETFH GETATTR.
 // O_EXCL is GUARDED4 (exactly once through the session's reply cache);
 // O_TRUNC of an existing file is size 0 in the creation attributes.
-func (m *RemoteServer) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *raw.CreateOut) raw.Status {
+func (m *RemoteServer) Create(cancel <-chan struct{}, in *raw.CreateIn, name string, out *raw.CreateOut) raw.Status {
 	dir := m.node(in.NodeId)
 	if dir == nil {
 		return raw.Status(syscall.ESTALE)
@@ -1208,7 +1219,7 @@ func (m *RemoteServer) Create(_ <-chan struct{}, in *raw.CreateIn, name string, 
 		Create: true, Exclusive: in.Flags&syscall.O_EXCL != 0, CreateAttrs: sa.Encode()})
 	fhAt := cp.GetFH()
 	at := cp.GetAttr(client.StatMask)
-	rep, err := m.do(&in.InHeader, &cp)
+	rep, err := m.do(cancel, &in.InHeader, &cp)
 	if err != nil {
 		return m.status("create", err)
 	}
@@ -1216,7 +1227,7 @@ func (m *RemoteServer) Create(_ <-chan struct{}, in *raw.CreateIn, name string, 
 	fh := resFH(rep.Results[fhAt])
 	a, err := resAttrs(rep.Results[at])
 	if err != nil {
-		m.closeState(&in.InHeader, fh, sid)
+		m.closeState(cancel, &in.InHeader, fh, sid)
 		return m.status("create", err)
 	}
 	m.entry(&out.EntryOut, fh, &a)
@@ -1231,7 +1242,7 @@ func (m *RemoteServer) Create(_ <-chan struct{}, in *raw.CreateIn, name string, 
 }
 
 // Release implements RawFileSystem: COMMIT (if written) and CLOSE.
-func (m *RemoteServer) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
+func (m *RemoteServer) Release(cancel <-chan struct{}, in *raw.ReleaseIn) {
 	m.handles.Lock()
 	h := m.handles.m[in.Fh]
 	delete(m.handles.m, in.Fh)
@@ -1255,24 +1266,24 @@ func (m *RemoteServer) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 	if m.locks.released(in.Fh, h) {
 		// A lock state from this open holds locks (remote_locks.go):
 		// the open stays until they are unlocked.
-		if err := m.commit(&in.InHeader, h.n); err != nil {
+		if err := m.commit(cancel, &in.InHeader, h.n); err != nil {
 			m.log.Debug("commit at release failed", "err", err)
 		}
 		return
 	}
-	m.closeOpen(&in.InHeader, h)
+	m.closeOpen(cancel, &in.InHeader, h)
 	m.locks.wake(h.n) // the CLOSE freed its lock states' locks
 }
 
 // closeOpen sends CLOSE of h's open state, after a COMMIT if the file
 // has UNSTABLE writes.
-func (m *RemoteServer) closeOpen(hdr *raw.InHeader, h *rhandle) {
+func (m *RemoteServer) closeOpen(cancel <-chan struct{}, hdr *raw.InHeader, h *rhandle) {
 	if h.write {
-		if err := m.commit(hdr, h.n); err != nil {
+		if err := m.commit(cancel, hdr, h.n); err != nil {
 			m.log.Debug("commit at close failed", "err", err)
 		}
 	}
-	if _, err := m.doSid(hdr, func(cp *client.Compound) {
+	if _, err := m.doSid(cancel, hdr, func(cp *client.Compound) {
 		cp.PutFH(h.n.fh)
 		cp.Close(h.stateid())
 	}); err != nil {
@@ -1282,25 +1293,25 @@ func (m *RemoteServer) closeOpen(hdr *raw.InHeader, h *rhandle) {
 
 // Flush implements RawFileSystem (every close(2)): COMMIT of written data,
 // so that close-to-open holds with the data durable.
-func (m *RemoteServer) Flush(_ <-chan struct{}, in *raw.FlushIn) raw.Status {
+func (m *RemoteServer) Flush(cancel <-chan struct{}, in *raw.FlushIn) raw.Status {
 	h := m.handle(in.Fh)
 	if h == nil || !h.write {
 		return raw.OK
 	}
-	return m.status("flush", m.commit(&in.InHeader, h.n))
+	return m.status("flush", m.commit(cancel, &in.InHeader, h.n))
 }
 
 // Fsync implements RawFileSystem: COMMIT.
-func (m *RemoteServer) Fsync(_ <-chan struct{}, in *raw.FsyncIn) raw.Status {
+func (m *RemoteServer) Fsync(cancel <-chan struct{}, in *raw.FsyncIn) raw.Status {
 	n := m.node(in.NodeId)
 	if n == nil {
 		return raw.Status(syscall.ESTALE)
 	}
-	return m.status("fsync", m.commit(&in.InHeader, n))
+	return m.status("fsync", m.commit(cancel, &in.InHeader, n))
 }
 
 // FsyncDir implements RawFileSystem: directory changes are synchronous.
-func (m *RemoteServer) FsyncDir(_ <-chan struct{}, _ *raw.FsyncIn) raw.Status { return raw.OK }
+func (m *RemoteServer) FsyncDir(cancel <-chan struct{}, _ *raw.FsyncIn) raw.Status { return raw.OK }
 
 // stateid returns the open stateid for a request's file handle.
 func (m *RemoteServer) stateid(fh uint64) (*rhandle, raw.Status) {
@@ -1312,7 +1323,7 @@ func (m *RemoteServer) stateid(fh uint64) (*rhandle, raw.Status) {
 }
 
 // Read implements RawFileSystem: PUTFH READ, split at the server's limit.
-func (m *RemoteServer) Read(_ <-chan struct{}, in *raw.ReadIn, buf []byte) (raw.ReadResult, raw.Status) {
+func (m *RemoteServer) Read(cancel <-chan struct{}, in *raw.ReadIn, buf []byte) (raw.ReadResult, raw.Status) {
 	h, st := m.stateid(in.Fh)
 	if st != raw.OK {
 		return nil, st
@@ -1320,7 +1331,7 @@ func (m *RemoteServer) Read(_ <-chan struct{}, in *raw.ReadIn, buf []byte) (raw.
 	buf = buf[:min(len(buf), int(in.Size))]
 	n := 0
 	for n < len(buf) {
-		rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+		rep, err := m.doSid(cancel, &in.InHeader, func(cp *client.Compound) {
 			cp.PutFH(h.n.fh)
 			cp.Read(h.stateid(), in.Offset+uint64(n), uint32(min(len(buf)-n, m.maxRead)))
 		})
@@ -1345,18 +1356,18 @@ func (m *RemoteServer) Read(_ <-chan struct{}, in *raw.ReadIn, buf []byte) (raw.
 // server's end of file: atomically with the append extension (WRITE at
 // client.AppendOffset, txnfs servers), else at the size read just before
 // (not atomic against other clients).
-func (m *RemoteServer) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32, raw.Status) {
+func (m *RemoteServer) Write(cancel <-chan struct{}, in *raw.WriteIn, data []byte) (uint32, raw.Status) {
 	h, st := m.stateid(in.Fh)
 	if st != raw.OK {
 		return 0, st
 	}
 	if h.append {
-		return m.appendWrite(in, h, data)
+		return m.appendWrite(cancel, in, h, data)
 	}
 	done := 0
 	for done < len(data) {
 		chunk := data[done:min(len(data), done+m.maxWrite)]
-		rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+		rep, err := m.doSid(cancel, &in.InHeader, func(cp *client.Compound) {
 			cp.PutFH(h.n.fh)
 			cp.Write(h.stateid(), in.Offset+uint64(done), chunk, false)
 		})
@@ -1370,7 +1381,7 @@ func (m *RemoteServer) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (u
 		full := m.keepUnstable(h, in.Offset+uint64(done), chunk, res)
 		done += int(res.Count)
 		if full {
-			if err := m.commit(&in.InHeader, h.n); err != nil {
+			if err := m.commit(cancel, &in.InHeader, h.n); err != nil {
 				return uint32(done), m.status("write", err)
 			}
 		}
@@ -1394,7 +1405,7 @@ func writeResult(r nfsv4.NfsResop4) *nfsv4.Write4resok {
 	return &ok.Resok4
 }
 
-func (m *RemoteServer) appendWrite(in *raw.WriteIn, h *rhandle, data []byte) (uint32, raw.Status) {
+func (m *RemoteServer) appendWrite(cancel <-chan struct{}, in *raw.WriteIn, h *rhandle, data []byte) (uint32, raw.Status) {
 	if len(data) > m.maxWrite {
 		// One request, one atomic append: max_write is the server's.
 		return 0, raw.Status(syscall.EFBIG)
@@ -1404,7 +1415,7 @@ func (m *RemoteServer) appendWrite(in *raw.WriteIn, h *rhandle, data []byte) (ui
 		var cp client.Compound
 		cp.PutFH(h.n.fh)
 		cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_SIZE))
-		rep, err := m.do(&in.InHeader, &cp)
+		rep, err := m.do(cancel, &in.InHeader, &cp)
 		if err != nil {
 			return 0, m.status("write", err)
 		}
@@ -1415,7 +1426,7 @@ func (m *RemoteServer) appendWrite(in *raw.WriteIn, h *rhandle, data []byte) (ui
 		off = a.Size
 	}
 	var at int
-	rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+	rep, err := m.doSid(cancel, &in.InHeader, func(cp *client.Compound) {
 		cp.PutFH(h.n.fh)
 		cp.Write(h.stateid(), off, data, false)
 		at = cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_SIZE))
@@ -1429,7 +1440,7 @@ func (m *RemoteServer) appendWrite(in *raw.WriteIn, h *rhandle, data []byte) (ui
 	}
 	cnt := res.Count
 	if off != client.AppendOffset && m.keepUnstable(h, off, data, res) {
-		if err := m.commit(&in.InHeader, h.n); err != nil {
+		if err := m.commit(cancel, &in.InHeader, h.n); err != nil {
 			return cnt, m.status("write", err)
 		}
 	}
@@ -1443,7 +1454,7 @@ func (m *RemoteServer) appendWrite(in *raw.WriteIn, h *rhandle, data []byte) (ui
 
 // Fallocate implements RawFileSystem with ALLOCATE (mode 0) and
 // DEALLOCATE (PUNCH_HOLE, ZERO_RANGE).
-func (m *RemoteServer) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Status {
+func (m *RemoteServer) Fallocate(cancel <-chan struct{}, in *raw.FallocateIn) raw.Status {
 	dealloc, alloc, st := fallocMode(in)
 	if st != raw.OK {
 		return st
@@ -1455,10 +1466,10 @@ func (m *RemoteServer) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Sta
 	if !dealloc && !alloc {
 		return raw.OK // KEEP_SIZE alone: nothing is reserved
 	}
-	if err := m.commit(&in.InHeader, h.n); err != nil {
+	if err := m.commit(cancel, &in.InHeader, h.n); err != nil {
 		return m.status("fallocate", err)
 	}
-	_, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+	_, err := m.doSid(cancel, &in.InHeader, func(cp *client.Compound) {
 		cp.PutFH(h.n.fh)
 		sid := h.stateid()
 		if dealloc {
@@ -1473,7 +1484,7 @@ func (m *RemoteServer) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Sta
 
 // CopyFileRange implements RawFileSystem with an intra-server COPY
 // (metadata-only on txnfs).
-func (m *RemoteServer) CopyFileRange(_ <-chan struct{}, in *raw.CopyFileRangeIn) (uint32, raw.Status) {
+func (m *RemoteServer) CopyFileRange(cancel <-chan struct{}, in *raw.CopyFileRangeIn) (uint32, raw.Status) {
 	if in.Flags != 0 {
 		return 0, raw.EINVAL
 	}
@@ -1493,11 +1504,11 @@ func (m *RemoteServer) CopyFileRange(_ <-chan struct{}, in *raw.CopyFileRangeIn)
 	// durable, and the destination's must not be sent again over the
 	// copy after a server restart (remote_unstable.go).
 	for _, n := range []*rnode{src.n, dst.n} {
-		if err := m.commit(&in.InHeader, n); err != nil {
+		if err := m.commit(cancel, &in.InHeader, n); err != nil {
 			return 0, m.status("copy_file_range", err)
 		}
 	}
-	rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+	rep, err := m.doSid(cancel, &in.InHeader, func(cp *client.Compound) {
 		cp.PutFH(src.n.fh)
 		cp.SaveFH()
 		cp.PutFH(dst.n.fh)
@@ -1516,7 +1527,7 @@ func (m *RemoteServer) CopyFileRange(_ <-chan struct{}, in *raw.CopyFileRangeIn)
 }
 
 // OpenDir implements RawFileSystem; the kernel checked type and access.
-func (m *RemoteServer) OpenDir(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.Status {
+func (m *RemoteServer) OpenDir(cancel <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.Status {
 	if m.node(in.NodeId) == nil {
 		return raw.Status(syscall.ESTALE)
 	}
@@ -1527,14 +1538,14 @@ func (m *RemoteServer) OpenDir(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenO
 func (m *RemoteServer) ReleaseDir(*raw.ReleaseIn) {}
 
 // ReadDir implements RawFileSystem.
-func (m *RemoteServer) ReadDir(_ <-chan struct{}, in *raw.ReadIn, out *raw.DirEntryList) raw.Status {
-	return m.readDir(in, out, false)
+func (m *RemoteServer) ReadDir(cancel <-chan struct{}, in *raw.ReadIn, out *raw.DirEntryList) raw.Status {
+	return m.readDir(cancel, in, out, false)
 }
 
 // ReadDirPlus implements RawFileSystem: READDIR with the file handle and
 // stat attributes of each entry.
-func (m *RemoteServer) ReadDirPlus(_ <-chan struct{}, in *raw.ReadIn, out *raw.DirEntryList) raw.Status {
-	return m.readDir(in, out, true)
+func (m *RemoteServer) ReadDirPlus(cancel <-chan struct{}, in *raw.ReadIn, out *raw.DirEntryList) raw.Status {
+	return m.readDir(cancel, in, out, true)
 }
 
 var (
@@ -1545,7 +1556,7 @@ var (
 // readDir lists a directory. FUSE offsets: "." is 1, ".." is 2, every
 // other entry is at its NFS cookie (servers start cookies at 3, since 1
 // and 2 are reserved in NFSv4).
-func (m *RemoteServer) readDir(in *raw.ReadIn, out *raw.DirEntryList, plus bool) raw.Status {
+func (m *RemoteServer) readDir(cancel <-chan struct{}, in *raw.ReadIn, out *raw.DirEntryList, plus bool) raw.Status {
 	dir := m.node(in.NodeId)
 	if dir == nil {
 		return raw.Status(syscall.ESTALE)
@@ -1585,7 +1596,7 @@ func (m *RemoteServer) readDir(in *raw.ReadIn, out *raw.DirEntryList, plus bool)
 	var cp client.Compound
 	cp.PutFH(dir.fh)
 	cp.Readdir(cookie, verf, uint32(size), uint32(min(4*size, m.maxRead)), mask)
-	rep, err := m.do(&in.InHeader, &cp)
+	rep, err := m.do(cancel, &in.InHeader, &cp)
 	if err != nil {
 		return m.status("readdir", err)
 	}
@@ -1668,7 +1679,7 @@ var (
 )
 
 // Lseek implements RawFileSystem for SEEK_DATA and SEEK_HOLE (SEEK).
-func (m *RemoteServer) Lseek(_ <-chan struct{}, in *raw.LseekIn, out *raw.LseekOut) raw.Status {
+func (m *RemoteServer) Lseek(cancel <-chan struct{}, in *raw.LseekIn, out *raw.LseekOut) raw.Status {
 	var what nfsv4.DataContent4
 	switch in.Whence {
 	case seekData:
@@ -1682,7 +1693,7 @@ func (m *RemoteServer) Lseek(_ <-chan struct{}, in *raw.LseekIn, out *raw.LseekO
 	if st != raw.OK {
 		return st
 	}
-	rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+	rep, err := m.doSid(cancel, &in.InHeader, func(cp *client.Compound) {
 		cp.PutFH(h.n.fh)
 		cp.Add(&nfsv4.NfsArgop4_OP_SEEK{Opseek: nfsv4.Seek4args{SaStateid: h.stateid(), SaOffset: in.Offset, SaWhat: what}})
 	})
@@ -1699,4 +1710,69 @@ func (m *RemoteServer) Lseek(_ <-chan struct{}, in *raw.LseekIn, out *raw.LseekO
 	}
 	out.Offset = ok.Resok4.SrOffset
 	return raw.OK
+}
+
+// shutdownTimeout bounds the COMPOUNDs a remote mount sends when it ends
+// (CLOSE of open files, sandbox abort).
+const shutdownTimeout = 10 * time.Second
+
+// requestContext is the context of a request's COMPOUNDs. For a soft
+// client it is the mount's. A hard client (client.Config.Hard) waits for
+// an unreachable server as long as its context lives, so for it the
+// context also ends once the request was interrupted (go-fuse closes
+// cancel on FUSE_INTERRUPT and when the mount is aborted) and its caller
+// no longer waits for the answer: killed, or released by `txnfs umount
+// --force`. Other signals interrupt too (the kernel sends FUSE_INTERRUPT
+// for any signal, e.g. Go's preemption signal), but the kernel keeps
+// waiting for those, so the request must not fail: the NFS "hard"
+// semantics, where only a fatal signal ends a wait.
+func (m *RemoteServer) requestContext(cancel <-chan struct{}, tid uint32) (context.Context, func()) {
+	if !m.c.Hard() || cancel == nil {
+		return m.ctx, func() {}
+	}
+	ctx, stop := context.WithCancel(m.ctx)
+	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-cancel:
+		}
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for callerWaits(tid) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		stop()
+	}()
+	return ctx, stop
+}
+
+// callerWaits reports whether thread tid still waits for a FUSE answer:
+// it is blocked in the FUSE request wait (wchan) without a pending
+// SIGKILL. (The kernel cannot abandon a request the daemon already read:
+// a killed caller stays in uninterruptible sleep until it is answered.)
+func callerWaits(tid uint32) bool {
+	dir := "/proc/" + strconv.FormatUint(uint64(tid), 10)
+	w, err := os.ReadFile(dir + "/wchan")
+	if err != nil || !strings.Contains(string(w), "request_wait_answer") && !strings.Contains(string(w), "fuse") {
+		return false
+	}
+	st, err := os.ReadFile(dir + "/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(st), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || k != "SigPnd" && k != "ShdPnd" {
+			continue
+		}
+		if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && mask&(1<<(syscall.SIGKILL-1)) != 0 {
+			return false
+		}
+	}
+	return true
 }

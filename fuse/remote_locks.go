@@ -176,7 +176,7 @@ func nfsLockType(typ uint32, wait bool) nfsv4.NfsLockType4 {
 }
 
 // GetLk implements RawFileSystem with LOCKT.
-func (m *RemoteServer) GetLk(_ <-chan struct{}, in *raw.LkIn, out *raw.LkOut) raw.Status {
+func (m *RemoteServer) GetLk(cancel <-chan struct{}, in *raw.LkIn, out *raw.LkOut) raw.Status {
 	h, st := m.stateid(in.Fh)
 	if st != raw.OK {
 		return st
@@ -186,7 +186,7 @@ func (m *RemoteServer) GetLk(_ <-chan struct{}, in *raw.LkIn, out *raw.LkOut) ra
 	cp.PutFH(h.n.fh)
 	cp.Add(&nfsv4.NfsArgop4_OP_LOCKT{Oplockt: nfsv4.Lockt4args{Locktype: nfsLockType(in.Lk.Typ, false),
 		Offset: off, Length: length, Owner: m.lockOwner(in.Owner)}})
-	rep, err := m.do(&in.InHeader, &cp)
+	rep, err := m.do(cancel, &in.InHeader, &cp)
 	if err == nil {
 		out.Lk = raw.FileLock{Typ: syscall.F_UNLCK}
 		return raw.OK
@@ -236,7 +236,7 @@ func (m *RemoteServer) setLk(cancel <-chan struct{}, in *raw.LkIn, wait bool) ra
 		if _, ok := m.lockState(key); !ok {
 			return raw.OK // never locked through NFS
 		}
-		rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+		rep, err := m.doSid(cancel, &in.InHeader, func(cp *client.Compound) {
 			ls, _ := m.lockState(key)
 			cp.PutFH(h.n.fh)
 			cp.Add(&nfsv4.NfsArgop4_OP_LOCKU{Oplocku: nfsv4.Locku4args{Locktype: nfsv4.WRITE_LT,
@@ -250,7 +250,7 @@ func (m *RemoteServer) setLk(cancel <-chan struct{}, in *raw.LkIn, wait bool) ra
 			if ok, _ := r.Oplocku.(*nfsv4.Locku4res_NFS4_OK); ok != nil {
 				ls, _ := m.lockState(key)
 				if done := m.locks.unlocked(key, ok.LockStateid, unheld(ls.held, off, rangeEnd(off, length))); done != nil {
-					m.closeOpen(&in.InHeader, done)
+					m.closeOpen(cancel, &in.InHeader, done)
 				}
 			}
 		}
@@ -263,7 +263,7 @@ func (m *RemoteServer) setLk(cancel <-chan struct{}, in *raw.LkIn, wait bool) ra
 		if wait {
 			freed = m.locks.freedCh(h.n) // before LOCK: no release is missed
 		}
-		have, err := m.lockOnce(in, h, key, typ, off, length)
+		have, err := m.lockOnce(cancel, in, h, key, typ, off, length)
 		var se *client.StatusError
 		switch {
 		case err == nil:
@@ -302,10 +302,10 @@ func (m *RemoteServer) setLk(cancel <-chan struct{}, in *raw.LkIn, wait bool) ra
 
 // lockOnce sends one LOCK of key's owner through handle h (from its lock
 // state if it has one: have) and records the granted range.
-func (m *RemoteServer) lockOnce(in *raw.LkIn, h *rhandle, key lockKey, typ nfsv4.NfsLockType4, off, length uint64) (have bool, err error) {
+func (m *RemoteServer) lockOnce(cancel <-chan struct{}, in *raw.LkIn, h *rhandle, key lockKey, typ nfsv4.NfsLockType4, off, length uint64) (have bool, err error) {
 	m.locks.rpc.Lock()
 	defer m.locks.rpc.Unlock()
-	rep, err := m.doSid(&in.InHeader, func(cp *client.Compound) {
+	rep, err := m.doSid(cancel, &in.InHeader, func(cp *client.Compound) {
 		var ls lockState
 		ls, have = m.lockState(key)
 		var locker nfsv4.Locker4

@@ -31,12 +31,12 @@ import (
 // its operations, reading the stateids from the handles (rhandle.stateid)
 // and the lock table. If the server refused a stateid and a reclaim
 // replaced the stateids meanwhile, the COMPOUND is built and sent again.
-func (m *RemoteServer) doSid(h *raw.InHeader, build func(*client.Compound)) (*client.Reply, error) {
+func (m *RemoteServer) doSid(cancel <-chan struct{}, h *raw.InHeader, build func(*client.Compound)) (*client.Reply, error) {
 	for attempt := 0; ; attempt++ {
 		gen := m.reclaims.Load()
 		var cp client.Compound
 		build(&cp)
-		rep, err := m.do(h, &cp)
+		rep, err := m.do(cancel, h, &cp)
 		if attempt < 3 && staleStateid(err) && m.reclaims.Load() != gen {
 			continue
 		}

@@ -116,7 +116,7 @@ func (m *RemoteServer) Status() SandboxStatus {
 
 // Ioctl implements RawFileSystem: the sandbox control ioctl (as for a
 // local mount); anything else is ENOTTY.
-func (m *RemoteServer) Ioctl(_ <-chan struct{}, in *raw.IoctlIn, inbuf []byte, out *raw.IoctlOut, outbuf []byte) raw.Status {
+func (m *RemoteServer) Ioctl(cancel <-chan struct{}, in *raw.IoctlIn, inbuf []byte, out *raw.IoctlOut, outbuf []byte) raw.Status {
 	return controlIoctl(m, m.uid, in, inbuf, out, outbuf)
 }
 

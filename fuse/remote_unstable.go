@@ -100,7 +100,7 @@ func (m *RemoteServer) keepUnstable(h *rhandle, off uint64, data []byte, res *nf
 // commit makes a node's UNSTABLE writes durable: COMMIT, and if its
 // verifier shows that the server restarted since some of them, those
 // again with FILE_SYNC4.
-func (m *RemoteServer) commit(h *raw.InHeader, n *rnode) error {
+func (m *RemoteServer) commit(cancel <-chan struct{}, h *raw.InHeader, n *rnode) error {
 	if !n.dirty.Swap(false) {
 		return nil
 	}
@@ -108,7 +108,7 @@ func (m *RemoteServer) commit(h *raw.InHeader, n *rnode) error {
 	var cp client.Compound
 	cp.PutFH(n.fh)
 	cp.Commit()
-	rep, err := m.do(h, &cp)
+	rep, err := m.do(cancel, h, &cp)
 	if err != nil {
 		n.unstable.putBack(writes, &m.unstableBytes)
 		n.dirty.Store(true)
@@ -129,7 +129,7 @@ func (m *RemoteServer) commit(h *raw.InHeader, n *rnode) error {
 			m.log.Warn("server restarted before COMMIT: writing the uncommitted data again", "node", n.fileid)
 		}
 		lost++
-		if err := m.rewrite(h, n, w); err != nil {
+		if err := m.rewrite(cancel, h, n, w); err != nil {
 			n.unstable.putBack(writes[i:], &m.unstableBytes)
 			n.dirty.Store(true)
 			return err
@@ -140,10 +140,10 @@ func (m *RemoteServer) commit(h *raw.InHeader, n *rnode) error {
 }
 
 // rewrite writes w again, durably, split at the server's limit.
-func (m *RemoteServer) rewrite(hdr *raw.InHeader, n *rnode, w unstableWrite) error {
+func (m *RemoteServer) rewrite(cancel <-chan struct{}, hdr *raw.InHeader, n *rnode, w unstableWrite) error {
 	for done := 0; done < len(w.data); {
 		chunk := w.data[done:min(len(w.data), done+m.maxWrite)]
-		rep, err := m.doSid(hdr, func(cp *client.Compound) {
+		rep, err := m.doSid(cancel, hdr, func(cp *client.Compound) {
 			cp.PutFH(n.fh)
 			cp.Write(w.h.stateid(), w.off+uint64(done), chunk, true)
 		})

@@ -62,6 +62,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	root := os.Geteuid() == 0
 	dir := fl.String("data", "", "data directory to mount (created if missing)")
 	server := fl.String("server", "", "mount a remote NFSv4.1 server HOST:PORT instead of a data directory (cache timeouts then default to 1s)")
+	soft := fl.Bool("soft", false, "remote mounts: fail requests (EIO) after three connection attempts instead of waiting for an unreachable server (default: hard, like NFS: requests wait until the server answers; a killed caller or `txnfs umount --force` ends the wait)")
 	background := fl.Bool("background", false, "return once mounted and serve from a background process")
 	logFile := fl.String("log", "", "log file (with --background; default: discard)")
 	allowOther := fl.Bool("allow-other", root, "let all users use the mount (permissions are checked per user)")
@@ -162,7 +163,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var m fuse.Mounted
 	if *server != "" {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		c, err := client.Dial(dctx, client.Config{Addr: *server, Logger: log})
+		c, err := client.Dial(dctx, client.Config{Addr: *server, Logger: log, Hard: !*soft})
 		cancel()
 		if err != nil {
 			return fail(fmt.Errorf("connecting to %s: %w", *server, err))

@@ -915,3 +915,7 @@ func txnMissingResult(cp *Compound, raw *rawReply) error {
 	}
 	return &StatusError{Op: op, Index: 0, Status: st}
 }
+
+// Hard reports whether the client waits for an unreachable server
+// (Config.Hard).
+func (c *Client) Hard() bool { return c.cfg.Hard }
