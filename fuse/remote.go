@@ -1508,11 +1508,20 @@ func (m *RemoteServer) CopyFileRange(cancel <-chan struct{}, in *raw.CopyFileRan
 			return 0, m.status("copy_file_range", err)
 		}
 	}
+	// A COPY answered UNSTABLE4 is not among the writes
+	// remote_unstable.go can send again after a server restart, so it
+	// is committed in the same COMPOUND (one server instance answers
+	// both; the Linux client sends a COMMIT right after such a COPY).
+	// txnfs answers COPY with FILE_SYNC4 and needs none.
+	commit := !m.appendExt
 	rep, err := m.doSid(cancel, &in.InHeader, func(cp *client.Compound) {
 		cp.PutFH(src.n.fh)
 		cp.SaveFH()
 		cp.PutFH(dst.n.fh)
 		cp.Copy(src.stateid(), dst.stateid(), in.OffIn, in.OffOut, n)
+		if commit {
+			cp.Commit()
+		}
 	})
 	if err != nil {
 		return 0, m.status("copy_file_range", err)
@@ -1522,7 +1531,10 @@ func (m *RemoteServer) CopyFileRange(cancel <-chan struct{}, in *raw.CopyFileRan
 	if ok == nil {
 		return 0, raw.EIO
 	}
-	dst.n.dirty.Store(true)
+	if res := ok.CrResok4.CrResponse; res.WrCommitted != nfsv4.FILE_SYNC4 && !commit {
+		m.log.Error("server answered COPY with UNSTABLE4 without a COMMIT in the COMPOUND", "node", dst.n.fileid)
+		return 0, raw.EIO
+	}
 	return uint32(ok.CrResok4.CrResponse.WrCount), raw.OK
 }
 

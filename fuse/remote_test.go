@@ -307,6 +307,12 @@ func TestRemoteGanesha(t *testing.T) {
 	for i := range 300 {
 		os.Remove(filepath.Join(dir, fmt.Sprintf("n%03d", i)))
 	}
+	// COPY: Ganesha may answer UNSTABLE4, so the mount commits in the
+	// same COMPOUND (CopyFileRange).
+	testCopyFileRange(t, dir)
+	for _, f := range []string{"src", "dst", "cp"} {
+		os.Remove(filepath.Join(dir, f))
+	}
 	_, err = Control(mnt, OpBegin)
 	if !errors.Is(err, syscall.EOPNOTSUPP) || !strings.Contains(err.Error(), "multi-compound transactions") {
 		t.Fatalf("tx begin against Ganesha: %v, want EOPNOTSUPP with an explanation", err)
@@ -388,4 +394,15 @@ func TestRemoteSandboxConflict(t *testing.T) {
 	a, _ := e.mount()
 	b, _ := e.mountUncached()
 	sandboxConflict(t, a, b)
+}
+
+// TestRemoteCopyCommit: against a server other than txnfs the mount sends
+// COMMIT in the COPY's COMPOUND (a COPY answered UNSTABLE4 cannot be sent
+// again after a restart the way kept writes can). Ganesha has no COPY, so
+// this runs the non-txnfs path against txnfs.
+func TestRemoteCopyCommit(t *testing.T) {
+	e := newRemoteEnv(t)
+	mnt, m := e.mount()
+	m.appendExt = false // as for a server that is not txnfs
+	testCopyFileRange(t, mnt)
 }
