@@ -96,6 +96,15 @@ type compound struct {
 	// durableRun is set while runGrouped runs the compound's last
 	// changing run with a durable commit.
 	durableRun bool
+	// dirsHeld are the directory-lock stripes the current grouped run
+	// holds; split is set by an operation that must start a new run
+	// (lockDir).
+	dirsHeld []int
+	split    bool
+	// runDone counts the operations the current run has completed;
+	// runStart is the directory locks' release clock before it began.
+	runDone  int
+	runStart uint64
 	// cinfoFix re-sets the change_info of the current grouped run's
 	// results from their ChangeMarks once it committed (setCinfo).
 	cinfoFix []func()
@@ -444,6 +453,11 @@ func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 		default:
 			res, st = c.dispatch(op.arg)
 		}
+		if c.split {
+			// The operation did nothing: it starts the next run
+			// (runGroup commits these results).
+			return results, nfsv4.NFS4_OK
+		}
 		c.replySize += res.GetEncodedSizeBytes()
 		if c.replySize > c.maxReply || c.maxCached >= 0 && c.replySize > c.maxCached {
 			// The reply would exceed what the client accepts (or asked
@@ -471,6 +485,7 @@ func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 		if st != nfsv4.NFS4_OK {
 			return results, st
 		}
+		c.runDone++
 	}
 	return results, nfsv4.NFS4_OK
 }
@@ -567,7 +582,9 @@ func (c *compound) runGrouped(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat
 			// commits durably itself (no NoSync commit + FS.Sync): its
 			// WAL flush also covers the compound's earlier NoSync
 			// commits, so no Sync is left to do.
-			c.durableRun = !anyChange(ops[n:]) && anyNeedsDurable(ops[:n])
+			// A run taking directory locks commits NoSync even then,
+			// so that it does not hold them during the flush.
+			c.durableRun = !anyChange(ops[n:]) && anyNeedsDurable(ops[:n]) && !c.takesDirLocks(ops[:n])
 			res, st, failedAt := c.runGroup(ops[:n])
 			durable := c.durableRun
 			c.durableRun = false
@@ -586,7 +603,9 @@ func (c *compound) runGrouped(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat
 				if st != nfsv4.NFS4_OK {
 					return results, st
 				}
-				ops = ops[n:]
+				// Fewer results than operations: the run was split
+				// before operation len(res) (lockDir).
+				ops = ops[len(res):]
 				continue
 			}
 			// Could not commit: one at a time.
@@ -605,7 +624,8 @@ func (c *compound) runGrouped(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat
 // operation k fails it returns failedAt = k, having discarded the
 // transaction; if the commit fails it returns res = nil and failedAt = -1.
 // In both cases nothing was committed and the compound's state is as
-// before.
+// before. If operation k asks for a split (lockDir), the operations
+// before it commit and their k results are returned.
 func (c *compound) runGroup(ops []decodedOp) (res []nfsv4.NfsResop4, st nfsv4.Nfsstat4, failedAt int) {
 	c.endView()
 	cur, saved, curSid, savedSid, size, wrote := c.cur, c.saved, c.curSid, c.savedSid, c.replySize, c.wrote
@@ -615,6 +635,7 @@ func (c *compound) runGroup(ops []decodedOp) (res []nfsv4.NfsResop4, st nfsv4.Nf
 		c.cur, c.saved, c.curSid, c.savedSid, c.replySize, c.wrote = cur, saved, curSid, savedSid, size, wrote
 	}
 	for attempt := 0; ; attempt++ {
+		c.startRun()
 		t, err := c.s.fs.Begin(c.ctx, c.cred, fs.TxnOptions{NoSync: c.plain && !c.durableRun})
 		if err != nil {
 			return nil, 0, -1
@@ -622,12 +643,15 @@ func (c *compound) runGroup(ops []decodedOp) (res []nfsv4.NfsResop4, st nfsv4.Nf
 		c.txn = t
 		res, st = c.runOps(ops)
 		c.txn = nil
+		c.split = false
 		if st != nfsv4.NFS4_OK {
 			t.Abort()
+			c.unlockDirs()
 			restore()
 			return nil, st, len(res) - 1
 		}
 		err = t.Commit(c.ctx)
+		c.unlockDirs()
 		if err == nil {
 			for _, f := range c.onCommit {
 				f()

@@ -15,6 +15,10 @@ type metrics struct {
 	opLatency *prometheus.HistogramVec // op
 	compounds *prometheus.HistogramVec // kind (plain, txn)
 	txns      *prometheus.CounterVec   // outcome (commit, abort, retry, fail)
+	// dirLocks counts contention on the directory locks of grouped runs
+	// (dirlocks.go): event wait (a run waited and got the lock), timeout
+	// (it went on without), split (a run committed early to take it).
+	dirLocks *prometheus.CounterVec
 
 	// byOp caches the per-operation children of ops and opLatency for
 	// the standard operations, indexed by opcode (label lookups hash
@@ -88,10 +92,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "txnfs", Subsystem: "nfs4", Name: "txn_total",
 			Help: "Transactional compounds by outcome (commit, abort, retry, fail).",
 		}, []string{"outcome"}),
+		dirLocks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "txnfs", Subsystem: "nfs4", Name: "dir_lock_total",
+			Help: "Directory-lock contention of grouped plain-compound runs (wait, timeout, split).",
+		}, []string{"event"}),
 	}
 	m.plain, m.txn, m.join = m.compounds.WithLabelValues("plain"), m.compounds.WithLabelValues("txn"), m.compounds.WithLabelValues("join")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.ops, m.opLatency, m.compounds, m.txns} {
+		for _, c := range []prometheus.Collector{m.ops, m.opLatency, m.compounds, m.txns, m.dirLocks} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -210,6 +210,9 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	if !create && !truncate {
 		run = c.view
 	}
+	if create && !c.lockDir(c.cur.ino) {
+		return fail(nfsv4.NFS4ERR_DELAY)
+	}
 	body := func(t *fs.Txn) (err error) {
 		created = false
 		if !byName {

@@ -88,6 +88,9 @@ func (c *compound) create(a *nfsv4.Create4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4
 		req.Mode = *na.set.Mode
 		na.set.Mode = nil
 	}
+	if !c.lockDir(c.cur.ino) {
+		return fail(nfsv4.NFS4ERR_DELAY)
+	}
 	before, after := new(uint64), new(uint64)
 	var obj fs.Attr
 	err := c.update(func(t *fs.Txn) (err error) {
@@ -129,6 +132,9 @@ func (c *compound) link(name string) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	if st := checkName(name); st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
+	if !c.lockDir(c.cur.ino) {
+		return fail(nfsv4.NFS4ERR_DELAY)
+	}
 	before, after := new(uint64), new(uint64)
 	err := c.update(func(t *fs.Txn) (err error) {
 		if err = c.mark(t, c.cur.ino, before); err != nil {
@@ -156,6 +162,9 @@ func (c *compound) remove(name string) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	}
 	if st := checkName(name); st != nfsv4.NFS4_OK {
 		return fail(st)
+	}
+	if !c.lockDir(c.cur.ino) {
+		return fail(nfsv4.NFS4ERR_DELAY)
 	}
 	before, after := new(uint64), new(uint64)
 	err := c.update(func(t *fs.Txn) (err error) {
@@ -193,6 +202,9 @@ func (c *compound) rename(oldName, newName string) (nfsv4.NfsResop4, nfsv4.Nfsst
 	}
 	if st := checkName(newName); st != nfsv4.NFS4_OK {
 		return fail(st)
+	}
+	if !c.lockDir(c.saved.ino) || !c.lockDir(c.cur.ino) {
+		return fail(nfsv4.NFS4ERR_DELAY)
 	}
 	sb, sa, db, da := new(uint64), new(uint64), new(uint64), new(uint64)
 	err := c.update(func(t *fs.Txn) (err error) {

@@ -126,18 +126,20 @@ func (c *Config) Validate() error {
 // Server is an NFSv4.0/4.1/4.2 server over an fs.FS. It is safe for
 // concurrent use; Serve may be called for several listeners.
 type Server struct {
-	cfg   Config
-	fs    *fs.FS
-	log   *slog.Logger
-	fh    *fh.Codec
-	st    *state.Manager
-	rpc   *rpc.Server
-	met   *metrics
-	txns  *txnTable // multi-compound transactions (ops_txn.go)
-	fsid  uint64
-	verf  [8]byte // write verifier and server instance id
-	major []byte  // server_owner major id / server scope
-	root  []byte  // root file handle
+	cfg  Config
+	fs   *fs.FS
+	log  *slog.Logger
+	fh   *fh.Codec
+	st   *state.Manager
+	rpc  *rpc.Server
+	met  *metrics
+	txns *txnTable // multi-compound transactions (ops_txn.go)
+	// dirLocks serializes grouped runs changing one directory (dirlocks.go).
+	dirLocks *dirLocks
+	fsid     uint64
+	verf     [8]byte // write verifier and server instance id
+	major    []byte  // server_owner major id / server scope
+	root     []byte  // root file handle
 
 	// bufPool holds MaxIO-sized READ buffers (*[]byte).
 	bufPool sync.Pool
@@ -153,7 +155,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, fs: cfg.FS, log: cfg.Logger}
+	s := &Server{cfg: cfg, fs: cfg.FS, log: cfg.Logger, dirLocks: newDirLocks()}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	key, err := cfg.FS.Secret(s.bgCtx, "nfs4-filehandle")
 	if err != nil {

@@ -10,7 +10,10 @@ package vtools_test
 // Environment: VNFS_BENCH_RTTS (default "0.2ms,1ms,5ms"),
 // VNFS_BENCH_SERVERS (default "ganesha,txnfs"), VNFS_BENCH_TOOLS (default
 // "cp,ls,rm,tar,untar"), VNFS_BENCH_TREE ("files,dirs,meanKiB"; default
-// "5000,350,12").
+// "5000,350,12"), VNFS_BENCH_CPUPROFILE (a directory: a CPU profile of
+// this process — client and in-process txnfs server — is written there
+// for each timed run, named server-rtt-tool-vec|scalar-i.pprof; merge
+// them with go tool pprof -proto).
 
 import (
 	"context"
@@ -18,6 +21,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -157,10 +161,12 @@ func BenchmarkTree(b *testing.B) {
 							if !scalar && i == 0 {
 								b.ResetTimer()
 							}
+							stopProfile := startProfile(b, fmt.Sprintf("%s-%v-%s-%s-%d", p.Name, rtt, tool, map[bool]string{false: "vec", true: "scalar"}[scalar], i))
 							start, cpu0 := time.Now(), procCPU()
 							if err := run(env); err != nil {
 								b.Fatalf("%s client: %v", map[bool]string{false: "vectorized", true: "scalar"}[scalar], err)
 							}
+							stopProfile()
 							times[k] += time.Since(start)
 							cpu[k] += procCPU() - cpu0
 							calls[k] += env.Mounts.Stats().Compounds
@@ -198,6 +204,34 @@ func BenchmarkTree(b *testing.B) {
 		}
 		vtools.Rm(ctx, direct, []string{url(p, base)}, vtools.RmOptions{Recursive: true, Force: true})
 		direct.Mounts.Close()
+	}
+}
+
+// startProfile starts a CPU profile into $VNFS_BENCH_CPUPROFILE/name.pprof
+// when that variable is set (a name already there is kept: the first
+// run's when the benchmark is run again) and returns its stop function.
+func startProfile(b *testing.B, name string) func() {
+	dir := os.Getenv("VNFS_BENCH_CPUPROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	path := filepath.Join(dir, name+".pprof")
+	if _, err := os.Stat(path); err == nil {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

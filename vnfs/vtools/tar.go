@@ -2,6 +2,7 @@ package vtools
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -498,7 +499,17 @@ func openArchiveWriter(ctx context.Context, env *Env, a string) (io.Writer, func
 		if err != nil {
 			return nil, nil, err
 		}
-		return f, f.Close, nil
+		// Buffered like tar's records (GNU tar writes 10 KiB blocks):
+		// archive/tar writes each header, file body and padding
+		// separately, three system calls per file unbuffered.
+		w := bufio.NewWriterSize(f, 1<<20)
+		return w, func() error {
+			err := w.Flush()
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		}, nil
 	}
 }
 
