@@ -17,7 +17,10 @@ func TestHugeReadBuffers(t *testing.T) {
 		t.Skipf("transparent huge pages are off or unknown here (%q, %v)", b, err)
 	}
 	before := hugeBuffers.Load()
-	dir := mountOne(t)
+	dir, m := newEnv(t, envOptions{}).mount()
+	if !m.hugeBufs {
+		t.Fatal("hugeReadBuffers found no go-fuse buffer pool to wrap (go-fuse's internals changed?)")
+	}
 	chunk := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB
 	p := filepath.Join(dir, "f")
 	f, err := os.Create(p)
@@ -34,7 +37,11 @@ func TestHugeReadBuffers(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := hugeBuffers.Load() - before; n <= 0 {
-		t.Fatalf("no request buffer of the mount was put on huge pages (hugeReadBuffers found no go-fuse buffer pool, or MADV_COLLAPSE failed)")
+		if !adviseHuge(make([]byte, hugePage)) {
+			t.Logf("MADV_COLLAPSE fails here (kernel before 6.1?): buffers stay on small pages")
+		} else {
+			t.Fatal("no request buffer of the mount was put on huge pages")
+		}
 	}
 	got, err := os.ReadFile(p)
 	if err != nil {

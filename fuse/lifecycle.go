@@ -20,6 +20,7 @@ type mountLife struct {
 	srv          *raw.Server
 	onShutdown   func() // releases the mount's state (set before serve)
 	shutdownOnce sync.Once
+	hugeBufs     bool // request buffers go on huge pages (hugeReadBuffers)
 }
 
 // serve mounts fsys on l.dir with opts and serves it in the background.
@@ -32,7 +33,7 @@ func (l *mountLife) serve(fsys raw.RawFileSystem, opts *raw.MountOptions, readAh
 		return fmt.Errorf("fuse: mounting %s: %w", l.dir, err)
 	}
 	l.srv = srv
-	hugeReadBuffers(srv, log)
+	l.hugeBufs = hugeReadBuffers(srv, log)
 	started(srv)
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
