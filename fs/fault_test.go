@@ -503,8 +503,8 @@ func TestPasteForeignSlices(t *testing.T) {
 	requireSameState(t, before, captureState(t, a))
 }
 
-// failingGets wraps a kv store so that Gets of keys with a prefix fail
-// while on.
+// failingGets wraps a kv store so that Gets of keys with a prefix, and
+// Scans starting there, fail while on.
 type failingGets struct {
 	kv.Store
 	prefix []byte
@@ -531,8 +531,16 @@ func (t failingGetsTxn) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return t.Txn.Get(ctx, key)
 }
 
-// TestReadDirIOError: an I/O error while reading directory entries is an
-// I/O error (ErrIO), not a report of corrupt metadata.
+func (t failingGetsTxn) Scan(ctx context.Context, start, end []byte, limit int) ([]kv.Pair, error) {
+	if t.s.on.Load() && bytes.HasPrefix(start, t.s.prefix) {
+		return nil, errors.New("test: injected read error")
+	}
+	return t.Txn.Scan(ctx, start, end, limit)
+}
+
+// TestReadDirIOError: an I/O error while reading directory entries (by
+// point reads, or by one scan when a page holds the whole directory) is
+// an I/O error (ErrIO), not a report of corrupt metadata.
 func TestReadDirIOError(t *testing.T) {
 	ctx := context.Background()
 	var on atomic.Bool
@@ -541,12 +549,14 @@ func TestReadDirIOError(t *testing.T) {
 	}})
 	setupAtomBase(t, f.FS)
 	on.Store(true)
-	err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
-		_, _, err := tx.ReadDir(ctx, fs.RootIno, fs.ReadDirRequest{})
-		return err
-	})
-	if !errors.Is(err, fs.ErrIO) {
-		t.Fatalf("BUG: ReadDir with a failing metadata read: %v, want ErrIO", err)
+	for _, req := range []fs.ReadDirRequest{{}, {Limit: 1}} {
+		err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
+			_, _, err := tx.ReadDir(ctx, fs.RootIno, req)
+			return err
+		})
+		if !errors.Is(err, fs.ErrIO) {
+			t.Fatalf("BUG: ReadDir(%+v) with a failing metadata read: %v, want ErrIO", req, err)
+		}
 	}
 }
 

@@ -66,6 +66,11 @@ func (t *Txn) lookupEntry(ctx context.Context, dir Ino, name string) (*meta.Dire
 		}
 		return nil, err
 	}
+	return decodeEntry(dir, name, b)
+}
+
+// decodeEntry decodes the entry record b of name in dir.
+func decodeEntry(dir Ino, name string, b []byte) (*meta.Dirent, error) {
 	var de meta.Dirent
 	if err := meta.Unmarshal(b, &de); err != nil {
 		return nil, fmt.Errorf("%w: entry %q of directory %d: %v", ErrCorrupt, name, dir, err)
@@ -815,6 +820,10 @@ type readDirResult struct {
 	EOF     bool
 }
 
+// wholeDirScanMin is the fewest entries for which ReadDir reads a whole
+// directory's entry records with one scan.
+const wholeDirScanMin = 4
+
 // ReadDir lists directory entries after req.Cookie in creation order.
 func (t *Txn) ReadDir(ctx context.Context, dir Ino, req ReadDirRequest) ([]DirEntry, bool, error) {
 	res, err := t.do(ctx, "readdir", func(ctx context.Context) (any, error) {
@@ -839,13 +848,37 @@ func (t *Txn) ReadDir(ctx context.Context, dir Ino, req ReadDirRequest) ([]DirEn
 		if !r.EOF {
 			pairs = pairs[:req.Limit]
 		}
+		// A page holding the whole directory reads the entry records
+		// with one scan (in name order) instead of one point read per
+		// name (in cookie order): a scan step costs a fraction of a
+		// pebble Get. (The scan is also in the read set, which changes
+		// nothing: entries and their cookies change together.)
+		var byName map[string][]byte
+		if req.Cookie == 0 && r.EOF && len(pairs) >= wholeDirScanMin {
+			p := meta.DirentPrefix(uint64(dir))
+			ents, err := t.scanRaw(ctx, p, kv.PrefixEnd(p), len(pairs)+1)
+			if err != nil {
+				return nil, err
+			}
+			if len(ents) == len(pairs) { // else: point reads find the odd one
+				byName = make(map[string][]byte, len(ents))
+				for _, e := range ents {
+					byName[string(e.Key[len(p):])] = e.Value
+				}
+			}
+		}
 		for _, p := range pairs {
 			_, cookie, err := meta.ParseCookieKey(p.Key)
 			if err != nil {
 				return nil, err
 			}
 			name := string(p.Value)
-			de, err := t.lookupEntry(ctx, dir, name)
+			var de *meta.Dirent
+			if b, ok := byName[name]; ok {
+				de, err = decodeEntry(dir, name, b)
+			} else {
+				de, err = t.lookupEntry(ctx, dir, name)
+			}
 			if errors.Is(err, ErrNotExist) {
 				return nil, fmt.Errorf("%w: cookie %d of directory %d names missing entry %q", ErrCorrupt, cookie, dir, name)
 			} else if err != nil {
