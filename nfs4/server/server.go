@@ -141,8 +141,9 @@ type Server struct {
 	major    []byte  // server_owner major id / server scope
 	root     []byte  // root file handle
 
-	// bufPool holds MaxIO-sized READ buffers (*[]byte).
-	bufPool sync.Pool
+	// bufPools hold READ buffers (*[]byte) by capacity class: class k
+	// holds buffers of minBufShift+k bits' capacity, the last one MaxIO.
+	bufPools [bufClasses]sync.Pool
 
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
@@ -280,18 +281,42 @@ func (s *Server) Handle(ctx context.Context, call *rpc.Call) rpc.Reply {
 	return rpc.Reply{Stat: rpcv2.PROC_UNAVAIL}
 }
 
+// READ buffers come in power-of-two capacity classes from 4 KiB
+// (minBufShift) up to MaxIO, so that a small READ neither takes nor, when
+// the pool was emptied by a garbage collection, allocates and zeroes a
+// MaxIO buffer (1 MiB for a 12 KiB file: most of a tar's allocation).
+const (
+	minBufShift = 12
+	bufClasses  = 32 - minBufShift
+)
+
+// bufClass returns the capacity class of an n-byte buffer and its capacity.
+func (s *Server) bufClass(n uint32) (int, uint32) {
+	k := 0
+	for k < bufClasses-1 && uint32(1)<<(minBufShift+k) < n && uint32(1)<<(minBufShift+k) < s.cfg.MaxIO {
+		k++
+	}
+	return k, min(uint32(1)<<(minBufShift+k), s.cfg.MaxIO)
+}
+
 // getBuf returns a READ buffer of n ≤ MaxIO bytes (contents undefined);
 // putBuf returns it once nothing references it.
 func (s *Server) getBuf(n uint32) *[]byte {
-	if b, ok := s.bufPool.Get().(*[]byte); ok {
+	k, size := s.bufClass(n)
+	if b, ok := s.bufPools[k].Get().(*[]byte); ok {
 		*b = (*b)[:n]
 		return b
 	}
-	b := make([]byte, n, s.cfg.MaxIO)
+	b := make([]byte, n, max(size, n))
 	return &b
 }
 
-func (s *Server) putBuf(b *[]byte) { s.bufPool.Put(b) }
+func (s *Server) putBuf(b *[]byte) {
+	k, size := s.bufClass(uint32(cap(*b)))
+	if uint32(cap(*b)) == size {
+		s.bufPools[k].Put(b)
+	}
+}
 
 // cred maps an RPC credential to the engine's, applying AUTH_NONE and
 // root squashing.

@@ -80,6 +80,7 @@ func Tar(ctx context.Context, env *Env, paths []string, o TarOptions) (err error
 
 func tarTree(ctx context.Context, env *Env, tw *tar.Writer, t vnfs.Target, prefix string, ents []entry, names *idNames, inodes map[uint64]string) error {
 	p := env.progress("tar", len(ents))
+	var arena []byte
 	// Headers are written in entry order; file contents are fetched a
 	// batch ahead.
 	for start := 0; start < len(ents); {
@@ -94,12 +95,27 @@ func tarTree(ctx context.Context, env *Env, tw *tar.Writer, t vnfs.Target, prefi
 					break
 				}
 				if e.attr.Size <= tarBudget {
-					ios = append(ios, vnfs.IO{File: vnfs.P(path.Join(t.Path, e.rel)), Data: make([]byte, e.attr.Size)})
+					ios = append(ios, vnfs.IO{File: vnfs.P(path.Join(t.Path, e.rel))})
 					idx = append(idx, end)
 				}
 				bytes += int(e.attr.Size)
 			}
 			end++
+		}
+		// The batch's contents share one buffer, reused by the next
+		// batch (its data is written out before).
+		need := 0
+		for _, i := range idx {
+			need += int(ents[i].attr.Size)
+		}
+		if cap(arena) < need {
+			arena = make([]byte, need)
+		}
+		off := 0
+		for j, i := range idx {
+			n := int(ents[i].attr.Size)
+			ios[j].Data = arena[off : off+n : off+n]
+			off += n
 		}
 		if len(ios) > 0 {
 			if _, err := t.FS.VRead(ctx, ios); err != nil {
