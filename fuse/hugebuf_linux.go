@@ -10,11 +10,9 @@ import (
 	"unsafe"
 
 	raw "github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
-)
 
-// hugePage is the size of an x86-64 transparent huge page.
-const hugePage = 2 << 20
+	"github.com/txnfs/txnfs/internal/hugepage"
+)
 
 // hugeBuffers counts request buffers given huge pages (tests).
 var hugeBuffers atomic.Int64
@@ -54,40 +52,12 @@ func hugeReadBuffers(srv *raw.Server, log *slog.Logger) bool {
 	}
 	pool.New = func() any {
 		v := orig()
-		if b, ok := v.([]byte); ok && cap(b) >= hugePage/2 {
-			if adviseHuge(b[:cap(b)]) {
+		if b, ok := v.([]byte); ok && cap(b) >= hugepage.Size/2 {
+			if hugepage.Advise(b[:cap(b)]) {
 				hugeBuffers.Add(1)
 			}
 		}
 		return v
 	}
 	return true
-}
-
-// adviseHuge advises the 2 MiB-aligned regions that b overlaps for huge
-// pages, touches b's pages (a region nothing touched yet then faults in
-// as one huge page; MADV_COLLAPSE refuses a region without page tables)
-// and collapses the regions, best effort; it reports whether every
-// collapse succeeded. b is a new buffer whose contents do not matter.
-// The regions lie in the Go heap's arenas, which are mapped in 64 MiB
-// aligned units, so they are ordinary anonymous memory; what other heap
-// objects they hold is copied by the kernel, as khugepaged does.
-func adviseHuge(b []byte) bool {
-	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	end := start + uintptr(len(b))
-	for r := start &^ (hugePage - 1); r < end; r += hugePage {
-		if _, _, e := unix.Syscall(unix.SYS_MADVISE, r, hugePage, unix.MADV_HUGEPAGE); e != 0 {
-			return false
-		}
-	}
-	for i := 0; i < len(b); i += 4096 {
-		b[i] = 0
-	}
-	ok := true
-	for r := start &^ (hugePage - 1); r < end; r += hugePage {
-		if _, _, e := unix.Syscall(unix.SYS_MADVISE, r, hugePage, unix.MADV_COLLAPSE); e != 0 {
-			ok = false
-		}
-	}
-	return ok
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/txnfs/txnfs/internal/hugepage"
 )
 
 // TestHugeReadBuffers checks that a mount's request buffers are put on
@@ -37,7 +39,7 @@ func TestHugeReadBuffers(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := hugeBuffers.Load() - before; n <= 0 {
-		if !adviseHuge(make([]byte, hugePage)) {
+		if !hugepage.Advise(make([]byte, hugepage.Size)) {
 			t.Logf("MADV_COLLAPSE fails here (kernel before 6.1?): buffers stay on small pages")
 		} else {
 			t.Fatal("no request buffer of the mount was put on huge pages")

@@ -3,7 +3,8 @@ package slice
 import (
 	"math/bits"
 	"sync"
-	"unsafe"
+
+	"github.com/txnfs/txnfs/internal/hugepage"
 )
 
 // Scratch buffers for partial reads, pooled in power-of-two size classes
@@ -37,11 +38,12 @@ func putBuf(b *[]byte) {
 }
 
 // newAligned returns a buffer of length and capacity alignUp(MaxSize)
-// whose first byte is directAlign-aligned: an O_DIRECT staging buffer.
+// whose first byte is directAlign-aligned: an O_DIRECT staging buffer. It
+// lies on a transparent huge page where the system allows, so an O_DIRECT
+// write of it pins one page and sends one DMA segment instead of 256 (on
+// this project's VM: CPU per 1 MiB pwrite -47%, wall -35%; see
+// internal/hugepage).
 func newAligned() *[]byte {
-	n := int(alignUp(MaxSize))
-	raw := make([]byte, n+directAlign)
-	skip := (directAlign - int(uintptr(unsafe.Pointer(&raw[0]))%directAlign)) % directAlign
-	b := raw[skip : skip+n : skip+n]
+	b := hugepage.Aligned(int(alignUp(MaxSize)))
 	return &b
 }
