@@ -410,14 +410,13 @@ func (l *Local) Put(ctx context.Context, hint uint64, data []byte) (Pointer, err
 		return Pointer{}, err
 	}
 	defer l.exit()
-	crc := Checksum(data)
 	n := uint64(len(l.writable))
 	for i := range n {
 		b := l.writable[(hint+i)%n]
 		if b.syncFailed() != nil {
 			continue
 		}
-		off, direct, err := l.append(b, data)
+		off, direct, crc, err := l.append(b, data)
 		if err != nil {
 			return Pointer{}, fmt.Errorf("slice: put %d bytes to %s: %w", len(data), b.name, err)
 		}
@@ -433,23 +432,29 @@ func (l *Local) Put(ctx context.Context, hint uint64, data []byte) (Pointer, err
 	return Pointer{}, fmt.Errorf("slice: put: every backing file has a failed sync (reopen the store): %w", l.writable[hint%n].syncFailed())
 }
 
-// append writes data at the end of b and returns its offset and whether it
-// went direct (see appendDirect). A failed write still consumes its range,
-// which is never handed out and never reused.
-func (l *Local) append(b *backing, data []byte) (off uint64, direct bool, err error) {
+// append writes data at the end of b and returns its offset, whether it
+// went direct (see appendDirect) and its CRC32C. A failed write still
+// consumes its range, which is never handed out and never reused.
+func (l *Local) append(b *backing, data []byte) (off uint64, direct bool, crc uint32, err error) {
+	haveCRC := false
 	if b.dfd >= 0 && !b.directOff.Load() && len(data) >= l.directMin {
-		off, refused, err := l.appendDirect(b, data)
+		var refused bool
+		off, crc, refused, err = l.appendDirect(b, data)
 		if !refused {
-			return off, true, err
+			return off, true, crc, err
 		}
+		haveCRC = true
 		if !b.directOff.Swap(true) {
 			l.log.Warn("O_DIRECT write refused; this backing file falls back to buffered writes", "backing", b.id, "err", err)
 		}
 	}
+	if !haveCRC {
+		crc = Checksum(data)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	off, err = b.appendBuffered(data)
-	return off, false, err
+	return off, false, crc, err
 }
 
 // appendBuffered writes data at b's size through the page cache. b.mu is
@@ -470,7 +475,8 @@ func (b *backing) appendBuffered(data []byte) (uint64, error) {
 const maxDirectInflight = 16
 
 // appendDirect copies data into a pooled 4 KiB-aligned staging buffer
-// (zero-padded to a multiple of 4 KiB), reserves b's size rounded up to
+// (zero-padded to a multiple of 4 KiB), computing its CRC32C on the way
+// (copyChecksum), reserves b's size rounded up to
 // 4 KiB under b.mu, and writes it there with O_DIRECT outside the mutex.
 // The gap before the slice and the padding after it are garbage.
 //
@@ -484,11 +490,11 @@ const maxDirectInflight = 16
 // wait for it (waitDirect). A failed asynchronous write makes the file's
 // sync fail for good (like a failed fdatasync); a refused one is redone
 // buffered at the same offset.
-func (l *Local) appendDirect(b *backing, data []byte) (off uint64, refused bool, err error) {
+func (l *Local) appendDirect(b *backing, data []byte) (off uint64, crc uint32, refused bool, err error) {
 	ab := l.getStaging()
 	n := alignUp(uint64(len(data)))
 	buf := (*ab)[:n]
-	copy(buf, data)
+	crc = copyChecksum(buf, data)
 	clear(buf[len(data):])
 	b.mu.Lock()
 	off = alignUp(b.size.Load())
@@ -511,7 +517,7 @@ func (l *Local) appendDirect(b *backing, data []byte) (off uint64, refused bool,
 		if err == nil {
 			b.directOK.Store(true)
 		}
-		return off, err != nil && directRefused(err), err
+		return off, crc, err != nil && directRefused(err), err
 	}
 	l.directWG.Add(1)
 	go func() {
@@ -538,7 +544,7 @@ func (l *Local) appendDirect(b *backing, data []byte) (off uint64, refused bool,
 			l.log.Error("direct write failed; backing file no longer accepts puts", "backing", b.id, "off", off, "err", err)
 		}
 	}()
-	return off, false, nil
+	return off, crc, false, nil
 }
 
 // getStaging returns a 4 KiB-aligned staging buffer of alignUp(MaxSize)
