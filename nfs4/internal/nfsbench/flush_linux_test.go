@@ -59,11 +59,26 @@ func BenchmarkFlushPatterns(b *testing.B) {
 		b.Cleanup(func() { unix.Close(fd2) })
 		return fd2
 	}
+	// fallocated preallocates n MiB (unwritten extents, size extended) in
+	// a new file, syncs it and opens it with flags: later writes convert
+	// extents but allocate nothing.
+	fallocated := func(b *testing.B, dir, name string, n, flags int) int {
+		fd := open(b, dir, name, 0)
+		must(b, unix.Fallocate(fd, 0, 0, int64(n)*mib))
+		must(b, unix.Fsync(fd))
+		fd2, err := unix.Open(filepath.Join(dir, name), unix.O_RDWR|flags, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { unix.Close(fd2) })
+		return fd2
+	}
 	type pattern struct {
 		name string
 		// setup returns the durable write of iteration i.
 		setup func(b *testing.B, dir string) func(i int)
 	}
+	var directPre func(flags int, sliceSync bool, pre int) func(b *testing.B, dir string) func(int)
 	walWrite := func(b *testing.B, w int, off *int64) {
 		if _, err := unix.Pwrite(w, rec, *off); err != nil {
 			b.Fatal(err)
@@ -72,10 +87,15 @@ func BenchmarkFlushPatterns(b *testing.B) {
 		must(b, unix.Fdatasync(w))
 	}
 	direct := func(flags int, sliceSync, prefilled bool) func(b *testing.B, dir string) func(int) {
+		return directPre(flags, sliceSync, map[bool]int{true: 1}[prefilled])
+	}
+	directPre = func(flags int, sliceSync bool, pre int) func(b *testing.B, dir string) func(int) {
 		return func(b *testing.B, dir string) func(int) {
 			var s int
-			if prefilled {
+			if pre == 1 {
 				s = zeroFilled(b, dir, "slice", b.N, unix.O_DIRECT|flags)
+			} else if pre == 2 {
+				s = fallocated(b, dir, "slice", b.N, unix.O_DIRECT|flags)
 			} else {
 				s = open(b, dir, "slice", unix.O_DIRECT|flags)
 			}
@@ -98,6 +118,7 @@ func BenchmarkFlushPatterns(b *testing.B) {
 		{"direct-dsync-append+wal-sync", direct(unix.O_DSYNC, false, false)},
 		{"zero-filled=direct-overwrite+slice-sync+wal-sync", direct(0, true, true)},
 		{"zero-filled=direct-overwrite+wal-sync", direct(0, false, true)},
+		{"fallocated=direct-overwrite+slice-sync+wal-sync", directPre(0, true, 2)},
 		{"ganesha=buffered-overwrite+fsync", func(b *testing.B, dir string) func(int) {
 			s := open(b, dir, "file", 0)
 			if _, err := unix.Pwrite(s, buf, 0); err != nil {
