@@ -3,6 +3,7 @@ package server_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +22,8 @@ import (
 // answer as if its operations ran one by one: all results present and OK,
 // every name removed or created exactly once, and a compound that fails
 // half-way keeps its earlier effects and stops at the failure. The test
-// fails if no run ever waited or split (the locks were not exercised).
+// fails if no run ever waited or split (the locks were not exercised;
+// with GOMAXPROCS 1 the runs never overlap and that check is skipped).
 func TestDirLocksCrossingRuns(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
@@ -139,6 +141,11 @@ func TestDirLocksCrossingRuns(t *testing.T) {
 	}
 	t.Logf("directory-lock waits %v, splits %v", waits, splits)
 	if waits+splits == 0 {
+		if runtime.GOMAXPROCS(0) < 2 {
+			// One P: a grouped run never blocks (NoSync store), so runs
+			// do not overlap; the results were still checked.
+			t.Skip("GOMAXPROCS 1: grouped runs did not overlap")
+		}
 		t.Fatal("no grouped run waited for a directory lock or split: the test did not exercise the locks")
 	}
 }
