@@ -2,10 +2,10 @@ package server
 
 import (
 	"slices"
-
-	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 	"sync/atomic"
 	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
 	"github.com/txnfs/txnfs/fs"
 )
