@@ -259,4 +259,12 @@ type TxnOptions struct {
 	// names bytes that are not on disk. Readers may see NoSync changes
 	// that a crash then loses, and never wait for them to become durable.
 	NoSync bool
+	// SyncFollows, with NoSync, promises that the caller calls FS.Sync
+	// after this commit before it acknowledges anything (an NFS plain
+	// COMPOUND with a durable operation syncs once before its reply).
+	// Small writes are then stored inline in the metadata, as for a
+	// durable commit, so that the Sync costs one log flush and no slice
+	// flush; without it a NoSync commit puts them in slices (cheaper to
+	// write, flushed with the log at the next Sync).
+	SyncFollows bool
 }

@@ -237,7 +237,7 @@ func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte) (
 		room := meta.RegionSize - off%meta.RegionSize
 		n := min(uint64(len(data)), room, slice.MaxSize)
 		e := meta.Extent{Len: uint32(n)}
-		if int(n) <= t.fs.cfg.InlineMax && !t.noFlushSlices() {
+		if int(n) <= t.fs.cfg.InlineMax && t.inlineSmall() {
 			e.Kind, e.Data = meta.KindInline, slices.Clone(data[:n])
 		} else {
 			p, err := t.putSlice(ctx, ino, off, data[:n])
@@ -259,7 +259,13 @@ func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte) (
 // durable commit's data flush, and it makes every small write rewrite a
 // span record of up to inlineBudget bytes (measured: 4 KiB NoSync writes
 // p50 104 µs, p99 9.7 ms inline; see docs/engine.md).
+//
+// With TxnOptions.SyncFollows the Sync comes right after the commit, so
+// small writes stay inline: the slice data would cost that Sync a flush.
 func (t *Txn) noFlushSlices() bool { return t.opts.NoSync && t.fs.cfg.SlicesOrdered }
+
+// inlineSmall reports whether writes up to InlineMax are stored inline.
+func (t *Txn) inlineSmall() bool { return !t.noFlushSlices() || t.opts.SyncFollows }
 
 func (t *Txn) putSlice(ctx context.Context, ino Ino, off uint64, data []byte) (slice.Pointer, error) {
 	hint := uint64(ino)*0x9e3779b97f4a7c15 + off/meta.RegionSize

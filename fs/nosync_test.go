@@ -11,6 +11,7 @@ import (
 
 	"github.com/txnfs/txnfs/datadir"
 	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/slice"
 )
 
 // TestNoSyncAPI: NoSync commits (DoOpts, Begin, AppendOpts) are visible at
@@ -97,5 +98,54 @@ func TestNoSyncAPI(t *testing.T) {
 	cancel()
 	if err := e.FS.Sync(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Sync with a cancelled context: %v", err)
+	}
+}
+
+// TestSyncFollowsInline: a NoSync commit over ordered stores puts small
+// writes in slices (cheap to write; flushed with the log at the next
+// Sync), but with SyncFollows — the caller syncs right after — they are
+// stored inline, as in a durable commit, so that the Sync needs no slice
+// flush. Both read back the same.
+func TestSyncFollowsInline(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		opts     fs.TxnOptions
+		wantPuts bool
+		name     string
+	}{
+		{fs.TxnOptions{NoSync: true}, true, "nosync"},
+		{fs.TxnOptions{NoSync: true, SyncFollows: true}, false, "nosync+syncfollows"},
+		{fs.TxnOptions{}, false, "durable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newTestFS(t, fsOpts{kind: storePebble, inlineMax: 8 << 10, slicesOrdered: true})
+			local := f.Slices.(*slice.Local)
+			before := local.Stats().Puts
+			data := pattern(3, 4096)
+			var ino fs.Ino
+			if err := f.DoOpts(ctx, fs.RootCred, tc.opts, func(tx *fs.Txn) error {
+				a, _, err := tx.Create(ctx, fs.RootIno, "f", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+				if err != nil {
+					return err
+				}
+				ino = a.Ino
+				return tx.Write(ctx, ino, 0, data)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if puts := local.Stats().Puts - before; (puts > 0) != tc.wantPuts {
+				t.Fatalf("%d slice puts for a 4 KiB write, want puts: %v", puts, tc.wantPuts)
+			}
+			var got []byte
+			if err := f.View(ctx, fs.RootCred, func(tx *fs.Txn) (err error) {
+				got, err = readFile(ctx, tx, ino)
+				return err
+			}); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("read back %d bytes (%v), want the 4 KiB written", len(got), err)
+			}
+		})
 	}
 }

@@ -93,6 +93,9 @@ type compound struct {
 	// requires durable at the reply (all but UNSTABLE WRITEs and reads;
 	// COMMIT) committed that way, so the reply waits for one FS.Sync.
 	plain, needSync bool
+	// syncFollows: the plain compound has a durable operation, so it
+	// syncs before its reply (fs.TxnOptions.SyncFollows).
+	syncFollows bool
 	// durableRun is set while runGrouped runs the compound's last
 	// changing run with a durable commit.
 	durableRun bool
@@ -348,8 +351,11 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 			}
 		} else if txr == nil {
 			c.plain = true
+			// A durable operation means one FS.Sync before the reply:
+			// its NoSync runs keep small writes inline for it.
+			c.syncFollows = anyNeedsDurable(ops[i:])
 			res, st := c.runGrouped(ops[i:])
-			c.plain = false
+			c.plain, c.syncFollows = false, false
 			c.endView()
 			if c.needSync {
 				if err := s.fs.Sync(c.ctx); err != nil {
@@ -636,7 +642,8 @@ func (c *compound) runGroup(ops []decodedOp) (res []nfsv4.NfsResop4, st nfsv4.Nf
 	}
 	for attempt := 0; ; attempt++ {
 		c.startRun()
-		t, err := c.s.fs.Begin(c.ctx, c.cred, fs.TxnOptions{NoSync: c.plain && !c.durableRun})
+		noSync := c.plain && !c.durableRun
+		t, err := c.s.fs.Begin(c.ctx, c.cred, fs.TxnOptions{NoSync: noSync, SyncFollows: noSync && c.syncFollows})
 		if err != nil {
 			return nil, 0, -1
 		}
@@ -777,7 +784,7 @@ func (c *compound) update(fn func(t *fs.Txn) error) error {
 		return fn(c.txn)
 	}
 	c.endView()
-	return c.s.fs.DoOpts(c.ctx, c.cred, fs.TxnOptions{NoSync: c.plain}, fn)
+	return c.s.fs.DoOpts(c.ctx, c.cred, fs.TxnOptions{NoSync: c.plain, SyncFollows: c.plain && c.syncFollows}, fn)
 }
 
 // view runs a read-only fn, outside transactions in the compound's
