@@ -110,18 +110,14 @@ func (c *compound) lockDir(dir fs.Ino) bool {
 			if l.stripes[h].waiters.Load() > 0 {
 				// Someone waits for a directory this run is done with
 				// (or may come back to): let it go now.
-				c.split = true
-				c.s.met.dirLocks.WithLabelValues("split").Inc()
-				return false
+				return c.splitRun()
 			}
 		}
 		select {
 		case s.ch <- struct{}{}:
 			return c.tookDir(i)
 		default:
-			c.split = true
-			c.s.met.dirLocks.WithLabelValues("split").Inc()
-			return false
+			return c.splitRun()
 		}
 	}
 	select {
@@ -152,9 +148,7 @@ func (c *compound) tookDir(i int) bool {
 	s := &c.s.dirLocks.stripes[i]
 	if c.runDone > 0 && s.released.Load() > c.runStart {
 		<-s.ch
-		c.split = true
-		c.s.met.dirLocks.WithLabelValues("split").Inc()
-		return false
+		return c.splitRun()
 	}
 	c.dirsHeld = append(c.dirsHeld, i)
 	return true
@@ -202,5 +196,13 @@ func dirOp(op decodedOp) bool {
 		_, create := a.Opopen.Openhow.(*nfsv4.Openflag4_OPEN4_CREATE)
 		return create
 	}
+	return false
+}
+
+// splitRun ends the current run before the operation asking for a lock
+// (see dirLocks) and reports that the lock was not taken.
+func (c *compound) splitRun() bool {
+	c.split = true
+	c.s.met.dirLocks.WithLabelValues("split").Inc()
 	return false
 }
