@@ -671,3 +671,57 @@ func TestFaultSliceSyncFails(t *testing.T) {
 	}
 	requireCheckClean(t, f)
 }
+
+// failingWrites is a slice store whose writes fail after Put returned, as
+// slice.Local's asynchronous direct writes can (ENOSPC): WaitWritten and
+// Sync report it.
+type failingWrites struct {
+	slice.Store
+	on *atomic.Bool
+}
+
+var errWriteFailed = errors.New("injected: direct write failed")
+
+func (s failingWrites) WaitWritten(context.Context, []slice.Pointer) error {
+	if s.on.Load() {
+		return errWriteFailed
+	}
+	return nil
+}
+
+// TestFaultSliceWriteFailsNoSync: a NoSync commit over ordered stores does
+// not sync its slices (the store does, before the log write) but must not
+// name a slice whose write failed: it fails (ErrIO) and changes nothing,
+// and later commits work.
+func TestFaultSliceWriteFailsNoSync(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	sl, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: mem, Dir: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sl.Close()
+	var on atomic.Bool
+	raw := memkv.New()
+	f, err := fs.Open(ctx, fs.Config{KV: raw, Slices: failingWrites{sl, &on}, Clock: fixedClock, SlicesOrdered: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf := &testFS{FS: f, KV: raw, Slices: sl}
+	b := setupAtomBase(t, f)
+	before := captureState(t, tf)
+	on.Store(true)
+	err = f.DoOpts(ctx, fs.RootCred, fs.TxnOptions{NoSync: true}, func(tx *fs.Txn) error {
+		return tx.Write(ctx, b.f2, 0, pattern(1, 100_000))
+	})
+	if !errors.Is(err, fs.ErrIO) || !strings.Contains(err.Error(), errWriteFailed.Error()) {
+		t.Fatalf("NoSync commit naming a failed write: %v, want ErrIO with the write's error", err)
+	}
+	requireSameState(t, before, captureState(t, tf))
+	on.Store(false)
+	if err := f.DoOpts(ctx, fs.RootCred, fs.TxnOptions{NoSync: true}, func(tx *fs.Txn) error {
+		return tx.Write(ctx, b.f2, 0, pattern(2, 100_000))
+	}); err != nil {
+		t.Fatalf("NoSync commit after the failure: %v", err)
+	}
+}

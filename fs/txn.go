@@ -198,10 +198,18 @@ func (t *Txn) Commit(ctx context.Context) error {
 			t.reset()
 			return err
 		}
-		if len(t.written) > 0 && !(t.opts.NoSync && t.fs.cfg.SlicesOrdered) {
-			if err := t.fs.slices.Sync(ctx, t.written); err != nil {
+		if len(t.written) > 0 {
+			if !(t.opts.NoSync && t.fs.cfg.SlicesOrdered) {
+				if err := t.fs.slices.Sync(ctx, t.written); err != nil {
+					t.reset()
+					return fmt.Errorf("%w: syncing slices: %v", ErrIO, err)
+				}
+			} else if err := slice.WaitWritten(ctx, t.fs.slices, t.written); err != nil {
+				// The store makes the data durable before the log
+				// (SyncAll), but a write that failed is not there to
+				// make durable: no commit may name it.
 				t.reset()
-				return fmt.Errorf("%w: syncing slices: %v", ErrIO, err)
+				return fmt.Errorf("%w: writing slices: %v", ErrIO, err)
 			}
 		}
 		dropped := t.dropped

@@ -159,6 +159,11 @@ func (c *Cache) Sync(ctx context.Context, ptrs []Pointer) error {
 	return c.next.Sync(ctx, ptrs)
 }
 
+// WaitWritten passes through to the next Store (see slice.WaitWritten).
+func (c *Cache) WaitWritten(ctx context.Context, ptrs []Pointer) error {
+	return WaitWritten(ctx, c.next, ptrs)
+}
+
 // ReadAt implements Store. A miss loads the whole slice through the next
 // Store (which verifies it) once, however many callers miss concurrently;
 // a caller whose ctx ends stops waiting but the load completes.

@@ -269,25 +269,73 @@ func TestDirectAsyncWriteFails(t *testing.T) {
 		t.Error("refused async write did not turn direct writes off")
 	}
 
-	// Failed: sticky.
+	// Failed (e.g. ENOSPC for a moment): the put's Sync and WaitWritten
+	// fail, always; the file stays in service, and SyncAll (datadir's
+	// ordered-log hook: before every metadata log write) keeps working.
 	l.writable[0].directOff.Store(false)
-	pwriteDirect = func(int, []byte, int64) (int, error) { return -1, unix.EIO }
+	pwriteDirect = func(int, []byte, int64) (int, error) { return -1, unix.ENOSPC }
 	pc, err := l.Put(ctx, 0, directData(3, MaxSize))
 	if err != nil {
 		t.Fatalf("asynchronous direct put returned the write's error: %v", err)
 	}
+	if err := l.WaitWritten(ctx, []Pointer{pc}); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("WaitWritten of a slice whose direct write failed = %v, want ENOSPC", err)
+	}
+	pwriteDirect = old // after WaitWritten, which waited for the write
 	for range 2 {
-		if err := l.Sync(ctx, []Pointer{pc}); err == nil || !errors.Is(err, unix.EIO) {
-			t.Fatalf("Sync of a slice whose direct write failed = %v, want EIO", err)
+		if err := l.Sync(ctx, []Pointer{pc}); !errors.Is(err, unix.ENOSPC) {
+			t.Fatalf("Sync of a slice whose direct write failed = %v, want ENOSPC", err)
 		}
 	}
-	pwriteDirect = old // after the Sync, which waited for the write
 	if err := l.Sync(ctx, []Pointer{pa, pb}); err != nil {
 		t.Errorf("Sync of slices synced before the failure = %v", err)
 	}
+	if err := l.WaitWritten(ctx, []Pointer{pa, pb}); err != nil {
+		t.Errorf("WaitWritten of slices written before the failure = %v", err)
+	}
 	mustGet(t, l, pa, a)
-	if _, err := l.Put(ctx, 0, directData(4, 10)); err == nil {
-		t.Error("put to a store whose only file had a failed write succeeded")
+	d := directData(4, MaxSize)
+	pd, err := l.Put(ctx, 0, d)
+	if err != nil {
+		t.Fatalf("put after a failed direct write: %v", err)
+	}
+	if err := l.SyncAll(ctx); err != nil {
+		t.Fatalf("SyncAll after a failed direct write: %v", err)
+	}
+	if err := l.Sync(ctx, []Pointer{pd}); err != nil {
+		t.Fatalf("Sync of a put after a failed direct write: %v", err)
+	}
+	mustGet(t, l, pd, d)
+}
+
+// TestDirectFailedWritesBounded: past maxFailedWrites remembered failures
+// a file's sync fails for good, as after a failed fdatasync.
+func TestDirectFailedWritesBounded(t *testing.T) {
+	ctx := context.Background()
+	l := openDirectOrSkip(t, t.TempDir())
+	defer l.Close()
+	if _, err := l.Put(ctx, 0, directData(1, MaxSize)); err != nil { // the probe
+		t.Fatal(err)
+	}
+	b := l.writable[0]
+	b.dmu.Lock()
+	for range maxFailedWrites {
+		b.dmu.failed = append(b.dmu.failed, failedWrite{off: 1 << 62, end: 1<<62 + 1, err: unix.EIO})
+	}
+	b.dmu.Unlock()
+	old := pwriteDirect
+	defer func() { pwriteDirect = old }()
+	pwriteDirect = func(int, []byte, int64) (int, error) { return -1, unix.ENOSPC }
+	pc, err := l.Put(ctx, 0, directData(2, MaxSize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Sync(ctx, []Pointer{pc}); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("Sync = %v, want ENOSPC", err)
+	}
+	pwriteDirect = old
+	if err := l.SyncAll(ctx); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("SyncAll with a forgotten failed write = %v, want its ENOSPC (sticky)", err)
 	}
 }
 

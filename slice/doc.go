@@ -67,15 +67,16 @@
 // as a probe. A write in flight is waited for by a Sync that needs bytes at
 // or above it (an fdatasync covers only up to the lowest write in flight),
 // by a ReadAt or Free of a range it overlaps, and by Close. A failed
-// direct write makes the file's Sync fail for good (as a failed fdatasync
-// does: the put's error surfaces at Sync, and Put skips the file). This
-// includes ENOSPC, which is harsher than with buffered puts (whose ENOSPC
-// fails only that Put, and the file takes puts again once space is
-// freed): an asynchronous direct write that runs out of space takes its
-// file out of service until the store is reopened. Reserving the range
-// with fallocate in Put would surface ENOSPC there, but on ext4 it would
-// likely queue Put behind the extending direct writes in flight (both
-// take the inode lock); not done, not measured. One
+// asynchronous direct write (ENOSPC, EIO) fails the Sync and WaitWritten of
+// its own pointer, and only those: the file's range is remembered as
+// failed (up to maxFailedWrites per file; past that the file's sync fails
+// for good, as after a failed fdatasync, which may have dropped other
+// puts' dirty pages), and the file keeps taking puts and syncing, as with
+// buffered puts whose ENOSPC fails only that Put. A commit that does not
+// sync its slices itself (NoSync over datadir's ordered log) waits for
+// their writes with WaitWritten, so no commit names a failed range; until
+// session 5 the failure was sticky, and datadir's SyncAll before every
+// log write then stopped the whole store. One
 // refused with EINVAL at the probe falls back to a buffered put, and later
 // is redone buffered at the same offset; either way the file takes
 // buffered writes from then on. A file system that refuses O_DIRECT at

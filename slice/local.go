@@ -205,10 +205,16 @@ type backing struct {
 	// directOK is set once a direct write to the file succeeded: later
 	// ones run asynchronously (see appendDirect).
 	directOK atomic.Bool
-	// dmu guards the direct writes in flight (a leaf lock).
+	// dmu guards the direct writes in flight and the failed ones (a leaf
+	// lock).
 	dmu struct {
 		sync.Mutex
 		writes []*directWrite
+		// failed are the ranges of asynchronous direct writes that
+		// failed (e.g. ENOSPC): their puts' Sync and WaitWritten fail,
+		// so no commit names them, and the file stays in service. Past
+		// maxFailedWrites the file's sync fails for good instead.
+		failed []failedWrite
 	}
 	// size is the next append offset. Every byte below it has been
 	// written (or its write failed and the range was never handed out).
@@ -222,6 +228,29 @@ type backing struct {
 		inflight *syncCall // the SyncData running now, if any
 		failed   error     // sticky: set by the first failed SyncData
 	}
+}
+
+// failedWrite is the range of a direct write that failed, and its error.
+type failedWrite struct {
+	off, end uint64
+	err      error
+}
+
+// maxFailedWrites bounds the failed direct writes a file remembers (16
+// bytes of range each); one more makes its sync fail for good.
+const maxFailedWrites = 1 << 16
+
+// failedIn returns the error of a failed direct write overlapping
+// [off, end), or nil.
+func (b *backing) failedIn(off, end uint64) error {
+	b.dmu.Lock()
+	defer b.dmu.Unlock()
+	for _, f := range b.dmu.failed {
+		if f.off < end && off < f.end {
+			return f.err
+		}
+	}
+	return nil
 }
 
 // syncCall is one SyncData shared by every Sync that needs bytes below upto.
@@ -487,9 +516,11 @@ const maxDirectInflight = 16
 // writes are asynchronous: appendDirect returns when the write is
 // started, at most maxDirectInflight run at once per store, and until one
 // returns it is listed in b.dmu, where Sync (see written), ReadAt and Free
-// wait for it (waitDirect). A failed asynchronous write makes the file's
-// sync fail for good (like a failed fdatasync); a refused one is redone
-// buffered at the same offset.
+// wait for it (waitDirect). A failed asynchronous write fails the Sync and
+// WaitWritten of its pointer (its range is remembered: backing.dmu.failed)
+// but not the file, which a failed fdatasync would (that one may have
+// dropped dirty pages of other puts; a failed direct write wrote nothing
+// else); a refused one is redone buffered at the same offset.
 func (l *Local) appendDirect(b *backing, data []byte) (off uint64, crc uint32, refused bool, err error) {
 	ab := l.getStaging()
 	n := alignUp(uint64(len(data)))
@@ -535,13 +566,23 @@ func (l *Local) appendDirect(b *backing, data []byte) (off uint64, crc uint32, r
 			}
 		}
 		if err != nil {
-			b.smu.Lock()
-			if b.smu.failed == nil {
-				b.smu.failed = fmt.Errorf("slice: direct write of [%d, %d) to %s failed; its bytes past %d are not durable and never will be reported so: %w",
-					off, off+n, b.name, b.smu.synced, err)
+			// Recorded before finish takes the write off the in-flight
+			// list, so whoever waited for it sees the failure.
+			err = fmt.Errorf("slice: direct write of [%d, %d) to %s failed: %w", off, off+n, b.name, err)
+			b.dmu.Lock()
+			remembered := len(b.dmu.failed) < maxFailedWrites
+			if remembered {
+				b.dmu.failed = append(b.dmu.failed, failedWrite{off: off, end: off + n, err: err})
 			}
-			b.smu.Unlock()
-			l.log.Error("direct write failed; backing file no longer accepts puts", "backing", b.id, "off", off, "err", err)
+			b.dmu.Unlock()
+			if !remembered {
+				b.smu.Lock()
+				if b.smu.failed == nil {
+					b.smu.failed = fmt.Errorf("%w; too many failed writes: its bytes past %d are not durable and never will be reported so", err, b.smu.synced)
+				}
+				b.smu.Unlock()
+			}
+			l.log.Error("direct write failed; the commit of its put fails", "backing", b.id, "off", off, "err", err)
 		}
 	}()
 	return off, crc, false, nil
@@ -665,7 +706,43 @@ func (l *Local) Sync(ctx context.Context, ptrs []Pointer) error {
 		}
 		targets[i].upto = max(targets[i].upto, p.End())
 	}
-	return l.syncTargets(ctx, targets)
+	if err := l.syncTargets(ctx, targets); err != nil {
+		return err
+	}
+	// The fdatasync covered their ranges; a direct write that failed put
+	// nothing there (recorded before it left the in-flight list, which
+	// the sync waited for).
+	return l.checkWritten(ptrs)
+}
+
+// checkWritten returns the error of a failed direct write of one of ptrs.
+func (l *Local) checkWritten(ptrs []Pointer) error {
+	for _, p := range ptrs {
+		if err := l.byID[p.Backing].failedIn(p.Offset, p.End()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WaitWritten waits until the slices named by ptrs are written (their
+// direct writes, which Put may leave running, have landed; nothing is
+// flushed) and returns an error if a write failed. A commit whose slices
+// the store will make durable later (datadir's ordered log: SyncAll before
+// the log write) calls it so that it never names a failed write.
+func (l *Local) WaitWritten(ctx context.Context, ptrs []Pointer) error {
+	if err := l.enter(ctx); err != nil {
+		return err
+	}
+	defer l.exit()
+	for _, p := range ptrs {
+		b, err := l.check(p, 0, 0)
+		if err != nil {
+			return err
+		}
+		b.waitDirect(p.Offset, p.End())
+	}
+	return l.checkWritten(ptrs)
 }
 
 // SyncAll makes every slice whose Put returned before the call durable:

@@ -73,6 +73,23 @@ func DecodePointer(b []byte) (Pointer, error) {
 	return p, nil
 }
 
+// WrittenWaiter is a Store whose Put may return before the data is
+// written (slice.Local's asynchronous direct writes).
+type WrittenWaiter interface {
+	// WaitWritten waits until the slices named by ptrs are written
+	// (not necessarily durable) and fails if a write failed.
+	WaitWritten(ctx context.Context, ptrs []Pointer) error
+}
+
+// WaitWritten waits for the writes of ptrs if s is a WrittenWaiter; other
+// stores have written a slice when Put returns.
+func WaitWritten(ctx context.Context, s Store, ptrs []Pointer) error {
+	if w, ok := s.(WrittenWaiter); ok {
+		return w.WaitWritten(ctx, ptrs)
+	}
+	return nil
+}
+
 // Store keeps immutable slices. All methods are safe for concurrent use.
 type Store interface {
 	// Put stores data (1..MaxSize bytes) as a new slice and returns its
