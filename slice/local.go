@@ -217,8 +217,10 @@ type backing struct {
 		failed []failedWrite
 	}
 	// size is the next append offset. Every byte below it has been
-	// written (or its write failed and the range was never handed out).
-	// Written under mu, read atomically anywhere.
+	// written, or its write failed: then the range was never handed out,
+	// or (an asynchronous direct write) it is in dmu.failed, whose
+	// pointer fails Sync and WaitWritten. Written under mu, read
+	// atomically anywhere.
 	size atomic.Uint64
 
 	// smu guards the group-commit state.
