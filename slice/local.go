@@ -912,12 +912,12 @@ func (l *Local) ReadAt(ctx context.Context, p Pointer, off uint32, buf []byte) e
 		}
 		return nil
 	}
-	scratch := getBuf(int(p.Length))
-	defer putBuf(scratch)
-	if err := l.readVerified(b, p, *scratch); err != nil {
+	sb := scratch.Get(int(p.Length))
+	defer scratch.Put(sb)
+	if err := l.readVerified(b, p, *sb); err != nil {
 		return err
 	}
-	copy(buf, (*scratch)[off:])
+	copy(buf, (*sb)[off:])
 	return nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/internal/bufpool"
 	"github.com/txnfs/txnfs/nfs4/internal/fh"
 	"github.com/txnfs/txnfs/nfs4/internal/rpc"
 	"github.com/txnfs/txnfs/nfs4/internal/state"
@@ -141,9 +142,11 @@ type Server struct {
 	major    []byte  // server_owner major id / server scope
 	root     []byte  // root file handle
 
-	// bufPools hold READ buffers (*[]byte) by capacity class: class k
-	// holds buffers of minBufShift+k bits' capacity, the last one MaxIO.
-	bufPools [bufClasses]sync.Pool
+	// readBufs hold READ buffers in power-of-two capacity classes from
+	// 4 KiB to MaxIO, so that a small READ neither takes nor, when the
+	// pool was emptied by a garbage collection, allocates and zeroes a
+	// MaxIO buffer (1 MiB for a 12 KiB file: most of a tar's allocation).
+	readBufs *bufpool.Pool
 
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
@@ -156,7 +159,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, fs: cfg.FS, log: cfg.Logger, dirLocks: newDirLocks()}
+	s := &Server{cfg: cfg, fs: cfg.FS, log: cfg.Logger, dirLocks: newDirLocks(), readBufs: bufpool.New(4<<10, int(cfg.MaxIO))}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	key, err := cfg.FS.Secret(s.bgCtx, "nfs4-filehandle")
 	if err != nil {
@@ -281,42 +284,11 @@ func (s *Server) Handle(ctx context.Context, call *rpc.Call) rpc.Reply {
 	return rpc.Reply{Stat: rpcv2.PROC_UNAVAIL}
 }
 
-// READ buffers come in power-of-two capacity classes from 4 KiB
-// (minBufShift) up to MaxIO, so that a small READ neither takes nor, when
-// the pool was emptied by a garbage collection, allocates and zeroes a
-// MaxIO buffer (1 MiB for a 12 KiB file: most of a tar's allocation).
-const (
-	minBufShift = 12
-	bufClasses  = 32 - minBufShift
-)
-
-// bufClass returns the capacity class of an n-byte buffer and its capacity.
-func (s *Server) bufClass(n uint32) (int, uint32) {
-	k := 0
-	for k < bufClasses-1 && uint32(1)<<(minBufShift+k) < n && uint32(1)<<(minBufShift+k) < s.cfg.MaxIO {
-		k++
-	}
-	return k, min(uint32(1)<<(minBufShift+k), s.cfg.MaxIO)
-}
-
 // getBuf returns a READ buffer of n ≤ MaxIO bytes (contents undefined);
 // putBuf returns it once nothing references it.
-func (s *Server) getBuf(n uint32) *[]byte {
-	k, size := s.bufClass(n)
-	if b, ok := s.bufPools[k].Get().(*[]byte); ok {
-		*b = (*b)[:n]
-		return b
-	}
-	b := make([]byte, n, max(size, n))
-	return &b
-}
+func (s *Server) getBuf(n uint32) *[]byte { return s.readBufs.Get(int(n)) }
 
-func (s *Server) putBuf(b *[]byte) {
-	k, size := s.bufClass(uint32(cap(*b)))
-	if uint32(cap(*b)) == size {
-		s.bufPools[k].Put(b)
-	}
-}
+func (s *Server) putBuf(b *[]byte) { s.readBufs.Put(b) }
 
 // cred maps an RPC credential to the engine's, applying AUTH_NONE and
 // root squashing.

@@ -52,6 +52,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
+
+	"github.com/txnfs/txnfs/internal/bufpool"
 )
 
 // Cred is the caller's identity from the RPC credential.
@@ -706,54 +708,23 @@ func (cn *conn) refreshDeadline() {
 
 func newBufReader(r io.Reader) io.Reader { return bufio.NewReaderSize(r, 64<<10) }
 
-// Record buffers are pooled by size class: class k holds buffers of
-// capacity minPooled << k, up to maxPooled (a 1 MiB WRITE plus its
-// header takes the 2 MiB class; only the bytes read are ever touched).
-// Larger records are allocated per request. sync.Pool keeps a buffer
-// across one garbage collection, and the server's GC runs rarely once
-// records stop being allocated.
+// Record buffers are pooled by size class (internal/bufpool): class k
+// holds buffers of capacity minPooled << k, up to maxPooled (a 1 MiB WRITE
+// plus its header takes the 2 MiB class; only the bytes read are ever
+// touched). Larger records are allocated per request. sync.Pool keeps a
+// buffer across one garbage collection, and the server's GC runs rarely
+// once records stop being allocated.
 const (
 	minPooled = 4 << 10
 	maxPooled = 8 << 20
 )
 
-var recordPools [poolClasses]sync.Pool
-
-const poolClasses = 12 // 4 KiB << 11 = 8 MiB
-
-// poolClass returns the class whose buffers hold n bytes, or -1 if n is
-// too large to pool.
-func poolClass(n int) int {
-	if n > maxPooled {
-		return -1
-	}
-	k := 0
-	for minPooled<<k < n {
-		k++
-	}
-	return k
-}
+var records = bufpool.New(minPooled, maxPooled)
 
 // getRecord returns a buffer of length n, pooled if n is small enough
 // (contents undefined).
-func getRecord(n int) []byte {
-	k := poolClass(n)
-	if k < 0 {
-		return make([]byte, n)
-	}
-	if b, ok := recordPools[k].Get().(*[]byte); ok {
-		return (*b)[:n]
-	}
-	return make([]byte, n, minPooled<<k)
-}
+func getRecord(n int) []byte { return *records.Get(n) }
 
 // putRecord returns a record's buffer to its pool if it came from one
 // (its capacity is exactly a class size).
-func putRecord(rec []byte) {
-	k := poolClass(cap(rec))
-	if k < 0 || cap(rec) != minPooled<<k {
-		return
-	}
-	rec = rec[:0]
-	recordPools[k].Put(&rec)
-}
+func putRecord(rec []byte) { records.Put(&rec) }

@@ -266,8 +266,9 @@ func TestReuseArgs(t *testing.T) {
 	if got := getRecord(2000); &got[:1][0] != p || cap(got) != minPooled {
 		t.Log("pooled buffer not returned (a GC may have emptied the pool)")
 	}
-	if poolClass(maxPooled+1) != -1 || poolClass(1) != 0 || poolClass(minPooled+1) != 1 {
-		t.Fatal("poolClass")
+	class := func(n int) int { k, _ := records.Class(n); return k }
+	if class(maxPooled+1) != -1 || class(1) != 0 || class(minPooled+1) != 1 {
+		t.Fatal("record classes")
 	}
 }
 
