@@ -239,8 +239,13 @@ func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32,
 	c := m.cred(&in.InHeader)
 	h := m.handles.get(in.Fh)
 	// The first write after an fsync that followed a single write
-	// commits before it is answered (see Fsync).
-	if h != nil && m.wbOn && !h.append && !h.sync && !(h.sinceSync.Add(1) == 1 && h.syncEach.Load()) {
+	// commits before it is answered (see Fsync), and starts the Sync of
+	// the fsync expected next (presync).
+	fsyncNext := false
+	if h != nil && m.wbOn && !h.append && !h.sync {
+		fsyncNext = h.sinceSync.Add(1) == 1 && h.syncEach.Load()
+	}
+	if h != nil && m.wbOn && !h.append && !h.sync && !fsyncNext {
 		if err := h.takeErr(); err != nil {
 			return 0, m.status("write", err)
 		}
@@ -290,6 +295,9 @@ func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32,
 	}
 	if err != nil {
 		return 0, m.status("write", err)
+	}
+	if fsyncNext {
+		m.presync.start(m)
 	}
 	return uint32(len(data)), raw.OK
 }

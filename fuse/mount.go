@@ -158,6 +158,8 @@ type Server struct {
 	// Group. wbOn says whether this mount queues its writes.
 	wb   *writeBehind
 	wbOn bool
+	// presync is the Sync started ahead of an expected fsync.
+	presync presync
 	// wbFault, if set (tests), runs before each write-behind commit; an
 	// error fails the commit.
 	wbFault atomic.Pointer[func(fs.Ino) error]
@@ -259,6 +261,7 @@ func (m *Server) doShutdown() {
 		m.unpinLater(ino)
 	}
 	m.unpins.Wait()
+	m.presync.wait()
 	m.cancel()
 }
 
@@ -319,6 +322,7 @@ func (m *Server) syncEngine() error {
 	if inSandbox {
 		return nil
 	}
+	m.presync.wait()
 	return m.eng.Sync(m.ctx)
 }
 

@@ -126,6 +126,11 @@ func TestWriteBehind(t *testing.T) {
 		if n := commits.Load(); n != 1 {
 			t.Errorf("%d queued commits for 10 writes each followed by fsync, want 1 (the first)", n)
 		}
+		// Each synchronous write started the Sync of the fsync after
+		// it (presync), and each fsync waited for it.
+		if n := ma.presync.started.Load(); n != 9 {
+			t.Errorf("%d early syncs for the 9 synchronous writes, want 9", n)
+		}
 		for i := range 10 {
 			if _, err := f.WriteAt(chunk[:4096], int64(10+i)*4096); err != nil {
 				t.Fatal(err)

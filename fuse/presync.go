@@ -1,0 +1,66 @@
+package fuse
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// presync runs an engine Sync ahead of an fsync that is about to come: a
+// writer that fsyncs after every write (seq-1M-fsync, databases) sends its
+// FSYNC right after its WRITE is answered, so the mount starts the Sync as
+// it answers the WRITE (Write, for handles in the syncEach state) and the
+// Sync overlaps the reply, the writer's wake-up and its FSYNC request
+// instead of starting after them. The FSYNC then waits for that Sync and
+// calls FS.Sync itself as always, which returns at once when nothing
+// committed since (kv: durable already covers every applied commit), so
+// durability never depends on the early Sync: it only saves time. Its
+// error is not lost either: a failed WAL sync fails the store, and the
+// FSYNC's own Sync reports it.
+//
+// At most one early Sync runs at a time (per mount); one asked for while
+// another runs is skipped (the FSYNC's own Sync covers what it missed).
+type presync struct {
+	mu      sync.Mutex
+	done    chan struct{} // closed when the Sync in flight returned; nil if none
+	started atomic.Int64  // early Syncs begun (tests)
+}
+
+// start begins an early Sync unless one is running or a sandbox is active
+// (nothing in it is durable before it commits).
+func (p *presync) start(m *Server) {
+	m.sb.gate.RLock()
+	inSandbox := m.sb.txn != nil
+	m.sb.gate.RUnlock()
+	if inSandbox {
+		return
+	}
+	p.mu.Lock()
+	if p.done != nil {
+		p.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	p.done = done
+	p.mu.Unlock()
+	p.started.Add(1)
+	go func() {
+		if err := m.eng.Sync(m.ctx); err != nil {
+			m.log.Debug("early sync failed (the fsync reports it)", "err", err)
+		}
+		p.mu.Lock()
+		p.done = nil
+		p.mu.Unlock()
+		close(done)
+	}()
+}
+
+// wait waits for the early Sync in flight, if any (every FS.Sync of the
+// mount, and its shutdown).
+func (p *presync) wait() {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
