@@ -10,8 +10,10 @@
 #
 # Environment: BIN (txnfs binary; default: built from this tree), CONFIGS
 # (;-separated "NAME FLAGS..." mount configurations; default
-# "off --write-behind=0;on"), BS (default 1m), SIZE (default 1g), ROUNDS
-# (default 3). Each run's data directory is removed afterwards.
+# "off --write-behind=0;on"), BINS (space-separated binaries: then every
+# configuration runs with each of them in turn, named NAME@BINARY), BS
+# (default 1m), SIZE (default 1g), ROUNDS (default 3), FIOFLAGS (extra fio
+# flags, e.g. --fsync=1). Each run's data directory is removed afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-$(mktemp -d /var/tmp/txnfs-cpubench.XXXXXX)}
@@ -20,7 +22,7 @@ BS=${BS:-1m}
 SIZE=${SIZE:-1g}
 ROUNDS=${ROUNDS:-3}
 CONFIGS=${CONFIGS:-"off --write-behind=0;on"}
-if [[ -z "${BIN:-}" ]]; then
+if [[ -z "${BIN:-}" && -z "${BINS:-}" ]]; then
 	go build -o "$work/txnfs" ./cmd/txnfs
 	BIN="$work/txnfs"
 fi
@@ -38,8 +40,9 @@ one() {
 	local cs0 t0 cs1 t1
 	cs0=$(cat /proc/"$pid"/task/*/status | awk '/ctxt_switches/ {s += $2} END {print s}')
 	t0=$(awk '{print $14 + $15}' /proc/"$pid"/stat)
+	# shellcheck disable=SC2086
 	fio --name=w --directory="$d/mnt" --filename=f --ioengine=psync --size="$SIZE" --rw=write --bs="$BS" \
-		--end_fsync=1 --output-format=json >"$d/fio.json"
+		--end_fsync=1 ${FIOFLAGS:-} --output-format=json >"$d/fio.json"
 	t1=$(awk '{print $14 + $15}' /proc/"$pid"/stat)
 	cs1=$(cat /proc/"$pid"/task/*/status | awk '/ctxt_switches/ {s += $2} END {print s}')
 	python3 - "$d/fio.json" "$name" "$BS" "$t0" "$t1" "$cs0" "$cs1" "$hz" <<'PY'
@@ -61,8 +64,16 @@ echo "|---|---|---|---|---|"
 IFS=';' read -r -a cfgs <<<"$CONFIGS"
 for _ in $(seq "$ROUNDS"); do
 	for c in "${cfgs[@]}"; do
-		# shellcheck disable=SC2086
-		one $c
+		if [[ -z "${BINS:-}" ]]; then
+			# shellcheck disable=SC2086
+			one $c
+			continue
+		fi
+		for b in $BINS; do
+			read -r name flags <<<"$c"
+			# shellcheck disable=SC2086
+			BIN=$b one "$name@$(basename "$b")" $flags
+		done
 	done
 done
 echo "uptime after: $(uptime)"
