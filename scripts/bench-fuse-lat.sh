@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Per-call latency of 1 MiB write(2) (+ fsync(2)) on a local directory and
+# Per-call latency of 1 MiB (BS) write(2) (+ fsync(2)) on a local directory and
 # on local txnfs FUSE mounts, in short interleaved bursts: each burst does
 # PER calls on every target in turn (rotated order), BURSTS times, and the
 # medians and quartiles per target are printed. Medians of many short
@@ -12,7 +12,8 @@
 # Environment: BINS (space-separated txnfs binaries, one mount each, a
 # binary may be named twice; default: one built from this tree),
 # MOUNTFLAGS0, MOUNTFLAGS1, ... (extra `txnfs mount` flags of the N-th
-# mount), BURSTS (default 60), PER (calls per burst, default 16),
+# mount), BURSTS (default 60), PER (calls per burst, default 16), BS
+# (bytes per write, default 1048576; MiB/s is computed from it),
 # NOFSYNC=1 (write(2) only). Data directories are removed at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +49,8 @@ import os, statistics, sys, time
 dirs = sys.argv[1:]
 bursts, per = int(os.environ.get("BURSTS", "60")), int(os.environ.get("PER", "16"))
 fsync = not os.environ.get("NOFSYNC")
-buf = os.urandom(1 << 20)
+bs = int(os.environ.get("BS", str(1 << 20)))
+buf = os.urandom(bs)
 fds = {d: os.open(os.path.join(d, "lat"), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644) for d in dirs}
 res = {d: ([], [], []) for d in dirs}
 for b in range(bursts):
@@ -74,6 +76,6 @@ for d in dirs:
     os.unlink(os.path.join(d, "lat"))
     w, s, t = res[d]
     m = statistics.median(t)
-    print("| %s | %s | %s | %s | %.0f | %.2f |" % (os.path.basename(d), q(w), q(s), q(t), 1 / m, base / m))
+    print("| %s | %s | %s | %s | %.1f | %.2f |" % (os.path.basename(d), q(w), q(s), q(t), bs / 2**20 / m, base / m))
 PY
 echo "uptime after: $(uptime)"
