@@ -238,6 +238,25 @@ func TestFsyncDurableAcrossKill9(t *testing.T) {
 		}
 		f.Close()
 	}
+	// A writer that fsyncs after every write and is killed with the file
+	// open: its writes after the first fsync are synchronous and start
+	// the fsync's Sync early (presync); the fsyncs alone make them durable.
+	each, err := os.Create(filepath.Join(mnt, "each"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eachData []byte
+	for i := range 8 {
+		b := bytes.Repeat([]byte{byte('A' + i)}, 64<<10+i)
+		if _, err := each.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := each.Sync(); err != nil {
+			t.Fatalf("fsync %d: %v", i, err)
+		}
+		eachData = append(eachData, b...)
+	}
+	want["each"] = eachData
 	os.Mkdir(filepath.Join(mnt, "dir"), 0o700)
 	os.Rename(filepath.Join(mnt, "f00"), filepath.Join(mnt, "dir", "renamed"))
 	want["dir/renamed"] = want["f00"]
@@ -248,6 +267,7 @@ func TestFsyncDurableAcrossKill9(t *testing.T) {
 
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	d.cmd.Wait()
+	each.Close() // fails (the mount is dead); an open file would keep it busy
 	var st unix.Stat_t
 	if err := unix.Stat(mnt, &st); err != unix.ENOTCONN {
 		t.Logf("stat of the dead mount: %v (want ENOTCONN)", err)
