@@ -145,6 +145,13 @@ func (c *Cache) Put(ctx context.Context, hint uint64, data []byte) (Pointer, err
 	if err != nil {
 		return p, err
 	}
+	if _, ok := c.next.(Recycler); ok {
+		// The range may be reused space: drop copies of the dead slices
+		// that were there (Recycle dropped them, but a reader of a dead
+		// pointer may have loaded one since). Their pointers differ from
+		// p in CRC unless a CRC collides; this makes that harmless too.
+		c.drop(p.Backing, p.Offset, uint64(p.Length), false)
+	}
 	if cost(p) <= c.max && len(data) <= c.putMax {
 		cp := bytes.Clone(data)
 		c.mu.Lock()
@@ -268,7 +275,11 @@ func (c *Cache) removeLocked(p Pointer) {
 
 // invalidate drops cached slices overlapping [off, off+length) of backing
 // id and makes in-flight loads discard their results.
-func (c *Cache) invalidate(id uint32, off, length uint64) {
+func (c *Cache) invalidate(id uint32, off, length uint64) { c.drop(id, off, length, true) }
+
+// drop drops cached slices overlapping [off, off+length) of backing id;
+// with bumpGen, in-flight loads discard their results too.
+func (c *Cache) drop(id uint32, off, length uint64, bumpGen bool) {
 	end := off + length
 	if end < off { // overflow: to the end of the file
 		end = ^uint64(0)
@@ -280,7 +291,9 @@ func (c *Cache) invalidate(id uint32, off, length uint64) {
 	last := (end - 1) >> chunkShift
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.mu.gen++
+	if bumpGen {
+		c.mu.gen++
+	}
 	if len(c.mu.index) == 0 {
 		return
 	}
@@ -325,6 +338,22 @@ func (c *Cache) Free(ctx context.Context, id uint32, off, length uint64) error {
 	// the first invalidation is discarded here (or by the gen check).
 	c.invalidate(id, off, length)
 	return err
+}
+
+// WatchReuse implements Recycler by passing through (nil if the next
+// Store does not reuse space).
+func (c *Cache) WatchReuse() *ReuseWatch { return WatchReuse(c.next) }
+
+// Recycle implements Recycler: like Free, cached copies of slices in the
+// range are dropped before and after the next Store recycles it.
+func (c *Cache) Recycle(ctx context.Context, w *ReuseWatch, id uint32, off, length uint64) ([]Range, error) {
+	if length == 0 {
+		return Recycle(ctx, c.next, w, id, off, length)
+	}
+	c.invalidate(id, off, length)
+	punched, err := Recycle(ctx, c.next, w, id, off, length)
+	c.invalidate(id, off, length)
+	return punched, err
 }
 
 // Backings implements Store by passing through.

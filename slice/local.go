@@ -102,6 +102,15 @@ type LocalOptions struct {
 	// files whose file system accepts O_DIRECT: otherwise, or when a direct
 	// write is refused with EINVAL, the file falls back to buffered writes.
 	DirectMin int
+	// ReuseMax bounds the freed space kept for reuse (see Recycle and
+	// "Reuse pool" in the package doc), in bytes over all backing files;
+	// 0 means DefaultReuseMax, negative disables the pool (Recycle then
+	// punches like Free).
+	ReuseMax int64
+	// ReuseMin: puts of at least this many bytes take their space from the
+	// reuse pool when it holds a fitting range; 0 means DefaultReuseMin,
+	// negative never reuses.
+	ReuseMin int
 }
 
 // Validate reports whether o can be used (after defaults are applied).
@@ -132,6 +141,12 @@ func (o *LocalOptions) withDefaults() LocalOptions {
 	if r.FS != vfs.Default {
 		r.DirectMin = -1
 	}
+	if r.ReuseMax == 0 {
+		r.ReuseMax = DefaultReuseMax
+	}
+	if r.ReuseMin == 0 {
+		r.ReuseMin = DefaultReuseMin
+	}
 	return r
 }
 
@@ -145,6 +160,12 @@ type LocalStats struct {
 	Reads, ReadBytes uint64 // slices read from disk and bytes read
 	Corrupt          uint64 // reads that failed verification
 	Frees, FreeBytes uint64
+	// ReusePuts and ReuseBytes count puts that took their space from the
+	// reuse pool and the bytes they took; RecycledBytes the bytes Recycle
+	// put in the pool; PoolBytes is the pool's size now (a gauge).
+	ReusePuts, ReuseBytes uint64
+	RecycledBytes         uint64
+	PoolBytes             uint64
 }
 
 type localStats struct {
@@ -154,6 +175,9 @@ type localStats struct {
 	reads, readBytes atomic.Uint64
 	corrupt          atomic.Uint64
 	frees, freeBytes atomic.Uint64
+	reusePuts        atomic.Uint64
+	reuseBytes       atomic.Uint64
+	recycledBytes    atomic.Uint64
 }
 
 // Local is a Store over append-only backing files in one directory of a
@@ -172,6 +196,10 @@ type Local struct {
 	directBufs chan *[]byte   // staging buffers not in use (see getStaging)
 	directMade atomic.Int32   // staging buffers allocated, at most maxDirectInflight
 	directWG   sync.WaitGroup // asynchronous direct writes; Close waits
+
+	reuseMax int64 // bound of the reuse pool in bytes; <= 0: no pool
+	reuseMin int   // puts of at least this many bytes may reuse; <= 0: never
+	reuse    reusePool
 
 	// life is held shared by every operation and exclusively by Close.
 	life   sync.RWMutex
@@ -193,8 +221,12 @@ type backing struct {
 	fd       uintptr // f.Fd(); vfs.InvalidFd if not an OS file
 	writable bool
 
-	// mu serializes writes (appends and zero-fills) to f.
+	// mu serializes writes (appends and zero-fills) to f, and guards pool.
 	mu sync.Mutex
+	// pool holds freed, block-aligned ranges still allocated and written,
+	// sorted and disjoint, which large puts take before appending (see
+	// reuse.go).
+	pool []Range
 	// dfd is a second descriptor of the file opened with O_DIRECT, or -1
 	// (disabled, not an OS file, refused at open). Set at open, closed by
 	// Close.
@@ -226,7 +258,10 @@ type backing struct {
 	// smu guards the group-commit state.
 	smu struct {
 		sync.Mutex
-		synced   uint64    // every byte below synced is durable
+		synced   uint64    // every byte below synced is durable, except dirty
+		// dirty are the puts into reused space (below synced) that no
+		// completed SyncData covers yet.
+		dirty    []*dirtyWrite
 		inflight *syncCall // the SyncData running now, if any
 		failed   error     // sticky: set by the first failed SyncData
 	}
@@ -257,7 +292,8 @@ func (b *backing) failedIn(off, end uint64) error {
 
 // syncCall is one SyncData shared by every Sync that needs bytes below upto.
 type syncCall struct {
-	upto uint64        // backing size when the call started
+	upto   uint64        // backing size when the call started
+	covers []*dirtyWrite // dirty puts written when the call started
 	done chan struct{} // closed when the call finished
 }
 
@@ -274,7 +310,8 @@ func OpenLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		return nil, err
 	}
 	l := &Local{fs: o.FS, dir: o.Dir, log: o.Logger.With("component", "slice.local", "dir", o.Dir), byID: map[uint32]*backing{},
-		directMin: o.DirectMin, directBufs: make(chan *[]byte, maxDirectInflight)}
+		directMin: o.DirectMin, directBufs: make(chan *[]byte, maxDirectInflight),
+		reuseMax: o.ReuseMax, reuseMin: o.ReuseMin}
 	ok := false
 	defer func() {
 		if !ok {
@@ -424,6 +461,8 @@ func (l *Local) Stats() LocalStats {
 		Reads: s.reads.Load(), ReadBytes: s.readBytes.Load(),
 		Corrupt: s.corrupt.Load(),
 		Frees:   s.frees.Load(), FreeBytes: s.freeBytes.Load(),
+		ReusePuts: s.reusePuts.Load(), ReuseBytes: s.reuseBytes.Load(), RecycledBytes: s.recycledBytes.Load(),
+		PoolBytes: l.poolBytes(),
 	}
 }
 
@@ -484,8 +523,28 @@ func (l *Local) append(b *backing, data []byte) (off uint64, direct bool, crc ui
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if off, ok := l.takeReuse(b, alignUp(uint64(len(data)))); ok {
+		return off, false, crc, b.writeReused(data, off)
+	}
 	off, err = b.appendBuffered(data)
 	return off, false, crc, err
+}
+
+// writeReused writes data through the page cache at off, in a range taken
+// from the reuse pool, and marks it dirty for Sync. b.mu is held. A failed
+// write leaves the range garbage, which the collector finds again.
+func (b *backing) writeReused(data []byte, off uint64) error {
+	n, err := b.f.WriteAt(data, int64(off))
+	if err == nil && n != len(data) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		return err
+	}
+	b.smu.Lock()
+	b.smu.dirty = append(b.smu.dirty, &dirtyWrite{off: off, end: off + alignUp(uint64(len(data)))})
+	b.smu.Unlock()
+	return nil
 }
 
 // appendBuffered writes data at b's size through the page cache. b.mu is
@@ -530,12 +589,22 @@ func (l *Local) appendDirect(b *backing, data []byte) (off uint64, crc uint32, r
 	crc = copyChecksum(buf, data)
 	clear(buf[len(data):])
 	b.mu.Lock()
-	off = alignUp(b.size.Load())
-	w := &directWrite{off: off, end: off + n, done: make(chan struct{})}
+	off, reused := l.takeReuse(b, n)
+	if !reused {
+		off = alignUp(b.size.Load())
+	}
+	w := &directWrite{off: off, end: off + n, done: make(chan struct{}), reuse: reused}
 	b.dmu.Lock()
 	b.dmu.writes = append(b.dmu.writes, w)
 	b.dmu.Unlock()
-	b.size.Store(off + n) // after listing w: see written
+	if reused {
+		// Below the synced watermark: Sync must see it (kick).
+		b.smu.Lock()
+		b.smu.dirty = append(b.smu.dirty, &dirtyWrite{off: off, end: off + n, done: w.done})
+		b.smu.Unlock()
+	} else {
+		b.size.Store(off + n) // after listing w: see written
+	}
 	b.mu.Unlock()
 	finish := func() {
 		b.dmu.Lock()
@@ -630,6 +699,7 @@ func writeDirect(fd int, buf []byte, off uint64) error {
 type directWrite struct {
 	off, end uint64
 	done     chan struct{} // closed when the write returned
+	reuse    bool          // into reused space below size (see dirtyWrite)
 }
 
 // waitDirect waits until no direct write overlapping [off, end) is in
@@ -655,7 +725,8 @@ func (b *backing) waitDirect(off, end uint64) {
 // written returns how far b is written: its size, or the offset of the
 // lowest direct write still in flight (with that write's done channel) if
 // that is lower. Every byte below it has been written (or its write
-// failed), so an fdatasync started now covers them. A direct write is
+// failed), so an fdatasync started now covers them. Writes into reused
+// space are not counted here: they are tracked as dirty (see kick). A direct write is
 // listed before size covers it, so loading size first and then scanning
 // the list never misses one.
 func (b *backing) written() (uint64, chan struct{}) {
@@ -664,7 +735,7 @@ func (b *backing) written() (uint64, chan struct{}) {
 	b.dmu.Lock()
 	defer b.dmu.Unlock()
 	for _, w := range b.dmu.writes {
-		if w.off < v {
+		if !w.reuse && w.off < v {
 			v, done = w.off, w.done
 		}
 	}
@@ -707,6 +778,7 @@ func (l *Local) Sync(ctx context.Context, ptrs []Pointer) error {
 			i = len(targets) - 1
 		}
 		targets[i].upto = max(targets[i].upto, p.End())
+		targets[i].ranges = append(targets[i].ranges, Range{p.Offset, p.End()})
 	}
 	if err := l.syncTargets(ctx, targets); err != nil {
 		return err
@@ -760,15 +832,17 @@ func (l *Local) SyncAll(ctx context.Context) error {
 	var targets []syncTarget
 	for _, b := range l.all {
 		if size := b.size.Load(); size > 0 {
-			targets = append(targets, syncTarget{b: b, upto: size})
+			targets = append(targets, syncTarget{b: b, upto: size, all: true})
 		}
 	}
 	return l.syncTargets(ctx, targets)
 }
 
 type syncTarget struct {
-	b    *backing
-	upto uint64
+	b      *backing
+	upto   uint64
+	ranges []Range // the pointers' ranges (a dirty one needs a SyncData)
+	all    bool    // every dirty range needs one (SyncAll)
 }
 
 // syncTargets makes the first upto bytes of each target's backing durable.
@@ -779,7 +853,7 @@ func (l *Local) syncTargets(ctx context.Context, targets []syncTarget) error {
 		next := targets[:0]
 		var kickErr error
 		for _, t := range targets {
-			c, leader, err := l.kick(t.b, t.upto)
+			c, leader, err := l.kick(t)
 			if err != nil {
 				kickErr = err
 				break
@@ -820,14 +894,26 @@ func (l *Local) syncTargets(ctx context.Context, targets []syncTarget) error {
 	return nil
 }
 
-// kick returns nil if b's first upto bytes are durable, the sticky error if
-// b's sync failed, or else the SyncData call to wait for; leader is true if
-// the call is new and the caller must run it (runSync). The caller
-// re-checks after the call finishes.
-func (l *Local) kick(b *backing, upto uint64) (c *syncCall, leader bool, err error) {
+// kick returns nil if t's bytes are durable (b's first upto bytes, and no
+// put into reused space overlapping t.ranges, or any with t.all, is
+// dirty), the sticky error if b's sync failed, or else the SyncData call to
+// wait for; leader is true if the call is new and the caller must run it
+// (runSync). The caller re-checks after the call finishes.
+func (l *Local) kick(t syncTarget) (c *syncCall, leader bool, err error) {
+	b, upto := t.b, t.upto
 	b.smu.Lock()
 	defer b.smu.Unlock()
-	if b.smu.synced >= upto {
+	dirty := false
+	var unwritten chan struct{}
+	for _, d := range b.smu.dirty {
+		if t.all || slices.ContainsFunc(t.ranges, func(r Range) bool { return r.Start < d.end && d.off < r.End }) {
+			dirty = true
+			if !d.written() {
+				unwritten = d.done
+			}
+		}
+	}
+	if b.smu.synced >= upto && !dirty {
 		return nil, false, nil
 	}
 	if b.smu.failed != nil {
@@ -842,7 +928,16 @@ func (l *Local) kick(b *backing, upto uint64) (c *syncCall, leader bool, err err
 		// rather than fsync before it lands.
 		return &syncCall{done: done}, false, nil
 	}
+	if unwritten != nil {
+		// Likewise for a direct write into reused space.
+		return &syncCall{done: unwritten}, false, nil
+	}
 	c = &syncCall{upto: written, done: make(chan struct{})}
+	for _, d := range b.smu.dirty {
+		if d.written() {
+			c.covers = append(c.covers, d)
+		}
+	}
 	b.smu.inflight = c
 	return c, true, nil
 }
@@ -856,8 +951,13 @@ func (l *Local) runSync(b *backing, c *syncCall) {
 		b.smu.failed = fmt.Errorf("slice: sync %s failed; its bytes past %d are not durable and never will be reported so: %w",
 			b.name, b.smu.synced, err)
 		l.log.Error("fsync failed; backing file no longer accepts puts", "backing", b.id, "synced", b.smu.synced, "err", err)
-	} else if c.upto > b.smu.synced {
-		b.smu.synced = c.upto
+	} else {
+		if c.upto > b.smu.synced {
+			b.smu.synced = c.upto
+		}
+		if len(c.covers) > 0 {
+			b.smu.dirty = slices.DeleteFunc(b.smu.dirty, func(d *dirtyWrite) bool { return slices.Contains(c.covers, d) })
+		}
 	}
 	b.smu.inflight = nil
 	b.smu.Unlock()
@@ -984,16 +1084,20 @@ func (l *Local) Free(ctx context.Context, id uint32, off, length uint64) error {
 	if length == 0 {
 		return nil
 	}
-	b := l.byID[id]
-	if b == nil {
-		return fmt.Errorf("%w: free: no backing file %d", ErrBadPointer, id)
-	}
-	if size := b.size.Load(); off > size || length > size-off {
-		return fmt.Errorf("%w: free [%d, %d+%d) beyond the %d bytes of %s", ErrBadPointer, off, off, length, size, b.name)
+	b, err := l.freeCheck(id, off, length)
+	if err != nil {
+		return err
 	}
 	b.waitDirect(off, off+length) // else a write landing later would undo the free
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return l.release(b, off, length)
+}
+
+// release punches (or zero-fills) [off, off+length) of b and takes it out
+// of the reuse pool. b.mu is held.
+func (l *Local) release(b *backing, off, length uint64) error {
+	l.dropPool(b, off, off+length)
 	punched, err := punchHole(b.fd, off, length)
 	if err != nil {
 		return fmt.Errorf("slice: free [%d, %d+%d) in %s: %w", off, off, length, b.name, err)
