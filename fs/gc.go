@@ -32,6 +32,20 @@ import (
 //     that the source still references the slices it pastes.
 //
 // Ranges appended after the size listing are never candidates.
+//
+// Reuse (slice.Recycler, docs/engine.md "Garbage collection"): a freed
+// range is recycled, not punched: its whole blocks go to the slice store's
+// reuse pool, and later large puts write there, below the listed sizes. The
+// collector begins a slice.ReuseWatch before listing the sizes and
+// recycles with it, so a range handed out since (to a transaction that
+// began after the snapshot, which the epoch wait does not cover) is never
+// freed under it; those ranges also leave the next candidates. A range
+// enters the pool under exactly the conditions it was punched under
+// before (two scans, quiesced epoch, after FS.Sync). Only the ranges the
+// store punched are remembered in the persistent Freed list; pooled ones
+// stay candidates, so after a restart (empty pool), or once reused and
+// dropped again, the collector finds them again; recycling a range already
+// in the pool is harmless.
 
 // gcTracker knows the GC epoch each running transaction began in, and
 // the slices of late commits.
@@ -162,6 +176,9 @@ type GCReport struct {
 	LiveBytes      uint64 // bytes of backing files in use
 	CandidateBytes uint64 // unreferenced bytes found by this scan
 	FreedBytes     uint64 // bytes released by this collection
+	// PunchedBytes of FreedBytes went back to the OS (holes punched);
+	// the rest went to the slice store's reuse pool.
+	PunchedBytes uint64
 	// Deferred: nothing was freed because a transaction older than the
 	// scan was still running after Config.GCWait.
 	Deferred bool
@@ -183,6 +200,10 @@ func (f *FS) CollectGarbage(ctx context.Context) (GCReport, error) {
 	if err != nil {
 		return rep, err
 	}
+	// Before the size listing: every range handed out for reuse from now
+	// on is excluded below.
+	w := slice.WatchReuse(f.slices)
+	defer w.Close()
 	backings, err := f.slices.Backings(ctx)
 	if err != nil {
 		return rep, sliceErr(err)
@@ -217,15 +238,32 @@ func (f *FS) CollectGarbage(ctx context.Context) (GCReport, error) {
 		fr := freed[b.ID]
 		cand := ranges{{Start: 0, End: b.Size}}.subtract(l).subtract(fr)
 		rep.CandidateBytes += cand.total()
+		var released ranges
 		if canFree {
-			for _, r := range oldCand[b.ID].intersect(cand).subtract(late[b.ID]) {
-				if err := f.slices.Free(ctx, b.ID, r.Start, r.End-r.Start); err != nil {
+			released = oldCand[b.ID].intersect(cand).subtract(late[b.ID])
+			for _, r := range released {
+				punched, err := slice.Recycle(ctx, f.slices, w, b.ID, r.Start, r.End-r.Start)
+				if err != nil {
 					return rep, sliceErr(err)
 				}
 				rep.FreedBytes += r.End - r.Start
-				fr = fr.union(ranges{r})
+				for _, p := range punched {
+					rep.PunchedBytes += p.End - p.Start
+					fr = fr.union(ranges{{Start: p.Start, End: p.End}})
+				}
 			}
-			cand = cand.subtract(fr)
+			cand = cand.subtract(released).subtract(fr)
+		}
+		var reused ranges
+		for _, r := range w.Reused(b.ID) {
+			reused = append(reused, rng{Start: r.Start, End: r.End})
+		}
+		if len(reused) > 0 {
+			// Possibly a transaction's uncommitted slices (and, if they
+			// were in released, not recycled: Recycle skipped them).
+			reused = reused.normalize()
+			cand = cand.subtract(reused)
+			rep.FreedBytes -= released.intersect(reused).total()
 		}
 		if len(cand) > 0 {
 			next.Candidates = append(next.Candidates, backingRanges{ID: b.ID, Ranges: cand})
@@ -245,7 +283,7 @@ func (f *FS) CollectGarbage(ctx context.Context) (GCReport, error) {
 	})
 	if err == nil {
 		f.log.Info("garbage collection", "live_bytes", rep.LiveBytes, "candidate_bytes", rep.CandidateBytes,
-			"freed_bytes", rep.FreedBytes, "deferred", rep.Deferred)
+			"freed_bytes", rep.FreedBytes, "punched_bytes", rep.PunchedBytes, "deferred", rep.Deferred)
 	}
 	return rep, err
 }
