@@ -38,6 +38,9 @@ type Options struct {
 	CacheBytes int64
 	// InlineMax overrides fs.Config.InlineMax when non-zero.
 	InlineMax int
+	// SliceReuseMin overrides slice.LocalOptions.ReuseMin when non-zero
+	// (tests make every put reuse freed space with 1).
+	SliceReuseMin int
 	// LogBufferBytes bounds the metadata write-ahead-log bytes kept in
 	// process memory until a Sync (or synced commit) writes them out,
 	// after making the slices durable: 0 means DefaultLogBuffer, negative
@@ -73,7 +76,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		}
 	}
 	local, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: disk, Dir: filepath.Join(o.Dir, "slices"),
-		Logger: o.Logger.With("component", "slices")})
+		ReuseMin: o.SliceReuseMin, Logger: o.Logger.With("component", "slices")})
 	if err != nil {
 		return nil, fmt.Errorf("datadir: opening slices: %w", err)
 	}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/txnfs/txnfs/datadir"
+	"github.com/txnfs/txnfs/slice"
 	"github.com/txnfs/txnfs/fs"
 )
 
@@ -361,14 +362,20 @@ func TestCrashKill9(t *testing.T) {
 // had unreferenced would show as corrupt data.
 func TestCrashCloneMem(t *testing.T) {
 	for _, noSync := range []bool{false, true} {
-		t.Run(fmt.Sprintf("nosync=%v", noSync), func(t *testing.T) { crashCloneMem(t, noSync, 0) })
+		t.Run(fmt.Sprintf("nosync=%v", noSync), func(t *testing.T) { crashCloneMem(t, noSync, 0, 0) })
 	}
 	// A tiny metadata log buffer: log bytes reach the OS (and so the
 	// clone's random unsynced data) between syncs, after slice flushes.
-	t.Run("nosync=true/logbuffer=4KiB", func(t *testing.T) { crashCloneMem(t, true, 4<<10) })
+	t.Run("nosync=true/logbuffer=4KiB", func(t *testing.T) { crashCloneMem(t, true, 4<<10, 0) })
+	// Every put (not only those of 64 KiB or more) takes freed space
+	// from the reuse pool when it can: puts land below the files'
+	// synced watermarks, in ranges the collector recycled.
+	for _, noSync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nosync=%v/reuse-all", noSync), func(t *testing.T) { crashCloneMem(t, noSync, 0, 1) })
+	}
 }
 
-func crashCloneMem(t *testing.T, noSync bool, logBuffer int) {
+func crashCloneMem(t *testing.T, noSync bool, logBuffer, reuseMin int) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("TXNFS_CRASH_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -385,8 +392,15 @@ func crashCloneMem(t *testing.T, noSync bool, logBuffer int) {
 	}
 	syncDir(t, mem, "/")
 	var committed, durable [workers]atomic.Uint64
+	var reusePuts uint64
+	defer func() {
+		t.Logf("%d puts reused freed space", reusePuts)
+		if reuseMin > 0 && reusePuts == 0 && !t.Failed() {
+			t.Error("no put reused freed space: the reuse variant tested nothing")
+		}
+	}()
 	for round := 0; round < scale(8, 60); round++ {
-		e, err := datadir.Open(ctx, datadir.Options{Dir: "data", FS: mem, CacheBytes: -1, LogBufferBytes: logBuffer})
+		e, err := datadir.Open(ctx, datadir.Options{Dir: "data", FS: mem, CacheBytes: -1, LogBufferBytes: logBuffer, SliceReuseMin: reuseMin})
 		if err != nil {
 			t.Fatalf("seed %d round %d: open: %v", seed, round, err)
 		}
@@ -463,13 +477,14 @@ func crashCloneMem(t *testing.T, noSync bool, logBuffer int) {
 		}
 		cancel()
 		wg.Wait()
+		reusePuts += e.Slices.(*slice.Local).Stats().ReusePuts
 		e.Close()
 		if t.Failed() {
 			t.FailNow()
 		}
 
 		mem = clone
-		e, err = datadir.Open(ctx, datadir.Options{Dir: "data", FS: mem, CacheBytes: -1, LogBufferBytes: logBuffer})
+		e, err = datadir.Open(ctx, datadir.Options{Dir: "data", FS: mem, CacheBytes: -1, LogBufferBytes: logBuffer, SliceReuseMin: reuseMin})
 		if err != nil {
 			t.Fatalf("seed %d round %d: reopening the crash clone: %v", seed, round, err)
 		}
