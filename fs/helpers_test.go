@@ -61,6 +61,9 @@ type fsOpts struct {
 	// slicesOrdered sets Config.SlicesOrdered (a false promise on these
 	// stores: only for tests that do not crash).
 	slicesOrdered bool
+	// reuseMin sets slice.LocalOptions.ReuseMin (1: every put takes
+	// recycled space when the pool has some).
+	reuseMin int
 }
 
 // tbLike is what the helpers need of a *testing.T or a *rapid.T.
@@ -86,7 +89,7 @@ func newTestFS(tb tbLike, o fsOpts) *testFS {
 			tb.Fatalf("pebblekv.Open: %v", err)
 		}
 	}
-	sl, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: mem, Dir: "s"})
+	sl, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: mem, Dir: "s", ReuseMin: o.reuseMin})
 	if err != nil {
 		tb.Fatalf("slice.OpenLocal: %v", err)
 	}

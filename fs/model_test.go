@@ -17,6 +17,7 @@ import (
 	"github.com/txnfs/txnfs/fs"
 	"github.com/txnfs/txnfs/fs/internal/model"
 	"github.com/txnfs/txnfs/meta"
+	"github.com/txnfs/txnfs/slice"
 	"os"
 	"os/exec"
 	"sync"
@@ -841,6 +842,7 @@ var spuriousPathAborts atomic.Int64
 // modelStats counts what the model-based tests did.
 var modelStats struct {
 	ops, commits, conflicts atomic.Int64
+	reusePuts               atomic.Uint64 // puts into recycled space
 }
 
 // fingerprint changes whenever a model changes.
@@ -1171,7 +1173,10 @@ func (h *harness) finish(t *rapid.T) {
 func runModelTest(t *rapid.T, kind storeKind) {
 	h := &harness{ctx: context.Background(), committed: model.New(), kind: kind}
 	inline := rapid.SampledFrom([]int{-1, 16, fs.DefaultInlineMax}).Draw(t, "inlineMax")
-	h.f = newTestFS(t, fsOpts{kind: kind, inlineMax: inline, slicesOrdered: rapid.Bool().Draw(t, "slicesOrdered")})
+	// reuseMin 1: every put takes space the collector recycled when it
+	// can (see gc.go), so stale data in reused ranges would show.
+	reuseMin := rapid.SampledFrom([]int{0, 1}).Draw(t, "reuseMin")
+	h.f = newTestFS(t, fsOpts{kind: kind, inlineMax: inline, slicesOrdered: rapid.Bool().Draw(t, "slicesOrdered"), reuseMin: reuseMin})
 	t.Repeat(skipActions(map[string]func(*rapid.T){
 		"do":          func(t *rapid.T) { h.autocommit(t, false) },
 		"do-abort":    func(t *rapid.T) { h.autocommit(t, true) },
@@ -1191,6 +1196,9 @@ func runModelTest(t *rapid.T, kind storeKind) {
 		"":            h.check,
 	}))
 	h.finish(t)
+	if l, ok := h.f.Slices.(*slice.Local); ok {
+		modelStats.reusePuts.Add(l.Stats().ReusePuts)
+	}
 }
 
 // skipActions drops the actions named in TXNFS_MODEL_SKIP (comma
@@ -1217,8 +1225,8 @@ func TestModel(t *testing.T) {
 	if n := spuriousPathAborts.Load(); n > 0 {
 		t.Logf("%d transactions aborted only because a directory on a looked-up path changed", n)
 	}
-	t.Logf("%d operations, %d explicit transactions committed, %d aborted with ErrConflict",
-		modelStats.ops.Load(), modelStats.commits.Load(), modelStats.conflicts.Load())
+	t.Logf("%d operations, %d explicit transactions committed, %d aborted with ErrConflict, %d puts into recycled space",
+		modelStats.ops.Load(), modelStats.commits.Load(), modelStats.conflicts.Load(), modelStats.reusePuts.Load())
 }
 
 // TestModelPebble is TestModel on the pebble kv backend (fewer runs).
