@@ -440,6 +440,7 @@ func (t *Txn) placePieces(ctx context.Context, ino Ino, n *meta.Inode, ps []file
 // adjacent pointers.
 func (t *Txn) compact(ctx context.Context, ino Ino, s *span) error {
 	vis := s.data()
+	t.garbage += sliceBytes(s.rec.Extents) - min(sliceBytes(s.rec.Extents), sliceBytes(vis))
 	var out []meta.Extent
 	for _, e := range vis {
 		if k := len(out) - 1; k >= 0 && e.Kind == meta.KindInline && out[k].Kind == meta.KindInline &&
@@ -543,6 +544,7 @@ func (t *Txn) truncate(ctx context.Context, ino Ino, n *meta.Inode, size uint64)
 			if err := t.deletePrefix(ctx, meta.SpanPrefix(uint64(ino))); err != nil {
 				return err
 			}
+			t.garbage += n.Used
 			n.Used = 0
 			n.Size = 0
 			return nil

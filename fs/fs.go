@@ -81,6 +81,7 @@ type FS struct {
 	compactAfter, spanMax int
 	appender              appender
 	gcState               gcTracker
+	pacer                 gcPacer // see gcpace.go
 	decoded               decodeCache
 	hints                 spanHints
 	// xattrs is false while the store holds no extended attribute at all
@@ -121,6 +122,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	f.inos.fs = f
 	f.appender.fs = f
 	f.gcState.init()
+	f.pacer.init()
 	if err := f.format(ctx); err != nil {
 		return nil, err
 	}

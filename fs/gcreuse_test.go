@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,5 +140,81 @@ func TestGCReuseKeepsRunningWrites(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("BUG: data written into reused space during a collection: %v", err)
+	}
+}
+
+// TestRunCollectorPacedByGarbage: commits count the slice bytes they make
+// unreachable (FS.Garbage), and RunCollector collects once enough
+// accumulated, long before its interval: a workload overwriting one file
+// soon writes into recycled space, and the backing file stops growing.
+func TestRunCollectorPacedByGarbage(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mem := vfs.NewMem()
+	local, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: mem, Dir: "s", Files: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	f, err := fs.Open(ctx, fs.Config{KV: memkv.New(), Slices: local, Clock: fixedClock, GCWait: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const size = 1 << 20
+	var ino fs.Ino
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+		a, _, err := tx.Create(ctx, fs.RootIno, "f", fs.CreateRequest{Type: fs.TypeRegular})
+		ino = a.Ino
+		if err != nil {
+			return err
+		}
+		return tx.Write(ctx, ino, 0, pattern(0, size))
+	})
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error { return overwrite(ctx, tx, ino, pattern(1, size)) })
+	if g := f.Garbage(); g < size {
+		t.Fatalf("Garbage() = %d after overwriting a %d-byte file", g, size)
+	}
+	var runs atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.RunCollector(ctx, fs.GCSchedule{Interval: time.Hour, GarbageBytes: 4 * size, DutyCycle: 2,
+			OnReport: func(_ fs.GCReport, err error) {
+				if err != nil {
+					t.Errorf("collection: %v", err)
+				}
+				runs.Add(1)
+			}})
+	}()
+	var last []byte
+	for i := 2; i < 400 && local.Stats().ReusePuts < 20; i++ {
+		last = pattern(byte(i), size)
+		do(t, f, func(ctx context.Context, tx *fs.Txn) error { return overwrite(ctx, tx, ino, last) })
+		time.Sleep(time.Millisecond) // let the collector run on a loaded machine
+	}
+	cancel()
+	<-done
+	st := local.Stats()
+	b, err := local.Backings(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d collections, stats %+v, backing size %d", runs.Load(), st, b[0].Size)
+	if st.ReusePuts < 20 {
+		t.Fatalf("only %d puts reused recycled space", st.ReusePuts)
+	}
+	if b[0].Size > st.PutBytes/2 {
+		t.Errorf("backing file grew to %d bytes for %d bytes put: recycled space not reused", b[0].Size, st.PutBytes)
+	}
+	err = f.View(context.Background(), fs.RootCred, func(tx *fs.Txn) error {
+		got, err := readAll(context.Background(), tx, ino, size)
+		if err == nil && !bytes.Equal(got, last) {
+			err = fmt.Errorf("contents differ")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

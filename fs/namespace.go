@@ -133,6 +133,9 @@ func (t *Txn) dropLink(ctx context.Context, ino Ino, n *meta.Inode, now int64) e
 // deletion then scans, the SetXattr finds no inode).
 func (t *Txn) deleteInode(ctx context.Context, ino Ino) error {
 	prefixes := [][]byte{meta.SpanPrefix(uint64(ino))}
+	if c := t.inodes[ino]; c != nil && c.rec != nil {
+		t.garbage += c.rec.Used // its data becomes garbage (gcpace.go)
+	}
 	if t.fs.xattrs.Load() {
 		prefixes = append(prefixes, meta.XattrPrefix(uint64(ino)))
 	} else if _, err := t.loadInode(ctx, ino); err != nil && !errors.Is(err, ErrNotExist) {

@@ -361,6 +361,7 @@ func (t *Txn) deleteRange(ctx context.Context, ino Ino, n *meta.Inode, from, to 
 			if err != nil {
 				return err
 			}
+			t.garbage += s.used
 			if err := t.dropSpan(ctx, n, s); err != nil {
 				return err
 			}

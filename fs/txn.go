@@ -32,6 +32,7 @@ type Txn struct {
 	replaying bool
 	log       []opRecord
 	written   []slice.Pointer // slices this transaction wrote; synced before commit
+	garbage   uint64          // slice bytes this execution made unreachable (an estimate, gcpace.go)
 	orphaned  []Ino           // inodes this execution made orphans (dropLink)
 	dropped   []Ino           // inodes this execution deleted as unpinned (dropLink)
 	tmpfiles  []Ino           // inodes this execution made with CreateOrphan
@@ -126,6 +127,7 @@ func (t *Txn) reset() {
 	t.orphaned = nil
 	t.dropped = nil
 	t.tmpfiles = nil
+	t.garbage = 0
 }
 
 // kvt returns the transaction's kv transaction, beginning it on first use.
@@ -229,6 +231,7 @@ func (t *Txn) Commit(ctx context.Context) error {
 		if err == nil {
 			committed = true
 			t.kvTxn = nil
+			t.fs.pacer.add(t.garbage)
 			orphaned, tmpfiles := t.orphaned, t.tmpfiles
 			t.reset()
 			for _, ino := range tmpfiles {
