@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/txnfs/txnfs/datadir"
+	"github.com/txnfs/txnfs/fs"
 	"github.com/txnfs/txnfs/nfs4/server"
 )
 
@@ -28,7 +29,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	debug := fl.String("debug", "", "address to serve pprof on (empty: off)")
 	rootSquash := fl.Bool("root-squash", false, "map uid 0 to nobody (65534)")
 	grace := fl.Duration("grace", 0, "NFSv4 grace period after a restart, for clients to reclaim their state (0: the lease time; negative: none)")
-	gcEvery := fl.Duration("gc-interval", 10*time.Minute, "garbage collection interval (0: off)")
+	gcEvery := fl.Duration("gc-interval", 10*time.Minute, "garbage collection interval, at least (0: off)")
+	gcGarbage := fl.Int64("gc-garbage", 64<<20, "also collect once commits made this many bytes of slice data unreachable")
 	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := parse(fl, args); err != nil {
 		return err
@@ -72,20 +74,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	if *gcEvery > 0 {
-		go func() {
-			tick := time.NewTicker(*gcEvery)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-					if _, err := e.FS.CollectGarbage(ctx); err != nil && ctx.Err() == nil {
-						log.Error("garbage collection failed", "err", err)
-					}
-				}
-			}
-		}()
+		// Paced by garbage (a workload overwriting large files gets its
+		// freed space back for reuse while it runs), with gc-interval as
+		// the floor; see fs.RunCollector.
+		go e.FS.RunCollector(ctx, fs.GCSchedule{Interval: *gcEvery, GarbageBytes: uint64(*gcGarbage)})
 	}
 
 	l, err := net.Listen("tcp", *listen)
