@@ -27,8 +27,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/txnfs/txnfs/datadir"
-	"github.com/txnfs/txnfs/slice"
 	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/slice"
 )
 
 const crashGroupFiles = 4

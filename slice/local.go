@@ -258,7 +258,7 @@ type backing struct {
 	// smu guards the group-commit state.
 	smu struct {
 		sync.Mutex
-		synced   uint64    // every byte below synced is durable, except dirty
+		synced uint64 // every byte below synced is durable, except dirty
 		// dirty are the puts into reused space (below synced) that no
 		// completed SyncData covers yet.
 		dirty    []*dirtyWrite
@@ -294,7 +294,7 @@ func (b *backing) failedIn(off, end uint64) error {
 type syncCall struct {
 	upto   uint64        // backing size when the call started
 	covers []*dirtyWrite // dirty puts written when the call started
-	done chan struct{} // closed when the call finished
+	done   chan struct{} // closed when the call finished
 }
 
 // OpenLocal opens (creating if needed) the store in o.Dir. Existing backing
