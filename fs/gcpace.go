@@ -71,9 +71,12 @@ func (f *FS) Garbage() uint64 { return f.pacer.garbage.Load() }
 
 // RunCollector runs garbage collections until ctx ends, paced as s says:
 // by garbage, with a duty-cycle limit, and at least every s.Interval. A
-// collection triggered by garbage that freed less than it was triggered
-// by is followed by one more (after the duty-cycle delay): freeing takes
-// two scans. Run one per FS (cmd/txnfs serve does).
+// collection triggered by garbage is followed by one more (after the
+// duty-cycle delay): freeing takes two scans, and the garbage that
+// triggered the first became candidates only then (measured with
+// BenchmarkOverwrite1MiB: 0.77-0.81 of the puts reused space with the
+// follow-up, 0.70-0.78 with a follow-up only when the first run freed
+// little). Run one per FS (cmd/txnfs serve does).
 func (f *FS) RunCollector(ctx context.Context, s GCSchedule) {
 	if s.Interval <= 0 {
 		s.Interval = defaultGCInterval
@@ -135,9 +138,9 @@ func (f *FS) RunCollector(ctx context.Context, s GCSchedule) {
 		if s.OnReport != nil {
 			s.OnReport(rep, err)
 		}
-		// One follow-up after a garbage-triggered run that did not free
-		// what triggered it (the garbage became candidates only now).
-		followUp = !followUp && err == nil && triggered >= s.GarbageBytes && rep.FreedBytes < triggered/2
+		// One follow-up after a garbage-triggered run: the garbage that
+		// triggered it became candidates only now.
+		followUp = !followUp && err == nil && triggered >= s.GarbageBytes
 		if !floor.Stop() {
 			select {
 			case <-floor.C:

@@ -340,6 +340,9 @@ func (c *Cache) Free(ctx context.Context, id uint32, off, length uint64) error {
 	return err
 }
 
+// Next returns the Store below the cache.
+func (c *Cache) Next() Store { return c.next }
+
 // WatchReuse implements Recycler by passing through (nil if the next
 // Store does not reuse space).
 func (c *Cache) WatchReuse() *ReuseWatch { return WatchReuse(c.next) }

@@ -156,6 +156,33 @@
 // checksum still matches the zeros it now reads (the bytes are correct,
 // but the slice is no longer really stored). Free is not synced: after a
 // crash the space may be allocated again, and the next collection frees it.
+// A range Free releases leaves the reuse pool: no put is placed there again.
+//
+// # Reuse pool
+//
+// Recycle (the Recycler interface, used by the garbage collector through
+// the package functions Recycle and WatchReuse) releases a range like Free
+// but keeps its whole 4 KiB blocks, still allocated and holding their old
+// bytes, in a pool per backing file, as long as the store's pool stays
+// within LocalOptions.ReuseMax (DefaultReuseMax, 1 GiB; beyond it, and for
+// the partial blocks at a range's ends, it punches like Free and reports
+// those ranges). Puts of at least LocalOptions.ReuseMin bytes
+// (DefaultReuseMin, 64 KiB) take the smallest fitting pool range of their
+// backing file before appending: a direct put overwrites written, allocated
+// blocks, which costs the file system no allocation (the point: a durable
+// 1 MiB put into reused space is as cheap as Ganesha's buffered overwrite,
+// see docs/engine.md). The pool is not persistent: after a restart it is
+// empty and the collector finds the unreferenced ranges again; recycling a
+// range already in the pool is harmless.
+//
+// A put into reused space lies below its file's synced watermark, so it is
+// tracked as dirty (backing.smu.dirty) until a SyncData that started after
+// its write completed returns: Sync of its pointer, and SyncAll, fdatasync
+// for it. A dead pointer into a reused range fails verification (its CRC
+// no longer matches), and Cache.Put drops cached copies overlapping the new
+// slice. A ReuseWatch records the ranges handed out while it is open;
+// Recycle with a watch leaves those alone (the collector's guard against
+// freeing the slices of a transaction that began after its scan).
 //
 // # Concurrency
 //

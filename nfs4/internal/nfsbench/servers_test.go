@@ -111,7 +111,9 @@ func txnfsBinary(b *testing.B) string {
 // process id. TXNFS_BENCH_PPROF=addr serves pprof from it.
 func startTxnfs(b *testing.B, bin string) (string, int) {
 	addr := freeAddr(b)
-	args := []string{"serve", "--data", b.TempDir(), "--listen", addr, "--gc-interval", "0", "--log-level", "warn"}
+	// The collector runs as in production (paced by garbage, see
+	// fs.RunCollector): an overwrite workload reuses the space it frees.
+	args := []string{"serve", "--data", b.TempDir(), "--listen", addr, "--log-level", "warn"}
 	if p := os.Getenv("TXNFS_BENCH_PPROF"); p != "" {
 		args = append(args, "--debug", p)
 	}
