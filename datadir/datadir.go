@@ -41,6 +41,10 @@ type Options struct {
 	// SliceReuseMin overrides slice.LocalOptions.ReuseMin when non-zero
 	// (tests make every put reuse freed space with 1).
 	SliceReuseMin int
+	// SliceReuseMax overrides slice.LocalOptions.ReuseMax when non-zero:
+	// negative keeps no freed space for reuse, so the collector gives it
+	// all back to the OS (`txnfs gc`: the pool dies with the process).
+	SliceReuseMax int64
 	// LogBufferBytes bounds the metadata write-ahead-log bytes kept in
 	// process memory until a Sync (or synced commit) writes them out,
 	// after making the slices durable: 0 means DefaultLogBuffer, negative
@@ -76,7 +80,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		}
 	}
 	local, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: disk, Dir: filepath.Join(o.Dir, "slices"),
-		ReuseMin: o.SliceReuseMin, Logger: o.Logger.With("component", "slices")})
+		ReuseMin: o.SliceReuseMin, ReuseMax: o.SliceReuseMax, Logger: o.Logger.With("component", "slices")})
 	if err != nil {
 		return nil, fmt.Errorf("datadir: opening slices: %w", err)
 	}

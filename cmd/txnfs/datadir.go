@@ -19,7 +19,9 @@ func openOffline(ctx context.Context, name string, args []string, stderr io.Writ
 	if *dir == "" {
 		return nil, fmt.Errorf("%w: --data is required", errUsage)
 	}
-	return datadir.Open(ctx, datadir.Options{Dir: *dir, CacheBytes: -1})
+	// No reuse pool: it would die with this process, and `txnfs gc` is
+	// there to give space back to the OS.
+	return datadir.Open(ctx, datadir.Options{Dir: *dir, CacheBytes: -1, SliceReuseMax: -1})
 }
 
 func runFsck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
