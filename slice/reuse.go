@@ -175,10 +175,14 @@ func (l *Local) takeReuse(b *backing, n uint64) (uint64, bool) {
 	return off, true
 }
 
-// dropPool removes [off, end) from b's pool (the range is being punched).
-// b.mu is held.
+// dropPool removes the whole blocks of [off, end) from b's pool (the range
+// is being punched). A partial block stays: if it is pooled, all its bytes
+// are garbage (it was whole garbage when recycled, and it has not been
+// handed out since), so zeroing some of them does not matter, and pool
+// ranges stay block-aligned, as direct writes need. b.mu is held.
 func (l *Local) dropPool(b *backing, off, end uint64) {
-	if len(b.pool) == 0 {
+	off, end = alignUp(off), end&^(directAlign-1)
+	if len(b.pool) == 0 || off >= end {
 		return
 	}
 	kept, removed := subtractRanges(b.pool, []Range{{off, end}})
