@@ -164,9 +164,10 @@
 // the package functions Recycle and WatchReuse) releases a range like Free
 // but keeps its whole 4 KiB blocks, still allocated and holding their old
 // bytes, in a pool per backing file, as long as the store's pool stays
-// within LocalOptions.ReuseMax (DefaultReuseMax, 1 GiB; beyond it, and for
-// the partial blocks at a range's ends, it punches like Free and reports
-// those ranges). Puts of at least LocalOptions.ReuseMin bytes
+// within LocalOptions.ReuseMax (DefaultReuseMax, 1 GiB; beyond it, it
+// punches like Free and reports those ranges; the partial blocks at the
+// ends of a pooled range are left as they are, garbage until the rest of
+// their block is). Puts of at least LocalOptions.ReuseMin bytes
 // (DefaultReuseMin, 64 KiB) take the smallest fitting pool range of their
 // backing file before appending: a direct put overwrites written, allocated
 // blocks, which costs the file system no allocation (the point: a durable

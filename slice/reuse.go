@@ -49,9 +49,10 @@ type Recycler interface {
 	// out for reuse since w began (w may be nil) are left alone, since a
 	// running transaction may be writing there; and whole 4 KiB blocks
 	// are kept in the reuse pool, allocated and holding their old bytes,
-	// up to the store's bound, instead of punched. It returns the ranges
-	// released for good (punched or zeroed): those are never handed out
-	// again.
+	// up to the store's bound, instead of punched (the partial blocks at
+	// the ends of a pooled range are left as they are). It returns the
+	// ranges released for good (punched or zeroed, whole): those are
+	// never handed out again.
 	Recycle(ctx context.Context, w *ReuseWatch, id uint32, off, length uint64) (punched []Range, err error)
 }
 
@@ -217,17 +218,24 @@ func (l *Local) Recycle(ctx context.Context, w *ReuseWatch, id uint32, off, leng
 	var punched []Range
 	for _, p := range pieces {
 		lo, hi := alignUp(p.Start), p.End&^(directAlign-1)
-		if lo < hi && l.poolAdd(b, Range{lo, hi}) {
-			if p.Start < lo {
-				punched = append(punched, Range{p.Start, lo})
+		if l.reuseMax > 0 {
+			if lo >= hi {
+				// Inside one block shared with other bytes:
+				// left as it is (punching would only zero it).
+				continue
 			}
-			if hi < p.End {
-				punched = append(punched, Range{hi, p.End})
+			if l.poolAdd(b, Range{lo, hi}) {
+				// The partial blocks at the ends are left as
+				// they are too: they stay unreferenced, so the
+				// collector offers them again, and once the rest
+				// of their block is garbage it pools the block.
+				// Punching them would put tiny ranges in its
+				// persistent list of ranges freed for good.
+				l.stats.recycledBytes.Add(hi - lo)
+				continue
 			}
-			l.stats.recycledBytes.Add(hi - lo)
-		} else {
-			punched = append(punched, p)
 		}
+		punched = append(punched, p)
 	}
 	for _, p := range punched {
 		if err := l.release(b, p.Start, p.End-p.Start); err != nil {
