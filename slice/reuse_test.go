@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -321,6 +322,7 @@ func TestReuseConcurrentCrash(t *testing.T) {
 				durable bool
 			}
 			lives := make([][]liveRec, writers)
+			var bigPuts atomic.Uint64
 			var wg sync.WaitGroup
 			for w := range writers {
 				wg.Add(1)
@@ -336,6 +338,9 @@ func TestReuseConcurrentCrash(t *testing.T) {
 						if err != nil {
 							t.Errorf("put: %v", err)
 							return
+						}
+						if n >= slice.DefaultDirectMin {
+							bigPuts.Add(1)
 						}
 						live = append(live, liveRec{rec: rec{p, d}})
 						pending = append(pending, len(live)-1)
@@ -382,6 +387,12 @@ func TestReuseConcurrentCrash(t *testing.T) {
 			t.Logf("stats %+v", st)
 			if st.PoolBytes%4096 != 0 {
 				t.Errorf("pool holds %d bytes: not whole blocks", st.PoolBytes)
+			}
+			// Where O_DIRECT works, every large put went direct: a
+			// misaligned pool range would make a direct write fail
+			// with EINVAL and the file fall back to buffered writes.
+			if st.DirectPuts > 0 && st.DirectPuts != bigPuts.Load() {
+				t.Errorf("%d direct puts of %d large ones", st.DirectPuts, bigPuts.Load())
 			}
 			if st.ReusePuts < writers*ops/3 {
 				t.Errorf("only %d of %d puts reused space", st.ReusePuts, writers*ops)
