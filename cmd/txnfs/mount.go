@@ -76,6 +76,8 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	debug := fl.Bool("debug", false, "log every FUSE request")
 	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the mount to this file when it ends")
+	gcEvery := fl.Duration("gc-interval", 10*time.Minute, "local mounts: garbage collection interval, at least (0: off)")
+	gcGarbage := fl.Int64("gc-garbage", 64<<20, "local mounts: also collect once commits made this many bytes of slice data unreachable")
 	pos, err := parsePositional(fl, args)
 	if err != nil {
 		return err
@@ -181,6 +183,11 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fail(err)
 		}
 		defer e.Close()
+		if *gcEvery > 0 {
+			// Freed space comes back for reuse while a workload
+			// overwrites (see fs.RunCollector); stopped before Close.
+			defer startCollector(ctx, e.FS, *gcEvery, *gcGarbage)()
+		}
 		cfg.FS = e.FS
 		if m, err = fuse.Mount(ctx, mnt, cfg); err != nil {
 			return fail(err)

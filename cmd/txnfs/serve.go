@@ -77,7 +77,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		// Paced by garbage (a workload overwriting large files gets its
 		// freed space back for reuse while it runs), with gc-interval as
 		// the floor; see fs.RunCollector.
-		go e.FS.RunCollector(ctx, fs.GCSchedule{Interval: *gcEvery, GarbageBytes: uint64(*gcGarbage)})
+		defer startCollector(ctx, e.FS, *gcEvery, *gcGarbage)()
 	}
 
 	l, err := net.Listen("tcp", *listen)
@@ -126,4 +126,17 @@ func tuneGC() {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(3 << 29)
 	}
+}
+
+// startCollector runs the garbage collector of f (fs.RunCollector: paced
+// by garbage, at least every interval) until the returned stop is called,
+// which waits for it: call stop before closing the engine.
+func startCollector(ctx context.Context, f *fs.FS, interval time.Duration, garbage int64) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.RunCollector(ctx, fs.GCSchedule{Interval: interval, GarbageBytes: uint64(max(garbage, 0))})
+	}()
+	return func() { cancel(); <-done }
 }
