@@ -110,6 +110,47 @@ func (f *FS) View(ctx context.Context, cred Cred, fn func(*Txn) error) error {
 	return fn(t)
 }
 
+// SnapshotMark names the kv snapshot a transaction has read from (Mark);
+// FS.UnchangedSince tells whether any commit was applied after it. The
+// zero mark is never unchanged.
+type SnapshotMark struct {
+	v  uint64
+	ok bool
+}
+
+// Mark returns the mark of the snapshot the transaction's reads so far
+// came from: the zero mark before its first read, or when the kv store
+// cannot tell (it does not implement kv.Versioned). A transaction whose
+// commit conflicted and was replayed reads a later snapshot; its older
+// mark is then stale, never unchanged.
+func (t *Txn) Mark() SnapshotMark {
+	if t.kvTxn == nil {
+		return SnapshotMark{}
+	}
+	vt, ok := t.kvTxn.(kv.VersionedTxn)
+	if !ok {
+		return SnapshotMark{}
+	}
+	if _, ok := t.fs.kv.(kv.Versioned); !ok {
+		return SnapshotMark{}
+	}
+	return SnapshotMark{v: vt.SnapshotVersion(), ok: true}
+}
+
+// UnchangedSince reports whether no commit was applied since the snapshot
+// of m was taken: a transaction begun now would read what that snapshot
+// reads (the marked transaction's own uncommitted writes aside). False
+// when unknown. It replaces taking a fresh snapshot to check that
+// something read in m's snapshot still holds (the NFS server's OPEN pin
+// check, ENGINE-REQUESTS 16).
+func (f *FS) UnchangedSince(m SnapshotMark) bool {
+	if !m.ok {
+		return false
+	}
+	vs, ok := f.kv.(kv.Versioned)
+	return ok && vs.Version() == m.v
+}
+
 // Cred returns the credential the transaction runs as.
 func (t *Txn) Cred() Cred { return t.cred }
 

@@ -113,3 +113,26 @@ func PrefixEnd(prefix []byte) []byte {
 	}
 	return nil
 }
+
+// Versioned is implemented by stores that count the commits they apply
+// (memkv, pebblekv). It lets a caller tell, without taking a snapshot,
+// that nothing changed since a transaction's snapshot was taken: if
+// txn.(VersionedTxn).SnapshotVersion() equals store.Version() read later,
+// no commit was applied in between, so a snapshot taken then would read
+// exactly what the transaction's snapshot reads (the transaction's own
+// uncommitted writes aside). Unequal versions say nothing (the snapshot
+// may or may not be stale).
+type Versioned interface {
+	// Version returns the number of commits applied so far (commits
+	// that wrote nothing need not count). Every commit it counts is
+	// visible to transactions begun after it returns.
+	Version() uint64
+}
+
+// VersionedTxn is implemented by the transactions of a Versioned store.
+type VersionedTxn interface {
+	// SnapshotVersion returns the store's Version at the transaction's
+	// snapshot: the snapshot sees every commit counted in it (and
+	// possibly later ones).
+	SnapshotVersion() uint64
+}

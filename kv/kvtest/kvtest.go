@@ -47,6 +47,7 @@ func Run(t *testing.T, open Opener) {
 		{"LargeValues", testLargeValues},
 		{"Context", testContext},
 		{"Closed", testClosed},
+		{"Version", testVersion},
 		{"CounterStress", testCounterStress},
 		{"BankStress", testBankStress},
 		{"Model", testModel},
@@ -795,4 +796,74 @@ type tb interface {
 	Helper()
 	Fatal(args ...any)
 	Fatalf(format string, args ...any)
+}
+
+// testVersion checks kv.Versioned, if the store implements it: a
+// transaction whose SnapshotVersion equals the store's Version reads what
+// a transaction begun then reads, and a commit that wrote something moves
+// the Version past every earlier snapshot's.
+func testVersion(t *testing.T, s kv.Store) {
+	vs, ok := s.(kv.Versioned)
+	if !ok {
+		t.Skip("store does not implement kv.Versioned")
+	}
+	snapVersion := func(txn kv.Txn) uint64 {
+		t.Helper()
+		vt, ok := txn.(kv.VersionedTxn)
+		if !ok {
+			t.Fatalf("%T: a Versioned store's Txn does not implement kv.VersionedTxn", txn)
+		}
+		return vt.SnapshotVersion()
+	}
+	seed := Seed(t)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	keys := []string{"a", "b", "c", "d"}
+	var open []kv.Txn
+	defer func() {
+		for _, txn := range open {
+			txn.Rollback()
+		}
+	}()
+	for step := 0; step < 300; step++ {
+		switch op := rng.IntN(4); {
+		case op == 0 && len(open) < 8: // begin (read-only or read-write)
+			txn := begin(t, s, rng.IntN(2) == 0)
+			if got, now := snapVersion(txn), vs.Version(); got != now {
+				t.Fatalf("step %d: a transaction begun without concurrent commits has SnapshotVersion %d, store Version %d", step, got, now)
+			}
+			open = append(open, txn)
+		case op == 1: // commit a write from another transaction
+			before := vs.Version()
+			put(t, s, keys[rng.IntN(len(keys))], fmt.Sprint(step))
+			if after := vs.Version(); after == before {
+				t.Fatalf("step %d: Version %d did not change across a commit", step, after)
+			}
+		case op == 2 && len(open) > 0: // compare an open snapshot with a fresh one
+			txn := open[rng.IntN(len(open))]
+			if snapVersion(txn) != vs.Version() {
+				continue
+			}
+			fresh := begin(t, s, true)
+			for _, k := range keys {
+				a, aok := txnGet(t, txn, k)
+				b, bok := txnGet(t, fresh, k)
+				if a != b || aok != bok {
+					fresh.Rollback()
+					t.Fatalf("step %d: versions equal but key %q reads %q/%v in the snapshot and %q/%v fresh", step, k, a, aok, b, bok)
+				}
+			}
+			fresh.Rollback()
+		case op == 3 && len(open) > 0: // end one
+			i := rng.IntN(len(open))
+			open[i].Rollback()
+			open = append(open[:i], open[i+1:]...)
+		}
+	}
+	// A snapshot older than a commit is never reported current.
+	txn := begin(t, s, true)
+	open = append(open, txn)
+	put(t, s, "a", "last")
+	if snapVersion(txn) == vs.Version() {
+		t.Fatalf("a snapshot taken before a commit has the store's current Version %d", vs.Version())
+	}
 }

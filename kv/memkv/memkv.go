@@ -31,7 +31,18 @@ type store struct {
 	}
 }
 
-var _ kv.Store = (*store)(nil)
+var (
+	_ kv.Store        = (*store)(nil)
+	_ kv.Versioned    = (*store)(nil)
+	_ kv.VersionedTxn = (*txn)(nil)
+)
+
+// Version implements kv.Versioned: the sequence of the last commit.
+func (s *store) Version() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.seq
+}
 
 // New returns an empty in-memory store.
 func New() kv.Store {
@@ -244,6 +255,9 @@ func (t *txn) Commit(ctx context.Context) error {
 	s.mu.log.Append(s.mu.seq, t.buf.Keys())
 	return nil
 }
+
+// SnapshotVersion implements kv.VersionedTxn.
+func (t *txn) SnapshotVersion() uint64 { return t.start }
 
 func (t *txn) Rollback() {
 	if t.done {

@@ -111,7 +111,26 @@ type store struct {
 	}
 }
 
-var _ kv.Store = (*store)(nil)
+var (
+	_ kv.Store        = (*store)(nil)
+	_ kv.Versioned    = (*store)(nil)
+	_ kv.VersionedTxn = (*txn)(nil)
+)
+
+// Version implements kv.Versioned: the sequence of the last applied
+// commit (stored after pebble applied it, so it is visible).
+func (s *store) Version() uint64 { return s.applied.Load() }
+
+// SnapshotVersion implements kv.VersionedTxn. A read-write transaction's
+// snapshot was taken under the commit mutex at sequence start; a shared
+// read-only snapshot was taken after loading applied, so it may see more
+// commits than its version counts, never fewer.
+func (t *txn) SnapshotVersion() uint64 {
+	if t.shared != nil {
+		return t.shared.applied
+	}
+	return t.start
+}
 
 // sharedSnap is a pebble snapshot shared by read-only transactions.
 type sharedSnap struct {

@@ -213,8 +213,12 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	if create && !c.lockDir(c.cur.ino) {
 		return fail(nfsv4.NFS4ERR_DELAY)
 	}
+	// mark is the snapshot obj was resolved in (pinOpened skips its
+	// check when no commit was applied since).
+	var mark fs.SnapshotMark
 	body := func(t *fs.Txn) (err error) {
 		created = false
+		defer func() { mark = t.Mark() }()
 		if !byName {
 			obj, err = t.HandleOf(c.ctx, c.cur.ino)
 			return err
@@ -312,7 +316,7 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			}
 			break
 		}
-		live, err := c.pinOpened(obj)
+		live, err := c.pinOpened(obj, mark)
 		if err != nil {
 			return fail(c.s.toStatus(c.ctx, "OPEN", err, aboutHandle))
 		}
@@ -409,16 +413,23 @@ func (c *compound) noteTxnCreated(ino fs.Ino) {
 // gets NFS4ERR_DELAY.
 const maxOpenRetries = 16
 
-// pinOpened pins inode h for an OPEN that resolved it and reports whether
-// it still exists (same generation) in a snapshot begun after the pin.
+// pinOpened pins inode h for an OPEN that resolved it (in the snapshot of
+// mark, not creating it) and reports whether it still exists (same
+// generation) in a snapshot begun after the pin. When no commit was
+// applied since mark's snapshot (fs.UnchangedSince, read after the pin),
+// such a snapshot would read what the OPEN read, so no snapshot is taken
+// (ENGINE-REQUESTS 16).
 // fs.Pin guarantees that no deletion that did not see the pin commits
 // after it returns, so a live answer means the inode stays (at worst as an
 // orphan) until the pin is released; the caller then records the open
 // state, whose own pin takes over, and releases this one. If the inode is
 // gone the pin is released and false returned: a concurrent rename-over
 // or remove committed between the OPEN's lookup and the pin.
-func (c *compound) pinOpened(h fs.Handle) (bool, error) {
+func (c *compound) pinOpened(h fs.Handle, mark fs.SnapshotMark) (bool, error) {
 	c.s.fs.Pin(h.Ino)
+	if c.s.fs.UnchangedSince(mark) {
+		return true, nil
+	}
 	t, err := c.s.fs.Begin(c.ctx, fs.RootCred, fs.TxnOptions{ReadOnly: true})
 	if err == nil {
 		var cur fs.Handle
