@@ -191,6 +191,8 @@ func (t *Txn) check(ctx context.Context, rep *CheckReport) error {
 
 	seen := map[slice.Pointer]bool{}
 	used := map[uint64]uint64{}
+	nspans := map[uint64]uint64{}    // span records per inode
+	openStart := map[uint64]uint64{} // start of each inode's open record
 	var prevIno, prevLast uint64
 	havePrev := false
 	endFile := func() { // the previous file's records are all seen
@@ -226,6 +228,10 @@ func (t *Txn) check(ctx context.Context, rep *CheckReport) error {
 			rep.problem("inode %d: span record [%d, %d] holds nothing", ino, start, last)
 		}
 		used[ino] += spanUsed(r.Extents)
+		nspans[ino]++
+		if last == meta.SpanOpen {
+			openStart[ino] = start
+		}
 		for _, e := range r.Extents {
 			if e.Kind != meta.KindSlice || seen[e.Pointer()] {
 				continue
@@ -253,13 +259,19 @@ func (t *Txn) check(ctx context.Context, rep *CheckReport) error {
 		if n.Type == uint8(TypeRegular) && n.Used != used[ino] {
 			rep.problem("inode %d records Used %d, its span records reference %d", ino, n.Used, used[ino])
 		}
+		// Spans 0: unknown (written before layout 4).
+		if n.Spans != 0 && n.Spans-1 != nspans[ino] {
+			rep.problem("inode %d counts %d span records, it has %d", ino, n.Spans-1, nspans[ino])
+		} else if n.Spans >= 2 && n.OpenStart != openStart[ino] {
+			rep.problem("inode %d records its open span record at %d, it starts at %d", ino, n.OpenStart, openStart[ino])
+		}
 	}
 	// Layout: Open converts layout-1 region and layout-2 chunk records to
 	// span records and then records the layout; none may be left undone.
 	if b, err := t.getRaw(ctx, meta.MiscKey(meta.LayoutKey)); err != nil {
 		rep.problem("data layout record: %v", err)
-	} else if v, err := decodeUint64(b); err != nil || v != meta.LayoutSpans {
-		rep.problem("data layout %d, want %d (%v)", v, meta.LayoutSpans, err)
+	} else if v, err := decodeUint64(b); err != nil || v != meta.LayoutCurrent {
+		rep.problem("data layout %d, want %d (%v)", v, meta.LayoutCurrent, err)
 	}
 	if _, err := t.getRaw(ctx, meta.MiscKey(upgradeProgressKey)); err == nil {
 		rep.problem("a layout upgrade progress record is left")

@@ -546,6 +546,7 @@ func (t *Txn) truncate(ctx context.Context, ino Ino, n *meta.Inode, size uint64)
 			}
 			t.garbage += n.Used
 			n.Used = 0
+			n.Spans = 1 // known again, even if it was not
 			n.Size = 0
 			return nil
 		}

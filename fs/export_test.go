@@ -70,6 +70,38 @@ func WriteLayout2ForTest(ctx context.Context, f *FS) error {
 	})
 }
 
+// WriteLayout3ForTest rewrites the store in data layout 3, as an engine
+// before layout 4 would have left it: every inode is encoded without
+// Spans and OpenStart, and the layout record says 3.
+func WriteLayout3ForTest(ctx context.Context, f *FS) error {
+	return f.Do(ctx, RootCred, func(t *Txn) error {
+		return t.internal(ctx, "downgrade-3", func(ctx context.Context) (any, error) {
+			var inodes []kv.Pair
+			if err := t.scanAll(ctx, meta.InodePrefix(), func(p kv.Pair) error {
+				inodes = append(inodes, p)
+				return nil
+			}); err != nil {
+				return nil, err
+			}
+			for _, p := range inodes {
+				var n meta.Inode
+				if err := meta.Unmarshal(p.Value, &n); err != nil {
+					return nil, err
+				}
+				b, err := meta.MarshalInodeV3(&n)
+				if err != nil {
+					return nil, err
+				}
+				if err := t.setRaw(ctx, p.Key, b); err != nil {
+					return nil, err
+				}
+			}
+			t.inodes = map[Ino]*cachedInode{}
+			return nil, t.setRaw(ctx, meta.MiscKey(meta.LayoutKey), encodeUint64(meta.LayoutSpans))
+		})
+	})
+}
+
 // SetUpgradeBatchForTest sets the number of region records converted per
 // transaction by the layout upgrade in Open and returns a function that
 // restores it.

@@ -174,7 +174,7 @@ func (f *FS) format(ctx context.Context) error {
 			}
 			now := f.now().UnixNano()
 			root := &meta.Inode{Type: uint8(TypeDirectory), Mode: 0o755, Nlink: 2, Atime: now, Mtime: now,
-				Ctime: now, Btime: now, Change: 1, Gen: randUint64(), Parent: uint64(RootIno), NextCookie: firstCookie}
+				Ctime: now, Btime: now, Change: 1, Gen: randUint64(), Parent: uint64(RootIno), NextCookie: firstCookie, Spans: 1}
 			t.putInode(RootIno, root)
 			return nil, t.setRaw(ctx, meta.MiscKey(keyNextIno), encodeUint64(uint64(RootIno)+1))
 		})

@@ -53,10 +53,10 @@ func (f *FS) upgradeLayout(ctx context.Context) error {
 	switch {
 	case err != nil:
 		return err
-	case layout == meta.LayoutSpans:
+	case layout == meta.LayoutCurrent:
 		return nil
-	case layout != meta.LayoutRegions && layout != meta.LayoutChunks:
-		return fmt.Errorf("%w: data layout %d is newer than this engine's (%d)", ErrNotSupported, layout, meta.LayoutSpans)
+	case layout != meta.LayoutRegions && layout != meta.LayoutChunks && layout != meta.LayoutSpans:
+		return fmt.Errorf("%w: data layout %d is newer than this engine's (%d)", ErrNotSupported, layout, meta.LayoutCurrent)
 	}
 	steps := []struct {
 		from, to uint64
@@ -64,6 +64,9 @@ func (f *FS) upgradeLayout(ctx context.Context) error {
 	}{
 		{meta.LayoutRegions, meta.LayoutChunks, func(t *Txn, ctx context.Context) (int, error) { return t.convertRegions(ctx, upgradeBatch) }},
 		{meta.LayoutChunks, meta.LayoutSpans, func(t *Txn, ctx context.Context) (int, error) { return t.convertChunks(ctx, upgradeBatch) }},
+		// Nothing to convert: layout-3 inodes decode with Spans 0
+		// (unknown), and deleting such a file scans for its records.
+		{meta.LayoutSpans, meta.LayoutSpanCount, func(t *Txn, ctx context.Context) (int, error) { return 0, nil }},
 	}
 	for _, step := range steps {
 		if layout != step.from {

@@ -3,6 +3,7 @@ package fs_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -213,13 +214,13 @@ func TestLayoutNewerRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kt.Set(meta.MiscKey(meta.LayoutKey), []byte{0, 0, 0, 0, 0, 0, 0, 4})
+	kt.Set(meta.MiscKey(meta.LayoutKey), binary.BigEndian.AppendUint64(nil, meta.LayoutCurrent+1))
 	if err := kt.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_, err = fs.Open(ctx, fs.Config{KV: tf.KV, Slices: tf.Slices})
 	if !errors.Is(err, fs.ErrNotSupported) {
-		t.Fatalf("Open of a layout-4 store: %v, want ErrNotSupported", err)
+		t.Fatalf("Open of a layout-%d store: %v, want ErrNotSupported", meta.LayoutCurrent+1, err)
 	}
 	rep, err := tf.Check(ctx)
 	if err != nil || rep.OK() {

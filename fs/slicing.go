@@ -382,12 +382,15 @@ func (t *Txn) copySpans(ctx context.Context, src, dst Ino, df *meta.Inode, shift
 		}
 		if last != meta.SpanOpen {
 			last += shift
+		} else {
+			df.OpenStart = start + shift
 		}
 		if err := t.setRaw(ctx, meta.SpanKey(uint64(dst), start+shift, last), p.Value); err != nil {
 			return false, err
 		}
 	}
 	df.Used += srcUsed
+	addSpans(df, len(pairs))
 	return true, nil
 }
 

@@ -244,6 +244,7 @@ func (t *Txn) writeSpan(ctx context.Context, ino Ino, n *meta.Inode, s *span) er
 			return err
 		}
 	}
+	stored := s.key != nil // under key: rewritten, not added
 	rec := &meta.Span{Extents: s.rec.Extents, Compacted: s.rec.Compacted}
 	b, err := meta.Marshal(rec)
 	if err != nil {
@@ -257,6 +258,12 @@ func (t *Txn) writeSpan(ctx context.Context, ino Ino, n *meta.Inode, s *span) er
 	used := usedOf(vis)
 	t.fs.decoded.put(key, b, &spanValue{rec: rec, vis: vis, used: used})
 	n.Used = n.Used - s.used + used
+	if !stored {
+		addSpans(n, 1)
+	}
+	if s.last == meta.SpanOpen {
+		n.OpenStart = s.start
+	}
 	s.key, s.used = key, used
 	t.fs.hints.add(ino, s.start, s.last)
 	s.rec = meta.Span{Extents: slices.Clone(rec.Extents), Compacted: rec.Compacted}
@@ -275,8 +282,23 @@ func (t *Txn) dropSpan(ctx context.Context, n *meta.Inode, s *span) error {
 		t.fs.hints.remove(Ino(ino), start, last)
 	}
 	n.Used -= s.used
+	addSpans(n, -1)
 	s.key, s.used = nil, 0
 	return nil
+}
+
+// addSpans adds d to the count of span records n.Spans keeps, unless the
+// count is unknown (0). A count that would drop below zero (a bug; Check
+// reports a wrong count) becomes unknown, so that deleting the file scans.
+func addSpans(n *meta.Inode, d int) {
+	if n.Spans == 0 {
+		return
+	}
+	if c := int64(n.Spans) + int64(d); c >= 1 {
+		n.Spans = uint64(c)
+	} else {
+		n.Spans = 0
+	}
 }
 
 // splitSpan writes compacted record s as records of spanMax/2 extents,

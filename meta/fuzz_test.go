@@ -25,23 +25,25 @@ func seedInodes() []*meta.Inode {
 		{Type: 6, Mode: 0o600, Nlink: 1, Rdev: 1<<32 | 7},
 		{Type: 1, Mode: 0o4755, Nlink: 65535, Size: 1 << 60, Atime: -1, Mtime: 1 << 62},
 		{Type: 1, Mode: 0o644, Nlink: 1, Size: 1 << 30, Used: 1<<30 + 4096},
+		{Type: 1, Mode: 0o644, Nlink: 1, Size: 1 << 40, Used: 1 << 20, Spans: 9, OpenStart: 1 << 39},
 	}
 }
 
-// inodeV1Encoding turns the encoding of an inode with Used 0 into the
-// encoding before layout 3 (an array of 16, without Used).
+// inodeV1Encoding turns the encoding of an inode with Used, Spans and
+// OpenStart 0 into the encoding before layout 3 (an array of 16, without
+// Used, Spans and OpenStart).
 func inodeV1Encoding(t testing.TB, b []byte) []byte {
-	if len(b) < 3 || b[1] != 0x80|17 || b[len(b)-1] != 0 {
+	if len(b) < 5 || b[1] != 0x80|19 || !bytes.Equal(b[len(b)-3:], []byte{0, 0, 0}) {
 		t.Fatalf("unexpected inode encoding %x", b)
 	}
-	return append([]byte{b[0], 0x80 | 16}, b[2:len(b)-1]...)
+	return append([]byte{b[0], 0x80 | 16}, b[2:len(b)-3]...)
 }
 
 // TestInodeV1Decodes: inodes encoded before layout 3 (without Used)
 // decode, with Used 0.
 func TestInodeV1Decodes(t *testing.T) {
 	for _, n := range seedInodes() {
-		n.Used = 0
+		n.Used, n.Spans, n.OpenStart = 0, 0, 0
 		b, err := meta.Marshal(n)
 		if err != nil {
 			t.Fatal(err)
@@ -49,6 +51,34 @@ func TestInodeV1Decodes(t *testing.T) {
 		var got meta.Inode
 		if err := meta.Unmarshal(inodeV1Encoding(t, b), &got); err != nil || !reflect.DeepEqual(&got, n) {
 			t.Fatalf("old encoding of %+v decodes as %+v, %v", n, got, err)
+		}
+	}
+}
+
+// TestInodeV3Decodes: inodes encoded by layout 3 (without Spans and
+// OpenStart) decode, with Spans 0 (unknown), and differ from the current
+// encoding only by those two trailing elements.
+func TestInodeV3Decodes(t *testing.T) {
+	for _, n := range seedInodes() {
+		b, err := meta.MarshalInodeV3(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b[1] != 0x80|17 {
+			t.Fatalf("layout-3 encoding %x is not an array of 17", b)
+		}
+		want := *n
+		want.Spans, want.OpenStart = 0, 0
+		var got meta.Inode
+		if err := meta.Unmarshal(b, &got); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("layout-3 encoding of %+v decodes as %+v, %v", n, got, err)
+		}
+		cur, err := meta.Marshal(&want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(append([]byte{cur[0], 0x80 | 17}, cur[2:len(cur)-2]...), b) {
+			t.Fatalf("layout-3 encoding %x is not the current one %x without its last two elements", b, cur)
 		}
 	}
 }

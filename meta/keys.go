@@ -37,6 +37,13 @@ const (
 	LayoutChunks = 2
 	// LayoutSpans: Span records of variable span ("f" keys).
 	LayoutSpans = 3
+	// LayoutSpanCount: layout 3 whose inode records count their span
+	// records (Inode.Spans, Inode.OpenStart). Nothing is converted: a
+	// layout-3 inode decodes with Spans 0 (unknown). The number tells
+	// engines that do not maintain the count to keep off.
+	LayoutSpanCount = 4
+	// LayoutCurrent is the layout this engine writes.
+	LayoutCurrent = LayoutSpanCount
 	// LayoutKey names the misc record holding the layout.
 	LayoutKey = "layout"
 )

@@ -100,6 +100,46 @@ type Inode struct {
 	// every change of its span records). Records written before layout 3
 	// lack the field and decode with 0.
 	Used uint64
+	// Spans is 1 + the number of the file's span records, kept up to
+	// date by every change of them (layout 4), so that deleting a file
+	// with none or one needs no scan of its records; 0 means unknown:
+	// records written before layout 4 (they lack the field and decode
+	// with 0) and files whose count was lost. Only regular files have
+	// span records; every other inode is created with Spans 1.
+	Spans uint64
+	// OpenStart is the start of the file's open span record (the one
+	// with the highest offsets, meta.SpanOpen last) when Spans >= 2.
+	OpenStart uint64
+}
+
+// inodeV3 is Inode as encoded by layout 3 (without Spans and OpenStart).
+type inodeV3 struct {
+	_          struct{} `cbor:",toarray"`
+	Type       uint8
+	Mode       uint32
+	Nlink      uint32
+	Uid        uint32
+	Gid        uint32
+	Size       uint64
+	Rdev       uint64
+	Atime      int64
+	Mtime      int64
+	Ctime      int64
+	Btime      int64
+	Change     uint64
+	Gen        uint64
+	Parent     uint64
+	NextCookie uint64
+	Target     string
+	Used       uint64
+}
+
+// MarshalInodeV3 encodes n as engines of layout 3 did (without Spans and
+// OpenStart), for tests that build older data directories.
+func MarshalInodeV3(n *Inode) ([]byte, error) {
+	return Marshal(&inodeV3{Type: n.Type, Mode: n.Mode, Nlink: n.Nlink, Uid: n.Uid, Gid: n.Gid, Size: n.Size,
+		Rdev: n.Rdev, Atime: n.Atime, Mtime: n.Mtime, Ctime: n.Ctime, Btime: n.Btime, Change: n.Change, Gen: n.Gen,
+		Parent: n.Parent, NextCookie: n.NextCookie, Target: n.Target, Used: n.Used})
 }
 
 // inodeV1 is Inode as encoded before layout 3 (without Used).
@@ -134,9 +174,20 @@ func MarshalInodeV1(n *Inode) ([]byte, error) {
 // inodeWire is Inode without its methods (for the decoder).
 type inodeWire Inode
 
-// UnmarshalCBOR decodes an inode of either encoding: a CBOR array of 17
-// elements (with Used) or, as written before layout 3, of 16.
+// UnmarshalCBOR decodes an inode of any encoding: a CBOR array of 19
+// elements, of 17 (layout 3: without Spans and OpenStart, which decode as
+// 0, unknown) or of 16 (before layout 3: without Used either).
 func (n *Inode) UnmarshalCBOR(b []byte) error {
+	if len(b) > 0 && b[0] == 0x80|17 {
+		var v inodeV3
+		if err := decMode.Unmarshal(b, &v); err != nil {
+			return err
+		}
+		*n = Inode{Type: v.Type, Mode: v.Mode, Nlink: v.Nlink, Uid: v.Uid, Gid: v.Gid, Size: v.Size, Rdev: v.Rdev,
+			Atime: v.Atime, Mtime: v.Mtime, Ctime: v.Ctime, Btime: v.Btime, Change: v.Change, Gen: v.Gen,
+			Parent: v.Parent, NextCookie: v.NextCookie, Target: v.Target, Used: v.Used}
+		return nil
+	}
 	if len(b) > 0 && b[0] == 0x80|16 {
 		var v inodeV1
 		if err := decMode.Unmarshal(b, &v); err != nil {
