@@ -196,7 +196,11 @@ type DirEntry struct {
 	Ino    Ino
 	Type   FileType
 	Cookie uint64
-	Attr   *Attr // set when ReadDirRequest.WithAttr
+	// Gen is the inode's generation (with Ino: its Handle), set when
+	// ReadDirRequest.WithGen or WithAttr, and for entries whose cookie
+	// value names it (layout 4); else 0.
+	Gen  uint64
+	Attr *Attr // set when ReadDirRequest.WithAttr
 }
 
 // ReadDirRequest pages through a directory.
@@ -204,6 +208,9 @@ type ReadDirRequest struct {
 	Cookie   uint64 // 0 starts at the beginning; else the last cookie seen
 	Limit    int    // at most this many entries (<= 0: no limit)
 	WithAttr bool
+	// WithGen sets DirEntry.Gen of every entry (an inode read for an entry
+	// whose cookie value does not name it, written before layout 4).
+	WithGen bool
 }
 
 // RenameFlags modify Rename.

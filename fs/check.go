@@ -81,6 +81,7 @@ func (t *Txn) check(ctx context.Context, rep *CheckReport) error {
 	links := map[uint64]uint32{}   // directory entries naming each inode
 	subdirs := map[uint64]uint32{} // subdirectories of each directory
 	cookies := map[[2]uint64]string{}
+	entries := map[[2]uint64]meta.Dirent{} // by directory and cookie
 	err = t.scanAll(ctx, meta.AllDirentsPrefix(), func(p kv.Pair) error {
 		dir, name, err := meta.ParseDirentKey(p.Key)
 		if err != nil {
@@ -113,6 +114,7 @@ func (t *Txn) check(ctx context.Context, rep *CheckReport) error {
 		}
 		links[de.Ino]++
 		cookies[[2]uint64{dir, de.Cookie}] = name
+		entries[[2]uint64{dir, de.Cookie}] = de
 		if d != nil && de.Cookie >= d.NextCookie {
 			rep.problem("entry %q of directory %d has cookie %d beyond the next cookie %d", name, dir, de.Cookie, d.NextCookie)
 		}
@@ -127,8 +129,21 @@ func (t *Txn) check(ctx context.Context, rep *CheckReport) error {
 			rep.problem("%v", err)
 			return nil
 		}
-		if name, ok := cookies[[2]uint64{dir, cookie}]; !ok || name != string(p.Value) {
-			rep.problem("cookie %d of directory %d names %q, which has no matching entry", cookie, dir, p.Value)
+		ce, err := meta.ParseCookieValue(p.Value)
+		if err != nil {
+			rep.problem("cookie %d of directory %d: %v", cookie, dir, err)
+			return nil
+		}
+		if name, ok := cookies[[2]uint64{dir, cookie}]; !ok || name != ce.Name {
+			rep.problem("cookie %d of directory %d names %q, which has no matching entry", cookie, dir, ce.Name)
+		} else if ce.Full {
+			// The entry's inode and type were checked against the
+			// entry record; the cookie value must agree with both.
+			de := entries[[2]uint64{dir, cookie}]
+			if n := inodes[ce.Ino]; ce.Ino != de.Ino || ce.Type != de.Type || n == nil || ce.Gen != n.Gen {
+				rep.problem("cookie %d of directory %d (%q) names inode %d type %d generation %d; the entry names inode %d type %d",
+					cookie, dir, ce.Name, ce.Ino, ce.Type, ce.Gen, de.Ino, de.Type)
+			}
 		}
 		delete(cookies, [2]uint64{dir, cookie})
 		return nil

@@ -72,7 +72,8 @@ func WriteLayout2ForTest(ctx context.Context, f *FS) error {
 
 // WriteLayout3ForTest rewrites the store in data layout 3, as an engine
 // before layout 4 would have left it: every inode is encoded without
-// Spans and OpenStart, and the layout record says 3.
+// Spans and OpenStart, every cookie index value holds the bare name, and
+// the layout record says 3.
 func WriteLayout3ForTest(ctx context.Context, f *FS) error {
 	return f.Do(ctx, RootCred, func(t *Txn) error {
 		return t.internal(ctx, "downgrade-3", func(ctx context.Context) (any, error) {
@@ -93,6 +94,22 @@ func WriteLayout3ForTest(ctx context.Context, f *FS) error {
 					return nil, err
 				}
 				if err := t.setRaw(ctx, p.Key, b); err != nil {
+					return nil, err
+				}
+			}
+			var cookies []kv.Pair
+			if err := t.scanAll(ctx, meta.AllCookiesPrefix(), func(p kv.Pair) error {
+				cookies = append(cookies, p)
+				return nil
+			}); err != nil {
+				return nil, err
+			}
+			for _, p := range cookies {
+				ce, err := meta.ParseCookieValue(p.Value)
+				if err != nil {
+					return nil, err
+				}
+				if err := t.setRaw(ctx, p.Key, []byte(ce.Name)); err != nil {
 					return nil, err
 				}
 			}

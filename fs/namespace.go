@@ -78,8 +78,11 @@ func decodeEntry(dir Ino, name string, b []byte) (*meta.Dirent, error) {
 	return &de, nil
 }
 
-// addEntry links name in dir (whose record d the caller stores) to ino.
-func (t *Txn) addEntry(ctx context.Context, dir Ino, d *meta.Inode, name string, ino Ino, typ uint8) error {
+// addEntry links name in dir (whose record d the caller stores) to inode
+// ino, whose record is n: the entry record and the cookie index value
+// (which also names the inode: meta.CookieEntry).
+func (t *Txn) addEntry(ctx context.Context, dir Ino, d *meta.Inode, name string, ino Ino, n *meta.Inode) error {
+	typ := n.Type
 	if d.NextCookie < firstCookie {
 		d.NextCookie = firstCookie
 	}
@@ -92,7 +95,8 @@ func (t *Txn) addEntry(ctx context.Context, dir Ino, d *meta.Inode, name string,
 	if err := t.setRaw(ctx, meta.DirentKey(uint64(dir), name), b); err != nil {
 		return err
 	}
-	return t.setRaw(ctx, meta.CookieKey(uint64(dir), cookie), []byte(name))
+	return t.setRaw(ctx, meta.CookieKey(uint64(dir), cookie),
+		meta.CookieValue(meta.CookieEntry{Name: name, Ino: uint64(ino), Type: typ, Gen: n.Gen}))
 }
 
 func (t *Txn) removeEntry(ctx context.Context, dir Ino, name string, de *meta.Dirent) error {
@@ -465,7 +469,7 @@ func (t *Txn) Create(ctx context.Context, dir Ino, name string, req CreateReques
 		case TypeChar, TypeBlock:
 			n.Rdev = req.Rdev
 		}
-		if err := t.addEntry(ctx, dir, d, name, ino, n.Type); err != nil {
+		if err := t.addEntry(ctx, dir, d, name, ino, n); err != nil {
 			return nil, err
 		}
 		touch(d, now)
@@ -534,7 +538,7 @@ func (t *Txn) link(ctx context.Context, ino, dir Ino, name string, withAttr bool
 		if n.Nlink >= MaxLinks {
 			return nil, ErrTooManyLinks
 		}
-		if err := t.addEntry(ctx, dir, d, name, ino, n.Type); err != nil {
+		if err := t.addEntry(ctx, dir, d, name, ino, n); err != nil {
 			return nil, err
 		}
 		n.Nlink++
@@ -767,7 +771,7 @@ func (t *Txn) rename(ctx context.Context, srcDir Ino, srcName string, dstDir Ino
 			return err
 		}
 	}
-	if err := t.addEntry(ctx, dstDir, dd, dstName, sino, src.Type); err != nil {
+	if err := t.addEntry(ctx, dstDir, dd, dstName, sino, src); err != nil {
 		return err
 	}
 	move := func(ino Ino, n *meta.Inode, from *meta.Inode, to *meta.Inode, toIno Ino) {
@@ -780,7 +784,7 @@ func (t *Txn) rename(ctx context.Context, srcDir Ino, srcName string, dstDir Ino
 	}
 	move(sino, src, sd, dd, dstDir)
 	if de != nil && flags.Exchange {
-		if err := t.addEntry(ctx, srcDir, sd, srcName, dino, dst.Type); err != nil {
+		if err := t.addEntry(ctx, srcDir, sd, srcName, dino, dst); err != nil {
 			return err
 		}
 		move(dino, dst, dd, sd, srcDir)
@@ -859,13 +863,25 @@ func (t *Txn) ReadDir(ctx context.Context, dir Ino, req ReadDirRequest) ([]DirEn
 		if !r.EOF {
 			pairs = pairs[:req.Limit]
 		}
-		// A page holding the whole directory reads the entry records
-		// with one scan (in name order) instead of one point read per
-		// name (in cookie order): a scan step costs a fraction of a
-		// pebble Get. (The scan is also in the read set, which changes
-		// nothing: entries and their cookies change together.)
+		// Layout-4 cookie values name the entry (meta.CookieEntry): no
+		// entry record is read. Older values hold the name only: a page
+		// holding the whole directory then reads the entry records with
+		// one scan (in name order) instead of one point read per name
+		// (in cookie order): a scan step costs a fraction of a pebble
+		// Get. (Neither read changes the read set's meaning: entries
+		// and their cookies change together.)
+		ces := make([]meta.CookieEntry, len(pairs))
+		old := 0
+		for i, p := range pairs {
+			if ces[i], err = meta.ParseCookieValue(p.Value); err != nil {
+				return nil, fmt.Errorf("%w: directory %d: %v", ErrCorrupt, dir, err)
+			}
+			if !ces[i].Full {
+				old++
+			}
+		}
 		var byName map[string][]byte
-		if req.Cookie == 0 && r.EOF && len(pairs) >= wholeDirScanMin {
+		if old > 0 && req.Cookie == 0 && r.EOF && len(pairs) >= wholeDirScanMin {
 			p := meta.DirentPrefix(uint64(dir))
 			ents, err := t.scanRaw(ctx, p, kv.PrefixEnd(p), len(pairs)+1)
 			if err != nil {
@@ -878,31 +894,39 @@ func (t *Txn) ReadDir(ctx context.Context, dir Ino, req ReadDirRequest) ([]DirEn
 				}
 			}
 		}
-		for _, p := range pairs {
+		r.Entries = make([]DirEntry, 0, len(pairs))
+		for i, p := range pairs {
 			_, cookie, err := meta.ParseCookieKey(p.Key)
 			if err != nil {
 				return nil, err
 			}
-			name := string(p.Value)
-			var de *meta.Dirent
-			if b, ok := byName[name]; ok {
-				de, err = decodeEntry(dir, name, b)
-			} else {
-				de, err = t.lookupEntry(ctx, dir, name)
+			ce := ces[i]
+			name := ce.Name
+			e := DirEntry{Name: name, Ino: Ino(ce.Ino), Type: FileType(ce.Type), Gen: ce.Gen, Cookie: cookie}
+			if !ce.Full {
+				var de *meta.Dirent
+				if b, ok := byName[name]; ok {
+					de, err = decodeEntry(dir, name, b)
+				} else {
+					de, err = t.lookupEntry(ctx, dir, name)
+				}
+				if errors.Is(err, ErrNotExist) {
+					return nil, fmt.Errorf("%w: cookie %d of directory %d names missing entry %q", ErrCorrupt, cookie, dir, name)
+				} else if err != nil {
+					return nil, err
+				}
+				e.Ino, e.Type = Ino(de.Ino), FileType(de.Type)
 			}
-			if errors.Is(err, ErrNotExist) {
-				return nil, fmt.Errorf("%w: cookie %d of directory %d names missing entry %q", ErrCorrupt, cookie, dir, name)
-			} else if err != nil {
-				return nil, err
-			}
-			e := DirEntry{Name: name, Ino: Ino(de.Ino), Type: FileType(de.Type), Cookie: cookie}
-			if req.WithAttr {
+			if req.WithAttr || (req.WithGen && !ce.Full) {
 				n, err := t.loadInode(ctx, e.Ino)
 				if err != nil {
 					return nil, err
 				}
-				a := toAttr(e.Ino, n)
-				e.Attr = &a
+				e.Gen = n.Gen
+				if req.WithAttr {
+					a := toAttr(e.Ino, n)
+					e.Attr = &a
+				}
 			}
 			r.Entries = append(r.Entries, e)
 		}

@@ -201,3 +201,57 @@ func ParseXattrKey(k []byte) (ino uint64, name string, err error) {
 	}
 	return binary.BigEndian.Uint64(k[1:9]), string(k[9:]), nil
 }
+
+// CookieEntry is what a cookie index value (the value under CookieKey)
+// holds. Layout 4 values carry the entry's inode number, type and the
+// inode's generation next to its name, so that a directory listing
+// without other attributes is one scan of the cookie index (no entry or
+// inode read); values written before (layout 3 and older) hold the name
+// only and decode with Full false.
+type CookieEntry struct {
+	Name string
+	Full bool // Ino, Type and Gen are set
+	Ino  uint64
+	Type uint8
+	Gen  uint64
+}
+
+// cookieTag starts a layout-4 cookie value: names never hold a NUL byte,
+// so an older value (the bare name) never starts with it.
+const cookieTag = 0
+
+// CookieValue encodes e (Full is implied) as a cookie index value: the tag
+// byte, the inode number and generation as uvarints, the type byte, then
+// the name.
+func CookieValue(e CookieEntry) []byte {
+	b := make([]byte, 0, 1+2*binary.MaxVarintLen64+1+len(e.Name))
+	b = append(b, cookieTag)
+	b = binary.AppendUvarint(b, e.Ino)
+	b = binary.AppendUvarint(b, e.Gen)
+	b = append(b, e.Type)
+	return append(b, e.Name...)
+}
+
+// ParseCookieValue decodes a cookie index value of either form.
+func ParseCookieValue(b []byte) (CookieEntry, error) {
+	if len(b) == 0 {
+		return CookieEntry{}, fmt.Errorf("%w: empty cookie value", ErrCorrupt)
+	}
+	if b[0] != cookieTag {
+		return CookieEntry{Name: string(b)}, nil
+	}
+	ino, n := binary.Uvarint(b[1:])
+	if n <= 0 {
+		return CookieEntry{}, fmt.Errorf("%w: cookie value %x: bad inode number", ErrCorrupt, b)
+	}
+	rest := b[1+n:]
+	gen, n := binary.Uvarint(rest)
+	if n <= 0 || len(rest) < n+2 {
+		return CookieEntry{}, fmt.Errorf("%w: cookie value %x: bad generation or no name", ErrCorrupt, b)
+	}
+	e := CookieEntry{Name: string(rest[n+1:]), Full: true, Ino: ino, Type: rest[n], Gen: gen}
+	if e.Ino == 0 || e.Type < 1 || e.Type > 7 {
+		return CookieEntry{}, fmt.Errorf("%w: cookie value %x: inode %d type %d", ErrCorrupt, b, e.Ino, e.Type)
+	}
+	return e, nil
+}

@@ -285,14 +285,19 @@ func (c *compound) readdir(a *nfsv4.Readdir4args) (nfsv4.NfsResop4, nfsv4.Nfssta
 	if dircount == 0 {
 		dircount = maxcount
 	}
+	// Inode number, type and (for the file handle) generation come with
+	// the entry (fs.DirEntry): the engine reads no inode for them.
 	withAttr := false
 	forEachBit(a.AttrRequest, func(bit uint32) bool {
-		if bit != nfsv4.FATTR4_FILEID && bit != nfsv4.FATTR4_MOUNTED_ON_FILEID && bit != nfsv4.FATTR4_RDATTR_ERROR {
-			withAttr = true
-			return false
+		switch bit {
+		case nfsv4.FATTR4_FILEID, nfsv4.FATTR4_MOUNTED_ON_FILEID, nfsv4.FATTR4_RDATTR_ERROR, nfsv4.FATTR4_TYPE,
+			nfsv4.FATTR4_FILEHANDLE:
+			return true
 		}
-		return true
+		withAttr = true
+		return false
 	})
+	withGen := bmHas(a.AttrRequest, nfsv4.FATTR4_FILEHANDLE)
 	var sfs *fs.StatFS
 	if needsStatFS(a.AttrRequest) {
 		st, err := c.s.fs.StatFS(c.ctx)
@@ -311,7 +316,7 @@ func (c *compound) readdir(a *nfsv4.Readdir4args) (nfsv4.NfsResop4, nfsv4.Nfssta
 		batch := min(max(maxcount/64, 16), 1024)
 		var ents []fs.DirEntry
 		err := c.view(func(t *fs.Txn) (err error) {
-			ents, eof, err = t.ReadDir(c.ctx, c.cur.ino, fs.ReadDirRequest{Cookie: cookie, Limit: batch, WithAttr: withAttr})
+			ents, eof, err = t.ReadDir(c.ctx, c.cur.ino, fs.ReadDirRequest{Cookie: cookie, Limit: batch, WithAttr: withAttr, WithGen: withGen})
 			return err
 		})
 		if err != nil {
@@ -319,7 +324,7 @@ func (c *compound) readdir(a *nfsv4.Readdir4args) (nfsv4.NfsResop4, nfsv4.Nfssta
 		}
 		for i := range ents {
 			e := &ents[i]
-			attr := fs.Attr{Ino: e.Ino, Type: e.Type}
+			attr := fs.Attr{Ino: e.Ino, Type: e.Type, Gen: e.Gen}
 			if e.Attr != nil {
 				attr = *e.Attr
 			}
