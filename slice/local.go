@@ -152,8 +152,12 @@ func (o *LocalOptions) withDefaults() LocalOptions {
 
 // LocalStats are cumulative counters of a Local store.
 type LocalStats struct {
-	Puts, PutBytes   uint64
-	DirectPuts       uint64 // puts written with O_DIRECT
+	Puts, PutBytes uint64
+	DirectPuts     uint64 // puts written with O_DIRECT
+	// UnstagedPuts counts the direct puts written straight from the
+	// caller's buffer (4 KiB-aligned, a multiple of 4 KiB long), without a
+	// staging copy; they are also in DirectPuts.
+	UnstagedPuts     uint64
 	DirectInFlight   uint64 // direct writes started and not yet returned (a gauge, not cumulative)
 	Syncs            uint64 // Sync calls
 	Fsyncs           uint64 // SyncData calls on backing files
@@ -171,6 +175,7 @@ type LocalStats struct {
 type localStats struct {
 	puts, putBytes   atomic.Uint64
 	directPuts       atomic.Uint64
+	unstagedPuts     atomic.Uint64
 	syncs, fsyncs    atomic.Uint64
 	reads, readBytes atomic.Uint64
 	corrupt          atomic.Uint64
@@ -456,7 +461,7 @@ func (l *Local) Stats() LocalStats {
 		b.dmu.Unlock()
 	}
 	return LocalStats{
-		Puts: s.puts.Load(), PutBytes: s.putBytes.Load(), DirectPuts: s.directPuts.Load(), DirectInFlight: inflight,
+		Puts: s.puts.Load(), PutBytes: s.putBytes.Load(), DirectPuts: s.directPuts.Load(), UnstagedPuts: s.unstagedPuts.Load(), DirectInFlight: inflight,
 		Syncs: s.syncs.Load(), Fsyncs: s.fsyncs.Load(),
 		Reads: s.reads.Load(), ReadBytes: s.readBytes.Load(),
 		Corrupt: s.corrupt.Load(),
@@ -582,12 +587,26 @@ const maxDirectInflight = 16
 // but not the file, which a failed fdatasync would (that one may have
 // dropped dirty pages of other puts; a failed direct write wrote nothing
 // else); a refused one is redone buffered at the same offset.
+//
+// Data that is already 4 KiB-aligned in memory and a multiple of 4 KiB
+// long (isAligned) is not staged: it is written straight from the
+// caller's buffer, synchronously like the probe (the caller may reuse the
+// buffer once Put returns), with its CRC computed in a separate pass. A
+// failed write then fails the Put itself; a refused one falls back to a
+// buffered put as at the probe.
 func (l *Local) appendDirect(b *backing, data []byte) (off uint64, crc uint32, refused bool, err error) {
-	ab := l.getStaging()
+	var ab *[]byte // the staging buffer; nil: writing from data itself
+	var buf []byte
 	n := alignUp(uint64(len(data)))
-	buf := (*ab)[:n]
-	crc = copyChecksum(buf, data)
-	clear(buf[len(data):])
+	if isAligned(data) {
+		buf = data
+		crc = Checksum(data)
+	} else {
+		ab = l.getStaging()
+		buf = (*ab)[:n]
+		crc = copyChecksum(buf, data)
+		clear(buf[len(data):])
+	}
 	b.mu.Lock()
 	off, reused := l.takeReuse(b, n)
 	if !reused {
@@ -611,13 +630,18 @@ func (l *Local) appendDirect(b *backing, data []byte) (off uint64, crc uint32, r
 		b.dmu.writes = slices.DeleteFunc(b.dmu.writes, func(x *directWrite) bool { return x == w })
 		b.dmu.Unlock()
 		close(w.done)
-		l.directBufs <- ab
+		if ab != nil {
+			l.directBufs <- ab
+		}
 	}
-	if !b.directOK.Load() {
+	if ab == nil || !b.directOK.Load() {
 		defer finish()
 		err := writeDirect(b.dfd, buf, off)
 		if err == nil {
 			b.directOK.Store(true)
+			if ab == nil {
+				l.stats.unstagedPuts.Add(1)
+			}
 		}
 		return off, crc, err != nil && directRefused(err), err
 	}
