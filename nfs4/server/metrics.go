@@ -19,6 +19,11 @@ type metrics struct {
 	// (dirlocks.go): event wait (a run waited and got the lock), timeout
 	// (it went on without), split (a run committed early to take it).
 	dirLocks *prometheus.CounterVec
+	// writeAligned counts WRITEs of at least alignPayloadMin bytes by
+	// whether their data arrived 4 KiB-aligned in the request record
+	// (result hit or miss; see notePayload).
+	writeAligned         *prometheus.CounterVec
+	alignHits, alignMiss prometheus.Counter
 
 	// byOp caches the per-operation children of ops and opLatency for
 	// the standard operations, indexed by opcode (label lookups hash
@@ -96,10 +101,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "txnfs", Subsystem: "nfs4", Name: "dir_lock_total",
 			Help: "Directory-lock contention of grouped plain-compound runs (wait, timeout, split).",
 		}, []string{"event"}),
+		writeAligned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "txnfs", Subsystem: "nfs4", Name: "write_payload_aligned_total",
+			Help: "WRITEs of at least 64 KiB by whether their data arrived 4 KiB-aligned in the request buffer (hit: the slice store writes it without a staging copy).",
+		}, []string{"result"}),
 	}
+	m.alignHits, m.alignMiss = m.writeAligned.WithLabelValues("hit"), m.writeAligned.WithLabelValues("miss")
 	m.plain, m.txn, m.join = m.compounds.WithLabelValues("plain"), m.compounds.WithLabelValues("txn"), m.compounds.WithLabelValues("join")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.ops, m.opLatency, m.compounds, m.txns, m.dirLocks} {
+		for _, c := range []prometheus.Collector{m.ops, m.opLatency, m.compounds, m.txns, m.dirLocks, m.writeAligned} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

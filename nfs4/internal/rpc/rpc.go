@@ -48,8 +48,10 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
 
@@ -82,7 +84,39 @@ type Call struct {
 	Conn uint64
 
 	release func()
-	reuse   bool // ReuseArgs was called
+	reuse   bool   // ReuseArgs was called
+	rec     []byte // the whole record Args lies in (see AlignPayload)
+	cn      *conn  // the connection, nil for a Call not from a Server
+}
+
+// PayloadAlign is the memory alignment AlignPayload arranges: what an
+// O_DIRECT write needs (the slice store writes such a payload straight
+// from the record, without a staging copy).
+const PayloadAlign = 4096
+
+// alignMinRecord: records shorter than this are never shifted for
+// alignment (a small record gains nothing and would take a larger pool
+// class).
+const alignMinRecord = 64 << 10
+
+// AlignPayload reports whether p, a part of Args (e.g. a WRITE's data),
+// starts PayloadAlign-aligned in memory, and asks the connection to place
+// its later records of at least 64 KiB so that the byte at p's offset in
+// this record is aligned: clients repeat the layout of their WRITE
+// compounds (same tag, file handle length and operations), so the next
+// WRITE's payload then lands aligned without a copy. A record of another
+// layout is simply read at a shifted start, which costs nothing. Safe to
+// call from the handler's goroutine; p outside Args is ignored.
+func (c *Call) AlignPayload(p []byte) bool {
+	aligned := len(p) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(p)))%PayloadAlign == 0
+	if c.cn == nil || len(p) == 0 || len(c.rec) == 0 {
+		return aligned
+	}
+	off := uintptr(unsafe.Pointer(unsafe.SliceData(p))) - uintptr(unsafe.Pointer(unsafe.SliceData(c.rec)))
+	if off < uintptr(len(c.rec)) {
+		c.cn.alignOff.Store(int64(off) + 1)
+	}
+	return aligned
 }
 
 // ReuseArgs tells the server that the handler keeps no reference to
@@ -303,6 +337,11 @@ type conn struct {
 	wmu      sync.Mutex // serializes reply writes
 	wbuf     []byte     // guarded by wmu: small replies are assembled here
 	deadline time.Time  // guarded by wmu: the write deadline set last
+
+	// alignOff is 1 + the record offset that records of at least
+	// alignMinRecord bytes are placed to make PayloadAlign-aligned in
+	// memory (set by Call.AlignPayload), or 0 for none.
+	alignOff atomic.Int64
 }
 
 // ErrRecordTooLarge is returned by ReadRecord when a record exceeds the cap.
@@ -375,13 +414,21 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 // worker that keeps the connection wakes nobody).
 func (cn *conn) worker(ctx context.Context) {
 	defer cn.wg.Done()
+	// base is the pooled buffer the record being read lies in (or was
+	// read into before a later fragment grew it elsewhere).
+	var base []byte
+	get := func(n int) []byte {
+		var rec []byte
+		rec, base = cn.recordBuffer(n)
+		return rec
+	}
 	cn.rmu.Lock()
 	for {
 		if cn.rerr != nil {
 			cn.rmu.Unlock()
 			return
 		}
-		rec, err := readRecord(cn.rd, cn.srv.cfg.MaxRecord, getRecord)
+		rec, err := readRecord(cn.rd, cn.srv.cfg.MaxRecord, get)
 		if err != nil {
 			cn.rerr = err
 			cn.rmu.Unlock()
@@ -412,20 +459,22 @@ func (cn *conn) worker(ctx context.Context) {
 			release() // a pipelined request is already waiting
 		}
 
+		recBase := base
 		call, rep, ok := cn.srv.decodeCall(rec)
 		switch {
 		case !ok: // not even an xid: drop
-			putRecord(rec)
+			putRecord(recBase)
 		case rep != nil:
 			cn.writeReply(call.Xid, rep)
-			putRecord(rec)
+			putRecord(recBase)
 		default:
 			call.Conn = cn.id
 			call.release = release
+			call.rec, call.cn = rec, cn
 			rep := cn.srv.handle(ctx, call)
 			cn.writeReply(call.Xid, &rep)
 			if call.reuse {
-				putRecord(rec)
+				putRecord(recBase)
 			}
 		}
 		cn.mu.Lock()
@@ -724,6 +773,24 @@ var records = bufpool.New(minPooled, maxPooled)
 // getRecord returns a buffer of length n, pooled if n is small enough
 // (contents undefined).
 func getRecord(n int) []byte { return *records.Get(n) }
+
+// recordBuffer returns a buffer of length n for a record's first fragment:
+// a pooled one, and, when the connection asked for alignment
+// (Call.AlignPayload) and n is at least alignMinRecord, a slice of a
+// pooled one PayloadAlign-1 bytes larger whose start is shifted so that
+// the byte at the asked offset is PayloadAlign-aligned. base is the pooled
+// buffer, which putRecord takes back once the record is no longer used.
+func (cn *conn) recordBuffer(n int) (rec, base []byte) {
+	off := cn.alignOff.Load() - 1
+	if off < 0 || n < alignMinRecord || off >= int64(n) {
+		b := getRecord(n)
+		return b, b
+	}
+	b := getRecord(n + PayloadAlign - 1)
+	addr := uintptr(unsafe.Pointer(unsafe.SliceData(b))) + uintptr(off)
+	shift := int((PayloadAlign - addr%PayloadAlign) % PayloadAlign)
+	return b[shift : shift+n], b
+}
 
 // putRecord returns a record's buffer to its pool if it came from one
 // (its capacity is exactly a class size).
