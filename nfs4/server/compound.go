@@ -203,16 +203,26 @@ const alignPayloadMin = 64 << 10
 // the request record (then the slice store's direct put writes it
 // straight from there, without a staging copy: ENGINE-REQUESTS 15) and
 // asks the connection to place its next records so that data at this
-// offset is aligned (rpc.Call.AlignPayload).
-func (s *Server) notePayload(call *rpc.Call, data []byte) {
+// offset is aligned (rpc.Call.AlignPayload) if learn is set: only for the
+// first large WRITE of a compound, whose offset depends only on what
+// precedes it (the next ones follow 1 MiB + 36 bytes later and cannot all
+// be aligned without a copy). It reports whether data was large.
+func (s *Server) notePayload(call *rpc.Call, data []byte, learn bool) bool {
 	if len(data) < alignPayloadMin {
-		return
+		return false
 	}
-	if call.AlignPayload(data) {
+	var aligned bool
+	if learn {
+		aligned = call.AlignPayload(data)
+	} else {
+		aligned = rpc.Aligned(data)
+	}
+	if aligned {
 		s.met.alignHits.Inc()
 	} else {
 		s.met.alignMiss.Inc()
 	}
+	return true
 }
 
 func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
@@ -241,6 +251,7 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 		return encodeCompound(st, tag, nil, nil), true
 	}
 	ops := make([]decodedOp, 0, min(n, 64))
+	learnt := false // a large WRITE's payload offset was passed to the connection
 	for i := uint32(0); i < n; i++ {
 		if r.Len() < 4 {
 			return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
@@ -288,7 +299,7 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
 			}
 			if w, ok := arg.(*nfsv4.NfsArgop4_OP_WRITE); ok {
-				s.notePayload(call, w.Opwrite.Data)
+				learnt = s.notePayload(call, w.Opwrite.Data, !learnt) || learnt
 			}
 			ops = append(ops, decodedOp{code: code, arg: arg})
 			continue

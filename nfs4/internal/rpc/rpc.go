@@ -94,6 +94,12 @@ type Call struct {
 // from the record, without a staging copy).
 const PayloadAlign = 4096
 
+// Aligned reports whether p is non-empty and starts PayloadAlign-aligned
+// in memory.
+func Aligned(p []byte) bool {
+	return len(p) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(p)))%PayloadAlign == 0
+}
+
 // alignMinRecord: records shorter than this are never shifted for
 // alignment (a small record gains nothing and would take a larger pool
 // class).
@@ -108,7 +114,7 @@ const alignMinRecord = 64 << 10
 // layout is simply read at a shifted start, which costs nothing. Safe to
 // call from the handler's goroutine; p outside Args is ignored.
 func (c *Call) AlignPayload(p []byte) bool {
-	aligned := len(p) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(p)))%PayloadAlign == 0
+	aligned := Aligned(p)
 	if c.cn == nil || len(p) == 0 || len(c.rec) == 0 {
 		return aligned
 	}
