@@ -6,8 +6,11 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"testing"
+	"unsafe"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
+
+	"github.com/txnfs/txnfs/internal/hugepage"
 )
 
 // aligner's handler treats Args as a 4-byte header length h, h header
@@ -95,5 +98,44 @@ func TestAlignPayload(t *testing.T) {
 	cl := &Call{Args: b}
 	if cl.AlignPayload(b[1:]) || cl.AlignPayload(nil) {
 		t.Error("AlignPayload of an unaligned payload reported aligned")
+	}
+}
+
+// TestHugeRecords: records placed for alignment up to hugepage.Size come
+// from the huge-record free list, which putRecord refills (bounded), and
+// other records still go to the size-class pool.
+func TestHugeRecords(t *testing.T) {
+	cn := &conn{}
+	cn.alignOff.Store(145)
+	rec, base := cn.recordBuffer(1<<20 + 200)
+	if len(rec) != 1<<20+200 || cap(base) != hugepage.Size || !Aligned(rec[144:]) {
+		t.Fatalf("aligned record: len %d, base cap %d, payload aligned %v", len(rec), cap(base), Aligned(rec[144:]))
+	}
+	if uintptr(unsafe.Pointer(&base[0]))%hugepage.Size != 0 {
+		t.Fatal("huge record not on a huge-page boundary")
+	}
+	for len(hugeRecords) > 0 { // start from an empty list
+		<-hugeRecords
+	}
+	putRecord(base)
+	if len(hugeRecords) != 1 {
+		t.Fatalf("huge record not kept: %d free", len(hugeRecords))
+	}
+	if got := getHugeRecord(); &got[0] != &base[0] {
+		t.Error("getHugeRecord did not return the freed huge record")
+	}
+	for range maxHugeRecords + 3 {
+		putRecord(hugepage.Aligned(hugepage.Size))
+	}
+	if len(hugeRecords) != maxHugeRecords {
+		t.Errorf("%d huge records kept, want the bound %d", len(hugeRecords), maxHugeRecords)
+	}
+	// Too large for a huge record, or no alignment asked: pooled classes.
+	if _, base := cn.recordBuffer(hugepage.Size); cap(base) == hugepage.Size {
+		t.Error("a record of hugepage.Size bytes placed in a huge record (no room to shift)")
+	}
+	cn.alignOff.Store(0)
+	if rec, base := cn.recordBuffer(1 << 20); &rec[0] != &base[0] {
+		t.Error("record shifted without an alignment request")
 	}
 }
