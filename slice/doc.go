@@ -79,7 +79,17 @@
 // log write then stopped the whole store. One
 // refused with EINVAL at the probe falls back to a buffered put, and later
 // is redone buffered at the same offset; either way the file takes
-// buffered writes from then on. A file system that refuses O_DIRECT at
+// buffered writes from then on.
+//
+// Data already 4 KiB-aligned in memory and a multiple of 4 KiB long (an
+// NFS WRITE's payload, which the server places so in its request record)
+// is not staged: Put writes it with O_DIRECT straight from the caller's
+// buffer, synchronously (the caller may reuse the buffer once Put
+// returns), with the CRC32C computed in a separate pass
+// (LocalStats.UnstagedPuts). Such a write is placed and tracked like a
+// staged one (reuse pool, dirty ranges, in-flight list for concurrent
+// Syncs); a failure fails the Put itself, as at the probe, and EINVAL
+// falls back to a buffered put. A file system that refuses O_DIRECT at
 // open gets buffered writes; other FSes (MemFS, errorfs wrappers, whose Fd
 // passes through) never go direct.
 //

@@ -822,10 +822,10 @@ func putRecord(rec []byte) {
 // alignment (recordBuffer). Their payload goes to disk with O_DIRECT
 // straight from the record, and an O_DIRECT write of a buffer on one huge
 // page pins one page instead of 256 (see internal/hugepage; measured: a
-// 1 MiB FILE_SYNC WRITE from one client written from a small-page record
-// cost 1-7% more server CPU than with the staging copy into the slice
-// store's huge-page buffer; from a huge record, 4-11% less: see
-// docs/nfs-server.md "Aligned WRITE payloads"). They
+// 1 MiB WRITE written from a small-page record cost 0-10% more server CPU
+// than with the slice store's staging copy into its huge-page buffer, and
+// from a huge record 3-19% less: docs/nfs-server.md, "Session 6, brief
+// A"). They
 // are kept for the process's life (a sync.Pool would drop them at every
 // GC, and a fresh one costs its page faults and a collapse), at most
 // maxHugeRecords of them (32 MiB); more in use at once are allocated and
