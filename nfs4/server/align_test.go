@@ -8,9 +8,11 @@ import (
 	"testing"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txnfs/txnfs/nfs4/client"
+	"github.com/txnfs/txnfs/nfs4/internal/testclient"
 	"github.com/txnfs/txnfs/nfs4/server"
 )
 
@@ -144,5 +146,74 @@ func TestWritePayloadAlignedClient(t *testing.T) {
 	t.Logf("aligned WRITE payloads: %v hits, %v misses", hit, miss)
 	if hit+miss != n || miss > 1 {
 		t.Errorf("aligned WRITE payloads: %v hits, %v misses; want %d WRITEs, at most 1 miss", hit, miss, n)
+	}
+}
+
+// TestAlignedGarbage: on a connection that learnt a WRITE layout (so its
+// large records are read at a shifted start), large random COMPOUND
+// arguments and WRITEs cut short are answered GARBAGE_ARGS or with a
+// COMPOUND reply that decodes (BADXDR), and the connection then still
+// serves an aligned WRITE. Randomized: the seed is logged.
+func TestAlignedGarbage(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	ts := startServerDir(t, t.TempDir(), func(c *server.Config) { c.Registry = reg })
+	c := ts.session(t, 1, "garbage")
+	fh := writeFile(t, c, "f", []byte("x"))
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	okT(t)(c.Compound(putfh(fh), write(anon, 0, data))) // learns the layout
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 0))
+	full := testclient.EncodeCompound(1, false, []nfsv4.NfsArgop4{c.SequenceOp(c.Seq + 1), putfh(fh), write(anon, 0, data)})
+	for i := range 12 {
+		var args []byte
+		switch i % 3 {
+		case 0: // random bytes
+			args = make([]byte, 64<<10+r.IntN(1<<20))
+			for j := range args {
+				args[j] = byte(r.Uint32())
+			}
+		case 1: // a WRITE cut short
+			args = full[:len(full)-1-r.IntN(1<<19)]
+		default: // a WRITE whose bytes after the header are flipped at random
+			args = bytes.Clone(full)
+			for range 8 {
+				args[r.IntN(200)] ^= byte(1 + r.IntN(255))
+			}
+		}
+		rr, err := c.CallRaw(nfsv4.NFS4_PROGRAM_PROGRAM_NUMBER, 4, 1, args)
+		if err != nil {
+			t.Fatalf("case %d: %v (the server must answer, not drop the connection)", i, err)
+		}
+		body, ok := rr.Msg.Body.(*rpcv2.RpcMsgBody_REPLY)
+		if !ok {
+			t.Fatalf("case %d: not a reply", i)
+		}
+		acc, ok := body.Rbody.(*rpcv2.ReplyBody_MSG_ACCEPTED)
+		if !ok {
+			t.Fatalf("case %d: call denied", i)
+		}
+		switch acc.Areply.ReplyData.GetStat() {
+		case rpcv2.GARBAGE_ARGS:
+		case rpcv2.SUCCESS:
+			if _, err := testclient.DecodeCompound(rr.Body); err != nil {
+				t.Fatalf("case %d: reply does not decode: %v", i, err)
+			}
+		default:
+			t.Fatalf("case %d: accept stat %d", i, acc.Areply.ReplyData.GetStat())
+		}
+	}
+	// The session's slot may have moved on with a garbage SEQUENCE that
+	// decoded: a fresh session on a fresh connection learns again.
+	hit, _ := alignedWrites(t, reg)
+	c2 := ts.session(t, 1, "after")
+	okT(t)(c2.Compound(putfh(fh), write(anon, 0, data)))
+	okT(t)(c2.Compound(putfh(fh), write(anon, 0, data)))
+	if h, _ := alignedWrites(t, reg); h <= hit {
+		t.Error("no aligned WRITE after the garbage")
+	}
+	d, _ := readData(t, okT(t)(c2.Compound(putfh(fh), read(anon, 0, 1<<20))).Results[1])
+	if !bytes.Equal(d, data) {
+		t.Fatal("file differs after the garbage")
 	}
 }
