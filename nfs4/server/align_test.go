@@ -160,7 +160,7 @@ func TestAlignedGarbage(t *testing.T) {
 	c := ts.session(t, 1, "garbage")
 	fh := writeFile(t, c, "f", []byte("x"))
 	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
-	okT(t)(c.Compound(putfh(fh), write(anon, 0, data))) // learns the layout
+	okT(t)(c.Compound(putfh(fh), write(anon, 0, data)))     // learns the layout
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 0))
