@@ -101,41 +101,49 @@ func TestAlignPayload(t *testing.T) {
 	}
 }
 
-// TestHugeRecords: records placed for alignment up to hugepage.Size come
-// from the huge-record free list, which putRecord refills (bounded), and
-// other records still go to the size-class pool.
+// TestHugeRecords: records placed for alignment come from the huge
+// records (on a huge-page boundary), which putRecord takes back; when all
+// maxHugeRecords are in use, and for records too large for one or with no
+// alignment asked, records are read unshifted from the size-class pool.
 func TestHugeRecords(t *testing.T) {
+	// Take every huge record, so the test knows the state.
+	var held [][]byte
+	for {
+		b, ok := getHugeRecord()
+		if !ok {
+			break
+		}
+		held = append(held, b)
+	}
+	if len(held) != maxHugeRecords || int(hugeMade.Load()) != maxHugeRecords {
+		t.Fatalf("%d huge records taken, %d made; want %d", len(held), hugeMade.Load(), maxHugeRecords)
+	}
 	cn := &conn{}
 	cn.alignOff.Store(145)
+	if rec, base := cn.recordBuffer(1<<20 + 200); &rec[0] != &base[0] || cap(base) == hugeCap {
+		t.Error("all huge records in use: record not read unshifted from the pool")
+	}
+	putRecord(held[0])
 	rec, base := cn.recordBuffer(1<<20 + 200)
-	if len(rec) != 1<<20+200 || cap(base) != hugepage.Size || !Aligned(rec[144:]) {
+	if len(rec) != 1<<20+200 || cap(base) != hugeCap || &base[0] != &held[0][0] || !Aligned(rec[144:]) {
 		t.Fatalf("aligned record: len %d, base cap %d, payload aligned %v", len(rec), cap(base), Aligned(rec[144:]))
 	}
 	if uintptr(unsafe.Pointer(&base[0]))%hugepage.Size != 0 {
 		t.Fatal("huge record not on a huge-page boundary")
 	}
-	for len(hugeRecords) > 0 { // start from an empty list
-		<-hugeRecords
-	}
-	putRecord(base)
-	if len(hugeRecords) != 1 {
-		t.Fatalf("huge record not kept: %d free", len(hugeRecords))
-	}
-	if got := getHugeRecord(); &got[0] != &base[0] {
-		t.Error("getHugeRecord did not return the freed huge record")
-	}
-	for range maxHugeRecords + 3 {
-		putRecord(hugepage.Aligned(hugepage.Size))
+	held[0] = base
+	// Too large for a huge record, or no alignment asked: unshifted.
+	for _, held := range held {
+		putRecord(held)
 	}
 	if len(hugeRecords) != maxHugeRecords {
-		t.Errorf("%d huge records kept, want the bound %d", len(hugeRecords), maxHugeRecords)
+		t.Fatalf("%d huge records free, want %d", len(hugeRecords), maxHugeRecords)
 	}
-	// Too large for a huge record, or no alignment asked: pooled classes.
-	if _, base := cn.recordBuffer(hugepage.Size); cap(base) == hugepage.Size {
-		t.Error("a record of hugepage.Size bytes placed in a huge record (no room to shift)")
+	if rec, base := cn.recordBuffer(hugeCap); &rec[0] != &base[0] || cap(base) == hugeCap {
+		t.Error("a record too large to shift within a huge record was placed in one")
 	}
 	cn.alignOff.Store(0)
-	if rec, base := cn.recordBuffer(1 << 20); &rec[0] != &base[0] {
+	if rec, base := cn.recordBuffer(1 << 20); &rec[0] != &base[0] || cap(base) == hugeCap {
 		t.Error("record shifted without an alignment request")
 	}
 }

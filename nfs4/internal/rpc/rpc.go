@@ -782,64 +782,77 @@ var records = bufpool.New(minPooled, maxPooled)
 func getRecord(n int) []byte { return *records.Get(n) }
 
 // recordBuffer returns a buffer of length n for a record's first fragment:
-// a pooled one, and, when the connection asked for alignment
-// (Call.AlignPayload) and n is at least alignMinRecord, a slice of a
-// pooled one PayloadAlign-1 bytes larger whose start is shifted so that
-// the byte at the asked offset is PayloadAlign-aligned. base is the pooled
-// buffer, which putRecord takes back once the record is no longer used.
+// a pooled one, or, when the connection asked for alignment
+// (Call.AlignPayload), n is at least alignMinRecord and a huge record is
+// available and large enough, a slice of a huge record whose start is
+// shifted so that the byte at the asked offset is PayloadAlign-aligned.
+// base is the pooled buffer, which putRecord takes back once the record is
+// no longer used.
 func (cn *conn) recordBuffer(n int) (rec, base []byte) {
 	off := cn.alignOff.Load() - 1
-	if off < 0 || n < alignMinRecord || off >= int64(n) {
-		b := getRecord(n)
-		return b, b
+	if off >= 0 && n >= alignMinRecord && off < int64(n) && n+PayloadAlign-1 <= hugeCap {
+		if b, ok := getHugeRecord(); ok {
+			addr := uintptr(unsafe.Pointer(unsafe.SliceData(b))) + uintptr(off)
+			shift := int((PayloadAlign - addr%PayloadAlign) % PayloadAlign)
+			return b[shift : shift+n], b
+		}
 	}
-	var b []byte
-	if n+PayloadAlign-1 <= hugepage.Size {
-		b = getHugeRecord()
-	} else {
-		b = getRecord(n + PayloadAlign - 1)
-	}
-	addr := uintptr(unsafe.Pointer(unsafe.SliceData(b))) + uintptr(off)
-	shift := int((PayloadAlign - addr%PayloadAlign) % PayloadAlign)
-	return b[shift : shift+n], b
+	// No alignment: a payload on small pages is better copied into the
+	// slice store's huge-page staging buffer than written from there
+	// (see hugeRecords).
+	b := getRecord(n)
+	return b, b
 }
 
 // putRecord returns a record's buffer to its pool if it came from one
 // (its capacity is exactly a class size, or it is a huge record).
 func putRecord(rec []byte) {
-	if cap(rec) == hugepage.Size && uintptr(unsafe.Pointer(unsafe.SliceData(rec)))%hugepage.Size == 0 {
+	if cap(rec) == hugeCap {
 		select {
 		case hugeRecords <- rec[:cap(rec)]:
-		default: // enough kept: left to the garbage collector
+		default: // cannot happen: at most maxHugeRecords exist
+			hugeMade.Add(-1)
 		}
 		return
 	}
 	records.Put(&rec)
 }
 
-// hugeRecords are free huge records: hugepage.Size buffers on a
-// transparent huge page each, for the records a connection places for
-// alignment (recordBuffer). Their payload goes to disk with O_DIRECT
-// straight from the record, and an O_DIRECT write of a buffer on one huge
-// page pins one page instead of 256 (see internal/hugepage; measured: a
-// 1 MiB WRITE written from a small-page record cost 0-10% more server CPU
-// than with the slice store's staging copy into its huge-page buffer, and
-// from a huge record 3-19% less: docs/nfs-server.md, "Session 6, brief
-// A"). They
-// are kept for the process's life (a sync.Pool would drop them at every
-// GC, and a fresh one costs its page faults and a collapse), at most
-// maxHugeRecords of them (32 MiB); more in use at once are allocated and
-// left to the garbage collector.
+// hugeRecords are free huge records: buffers on one transparent huge page
+// each (hugeCap bytes), for the records a connection places for alignment
+// (recordBuffer). Their payload goes to disk with O_DIRECT straight from
+// the record, and an O_DIRECT write of a buffer on one huge page pins one
+// page instead of 256 (see internal/hugepage; measured: a 1 MiB WRITE
+// written from a small-page record cost 0-10% more server CPU than with
+// the slice store's staging copy into its huge-page buffer, and from a
+// huge record 3-19% less: docs/nfs-server.md, "Session 6, brief A"). At
+// most maxHugeRecords (32 MiB) are made, and kept for the process's life
+// (a sync.Pool would drop them at every GC, and a fresh one costs its page
+// faults and a collapse); when all are in use, records are read unshifted
+// into the ordinary pool (the slice store then stages the payload).
 var hugeRecords = make(chan []byte, maxHugeRecords)
+
+// hugeMade counts the huge records made (at most maxHugeRecords).
+var hugeMade atomic.Int32
 
 const maxHugeRecords = 16
 
-// getHugeRecord returns a free huge record (length hugepage.Size).
-func getHugeRecord() []byte {
+// hugeCap is a huge record's length and capacity: one byte short of a
+// huge page, so that no size class of records (powers of two) has it and
+// putRecord tells huge records apart by capacity alone.
+const hugeCap = hugepage.Size - 1
+
+// getHugeRecord returns a free huge record, making one if fewer than
+// maxHugeRecords exist; ok=false if all are in use.
+func getHugeRecord() (b []byte, ok bool) {
 	select {
 	case b := <-hugeRecords:
-		return b
+		return b, true
 	default:
-		return hugepage.Aligned(hugepage.Size)
 	}
+	if hugeMade.Add(1) <= maxHugeRecords {
+		return hugepage.Aligned(hugepage.Size)[:hugeCap:hugeCap], true
+	}
+	hugeMade.Add(-1)
+	return nil, false
 }
