@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
@@ -145,5 +146,30 @@ func TestHugeRecords(t *testing.T) {
 	cn.alignOff.Store(0)
 	if rec, base := cn.recordBuffer(1 << 20); &rec[0] != &base[0] || cap(base) == hugeCap {
 		t.Error("record shifted without an alignment request")
+	}
+}
+
+// TestHugeRecordsCutShort: a connection that learnt an aligned layout and
+// then hangs up in the middle of a large record gives its huge record
+// back (before, every such record was lost for good, and
+// maxHugeRecords clients hanging up mid-WRITE ended alignment for the
+// process).
+func TestHugeRecordsCutShort(t *testing.T) {
+	cred := rpcv2.OpaqueAuth{}
+	srv := Config{Handler: aligner{}}
+	for range 2 * maxHugeRecords {
+		c := serveAndDial(t, srv)
+		c.Write(call(1, 1, cred, alignArgs(100, 128<<10, 1))) // learns the layout
+		readReply(t, c)
+		msg := call(2, 1, cred, alignArgs(100, 1<<20, 2))
+		c.Write(msg[:len(msg)/2]) // a huge record is taken for it
+		c.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(hugeRecords) != int(hugeMade.Load()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d huge records made, %d free after every connection closed", hugeMade.Load(), len(hugeRecords))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

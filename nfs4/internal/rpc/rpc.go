@@ -435,8 +435,15 @@ func (cn *conn) worker(ctx context.Context) {
 			cn.rmu.Unlock()
 			return
 		}
+		base = nil
 		rec, err := readRecord(cn.rd, cn.srv.cfg.MaxRecord, get)
 		if err != nil {
+			if base != nil {
+				// A record cut short (the client went away): its buffer
+				// is nobody's. Huge records must come back, or a client
+				// that hangs up mid-record would use them all up.
+				putRecord(base)
+			}
 			cn.rerr = err
 			cn.rmu.Unlock()
 			cn.c.Close() // ends the reads of nobody else; writers fail fast
