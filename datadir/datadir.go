@@ -45,6 +45,10 @@ type Options struct {
 	// negative keeps no freed space for reuse, so the collector gives it
 	// all back to the OS (`txnfs gc`: the pool dies with the process).
 	SliceReuseMax int64
+	// SliceUnstaged sets slice.LocalOptions.Unstaged: aligned large puts
+	// are written from the caller's buffer, synchronously (for callers
+	// that wait for their writes anyway: txnfs serve).
+	SliceUnstaged bool
 	// LogBufferBytes bounds the metadata write-ahead-log bytes kept in
 	// process memory until a Sync (or synced commit) writes them out,
 	// after making the slices durable: 0 means DefaultLogBuffer, negative
@@ -80,7 +84,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		}
 	}
 	local, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: disk, Dir: filepath.Join(o.Dir, "slices"),
-		ReuseMin: o.SliceReuseMin, ReuseMax: o.SliceReuseMax, Logger: o.Logger.With("component", "slices")})
+		ReuseMin: o.SliceReuseMin, ReuseMax: o.SliceReuseMax, Unstaged: o.SliceUnstaged, Logger: o.Logger.With("component", "slices")})
 	if err != nil {
 		return nil, fmt.Errorf("datadir: opening slices: %w", err)
 	}

@@ -41,7 +41,21 @@ func openDirectLocal(t *testing.T, dir string, directMin int) *Local {
 // O_DIRECT.
 func openDirectOrSkip(t *testing.T, dir string) *Local {
 	t.Helper()
-	l := openDirectLocal(t, dir, 0)
+	return skipUnlessDirect(t, dir, openDirectLocal(t, dir, 0))
+}
+
+// openUnstagedOrSkip is openDirectOrSkip with LocalOptions.Unstaged.
+func openUnstagedOrSkip(t *testing.T, dir string) *Local {
+	t.Helper()
+	l, err := OpenLocal(context.Background(), LocalOptions{FS: vfs.Default, Dir: dir, Files: 1, Unstaged: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return skipUnlessDirect(t, dir, l)
+}
+
+func skipUnlessDirect(t *testing.T, dir string, l *Local) *Local {
+	t.Helper()
 	if l.writable[0].dfd < 0 {
 		l.Close()
 		t.Skipf("file system under %s refuses O_DIRECT", dir)

@@ -81,9 +81,9 @@
 // is redone buffered at the same offset; either way the file takes
 // buffered writes from then on.
 //
-// Data already 4 KiB-aligned in memory and a multiple of 4 KiB long (an
-// NFS WRITE's payload, which the server places so in its request record)
-// is not staged: Put writes it with O_DIRECT straight from the caller's
+// With LocalOptions.Unstaged (txnfs serve), data already 4 KiB-aligned in
+// memory and a multiple of 4 KiB long (an NFS WRITE's payload, which the
+// server places so in its request record) is not staged: Put writes it with O_DIRECT straight from the caller's
 // buffer, synchronously (the caller may reuse the buffer once Put
 // returns), with the CRC32C computed in a separate pass
 // (LocalStats.UnstagedPuts). Such a write is placed and tracked like a

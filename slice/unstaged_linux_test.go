@@ -35,7 +35,7 @@ func scribble(data []byte) {
 func TestDirectUnstaged(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	l := openDirectOrSkip(t, dir)
+	l := openUnstagedOrSkip(t, dir)
 	old := pwriteDirect
 	defer func() { pwriteDirect = old }()
 	// Staged puts write from background goroutines: the hook's state is
@@ -181,7 +181,7 @@ func boolInt(b bool) int {
 // successful put reads back.
 func TestDirectUnstagedFails(t *testing.T) {
 	ctx := context.Background()
-	l := openDirectOrSkip(t, t.TempDir())
+	l := openUnstagedOrSkip(t, t.TempDir())
 	defer l.Close()
 	a := alignedData(1, MaxSize)
 	pa, err := l.Put(ctx, 0, a) // the probe
@@ -250,5 +250,30 @@ func TestIsAligned(t *testing.T) {
 			t.Errorf("isAligned(offset %d, len %d) = %v, want %v",
 				uintptr(unsafe.Pointer(unsafe.SliceData(c.d)))-uintptr(unsafe.Pointer(&b[0])), len(c.d), got, c.want)
 		}
+	}
+}
+
+// TestDirectStagedByDefault: without LocalOptions.Unstaged, aligned data
+// is staged like any other (the put returns before its background write;
+// a FUSE mount relies on that overlap).
+func TestDirectStagedByDefault(t *testing.T) {
+	ctx := context.Background()
+	l := openDirectOrSkip(t, t.TempDir())
+	defer l.Close()
+	for i := range 3 { // the probe, then background writes
+		data := alignedData(uint64(i), MaxSize)
+		want := bytes.Clone(data)
+		p, err := l.Put(ctx, 0, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scribble(data)
+		if err := l.Sync(ctx, []Pointer{p}); err != nil {
+			t.Fatal(err)
+		}
+		mustGet(t, l, p, want)
+	}
+	if n := l.Stats().UnstagedPuts; n != 0 {
+		t.Errorf("%d unstaged puts without LocalOptions.Unstaged", n)
 	}
 }

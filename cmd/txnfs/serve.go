@@ -40,7 +40,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	tuneGC()
-	e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log})
+	e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log,
+		// Every WRITE reply waits for its data to be written: aligned
+		// payloads go to disk from the request record (no staging copy).
+		SliceUnstaged: true})
 	if err != nil {
 		return err
 	}
