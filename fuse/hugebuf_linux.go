@@ -14,8 +14,11 @@ import (
 	"github.com/txnfs/txnfs/internal/hugepage"
 )
 
-// hugeBuffers counts request buffers given huge pages (tests).
-var hugeBuffers atomic.Int64
+// hugeBuffers counts request buffers given huge pages, hugeTries the
+// buffers the hook advised, whether or not the kernel could collapse them
+// (MADV_COLLAPSE is best effort: it fails for a moment when memory is
+// fragmented or a region's other pages are busy) (tests).
+var hugeBuffers, hugeTries atomic.Int64
 
 // hugeReadBuffers makes go-fuse's request buffers (the ones the kernel
 // copies each WRITE's payload into) live on transparent huge pages, and
@@ -53,6 +56,7 @@ func hugeReadBuffers(srv *raw.Server, log *slog.Logger) bool {
 	pool.New = func() any {
 		v := orig()
 		if b, ok := v.([]byte); ok && cap(b) >= hugepage.Size/2 {
+			hugeTries.Add(1)
 			if hugepage.Advise(b[:cap(b)]) {
 				hugeBuffers.Add(1)
 			}

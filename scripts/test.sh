@@ -22,7 +22,16 @@ skipped=$(grep -cE '^\s*--- SKIP' "$log")
 if [ "$failed" -gt 0 ]; then
 	echo
 	echo "== failures (with the failing tests' output)"
-	grep -E -A 25 '^\s*--- FAIL' "$log" | grep -vE '^\s*--- (PASS|SKIP)|^=== ' | head -n 300
+	# go test -v streams a test's log lines before its "--- FAIL" line
+	# (between "=== RUN" and it); without -v they follow it. Print both.
+	awk '
+		/^=== RUN / { cur = $3; buf[cur] = ""; after = 0; next }
+		/^=== (PAUSE|CONT|NAME) / { cur = $3; after = 0; next }
+		/^[ \t]*--- FAIL: / { print; printf "%s", buf[$3]; after = 25; next }
+		/^[ \t]*--- (PASS|SKIP): / { after = 0; next }
+		after > 0 { print; after--; next }
+		cur != "" { buf[cur] = buf[cur] $0 "\n" }
+	' "$log" | head -n 300
 fi
 echo
 echo "== summary"
