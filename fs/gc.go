@@ -151,7 +151,7 @@ func (g *gcTracker) takeLate(epoch uint64) map[uint32]ranges {
 	}
 	g.late = kept
 	for id, rs := range out {
-		out[id] = rs.normalize()
+		out[id] = rs.Normalize()
 	}
 	return out
 }
@@ -234,13 +234,13 @@ func (f *FS) CollectGarbage(ctx context.Context) (GCReport, error) {
 	var next gcRecord
 	for _, b := range backings {
 		l := live[b.ID]
-		rep.LiveBytes += l.total()
+		rep.LiveBytes += l.Total()
 		fr := freed[b.ID]
-		cand := ranges{{Start: 0, End: b.Size}}.subtract(l).subtract(fr)
-		rep.CandidateBytes += cand.total()
+		cand := ranges{{Start: 0, End: b.Size}}.Subtract(l).Subtract(fr)
+		rep.CandidateBytes += cand.Total()
 		var released ranges
 		if canFree {
-			released = oldCand[b.ID].intersect(cand).subtract(late[b.ID])
+			released = oldCand[b.ID].Intersect(cand).Subtract(late[b.ID])
 			for _, r := range released {
 				punched, err := slice.Recycle(ctx, f.slices, w, b.ID, r.Start, r.End-r.Start)
 				if err != nil {
@@ -249,10 +249,10 @@ func (f *FS) CollectGarbage(ctx context.Context) (GCReport, error) {
 				rep.FreedBytes += r.End - r.Start
 				for _, p := range punched {
 					rep.PunchedBytes += p.End - p.Start
-					fr = fr.union(ranges{{Start: p.Start, End: p.End}})
+					fr = fr.Union(ranges{{Start: p.Start, End: p.End}})
 				}
 			}
-			cand = cand.subtract(released).subtract(fr)
+			cand = cand.Subtract(released).Subtract(fr)
 		}
 		var reused ranges
 		for _, r := range w.Reused(b.ID) {
@@ -261,9 +261,9 @@ func (f *FS) CollectGarbage(ctx context.Context) (GCReport, error) {
 		if len(reused) > 0 {
 			// Possibly a transaction's uncommitted slices (and, if they
 			// were in released, not recycled: Recycle skipped them).
-			reused = reused.normalize()
-			cand = cand.subtract(reused)
-			rep.FreedBytes -= released.intersect(reused).total()
+			reused = reused.Normalize()
+			cand = cand.Subtract(reused)
+			rep.FreedBytes -= released.Intersect(reused).Total()
 		}
 		if len(cand) > 0 {
 			next.Candidates = append(next.Candidates, backingRanges{ID: b.ID, Ranges: cand})
@@ -343,7 +343,7 @@ func (f *FS) liveRanges(ctx context.Context) (map[uint32]ranges, int, uint64, er
 		})
 	})
 	for id, rs := range live {
-		live[id] = rs.normalize()
+		live[id] = rs.Normalize()
 	}
 	return live, len(seen), epoch, err
 }

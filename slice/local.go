@@ -16,6 +16,8 @@ import (
 
 	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/txnfs/txnfs/internal/byterange"
 )
 
 // DefaultFiles is the number of backing files OpenLocal spreads Puts over
@@ -243,7 +245,7 @@ type backing struct {
 	// pool holds freed, block-aligned ranges still allocated and written,
 	// sorted and disjoint, which large puts take before appending (see
 	// reuse.go).
-	pool []Range
+	pool byterange.Set
 	// dfd is a second descriptor of the file opened with O_DIRECT, or -1
 	// (disabled, not an OS file, refused at open). Set at open, closed by
 	// Close.
@@ -814,7 +816,7 @@ func (l *Local) Sync(ctx context.Context, ptrs []Pointer) error {
 			i = len(targets) - 1
 		}
 		targets[i].upto = max(targets[i].upto, p.End())
-		targets[i].ranges = append(targets[i].ranges, Range{p.Offset, p.End()})
+		targets[i].ranges = append(targets[i].ranges, Range{Start: p.Offset, End: p.End()})
 	}
 	if err := l.syncTargets(ctx, targets); err != nil {
 		return err

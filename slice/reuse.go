@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/txnfs/txnfs/internal/byterange"
 )
 
 // Reuse of freed space (see "Reuse pool" in the package doc and
@@ -34,7 +36,7 @@ const DefaultReuseMin = 64 << 10
 const maxPoolRanges = 1 << 16
 
 // Range is the byte range [Start, End) of a backing file.
-type Range struct{ Start, End uint64 }
+type Range = byterange.Range
 
 // Recycler is a Store that can keep freed space for reuse (Local, and a
 // Cache over one). The garbage collector uses it through the package
@@ -110,7 +112,7 @@ func Recycle(ctx context.Context, s Store, w *ReuseWatch, id uint32, off, length
 	if length == 0 {
 		return nil, nil
 	}
-	return []Range{{off, off + length}}, nil
+	return byterange.Of(off, off+length), nil
 }
 
 // reusePool is a Local's store-wide reuse state. The ranges themselves
@@ -165,7 +167,7 @@ func (l *Local) takeReuse(b *backing, n uint64) (uint64, bool) {
 	l.reuse.mu.Lock()
 	l.reuse.bytes -= n
 	for w := range l.reuse.watches {
-		w.add(b.id, Range{off, off + n})
+		w.add(b.id, Range{Start: off, End: off + n})
 	}
 	l.reuse.mu.Unlock()
 	b.dmu.Lock()
@@ -186,7 +188,8 @@ func (l *Local) dropPool(b *backing, off, end uint64) {
 	if len(b.pool) == 0 || off >= end {
 		return
 	}
-	kept, removed := subtractRanges(b.pool, []Range{{off, end}})
+	kept := b.pool.Subtract(byterange.Of(off, end))
+	removed := b.pool.Total() - kept.Total()
 	b.pool = kept
 	if removed > 0 {
 		l.reuse.mu.Lock()
@@ -211,9 +214,9 @@ func (l *Local) Recycle(ctx context.Context, w *ReuseWatch, id uint32, off, leng
 	b.waitDirect(off, off+length)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	pieces := []Range{{off, off + length}}
+	pieces := byterange.Of(off, off+length)
 	if w != nil {
-		pieces, _ = subtractRanges(pieces, w.Reused(id))
+		pieces = pieces.Subtract(byterange.Set(w.Reused(id)).Normalize())
 	}
 	var punched []Range
 	for _, p := range pieces {
@@ -224,7 +227,7 @@ func (l *Local) Recycle(ctx context.Context, w *ReuseWatch, id uint32, off, leng
 				// left as it is (punching would only zero it).
 				continue
 			}
-			if l.poolAdd(b, Range{lo, hi}) {
+			if l.poolAdd(b, Range{Start: lo, End: hi}) {
 				// The partial blocks at the ends are left as
 				// they are too: they stay unreferenced, so the
 				// collector offers them again, and once the rest
@@ -251,74 +254,16 @@ func (l *Local) poolAdd(b *backing, r Range) bool {
 	if l.reuseMax <= 0 {
 		return false
 	}
-	fresh, _ := subtractRanges([]Range{r}, b.pool)
-	var add uint64
-	for _, f := range fresh {
-		add += f.End - f.Start
-	}
+	fresh := byterange.Set{r}.Subtract(b.pool)
+	add := fresh.Total()
 	l.reuse.mu.Lock()
 	defer l.reuse.mu.Unlock()
 	if l.reuse.bytes+add > uint64(l.reuseMax) || len(b.pool)+len(fresh) > maxPoolRanges {
 		return false
 	}
 	l.reuse.bytes += add
-	b.pool = unionRanges(b.pool, fresh)
+	b.pool = b.pool.Union(fresh)
 	return true
-}
-
-// subtractRanges returns a minus b (both lists of ranges, b in any order),
-// sorted, and the number of bytes removed.
-func subtractRanges(a, b []Range) ([]Range, uint64) {
-	out := slices.Clone(a)
-	var removed uint64
-	for _, x := range b {
-		next := out[:0:0]
-		for _, r := range out {
-			if x.End <= r.Start || r.End <= x.Start {
-				next = append(next, r)
-				continue
-			}
-			if r.Start < x.Start {
-				next = append(next, Range{r.Start, x.Start})
-			}
-			if x.End < r.End {
-				next = append(next, Range{x.End, r.End})
-			}
-			removed += min(r.End, x.End) - max(r.Start, x.Start)
-		}
-		out = next
-	}
-	slices.SortFunc(out, func(x, y Range) int { return compareU64(x.Start, y.Start) })
-	return out, removed
-}
-
-// unionRanges merges b into the sorted, disjoint list a, coalescing
-// adjacent ranges.
-func unionRanges(a, b []Range) []Range {
-	all := append(slices.Clone(a), b...)
-	slices.SortFunc(all, func(x, y Range) int { return compareU64(x.Start, y.Start) })
-	out := all[:0]
-	for _, r := range all {
-		if r.Start >= r.End {
-			continue
-		}
-		if n := len(out); n > 0 && r.Start <= out[n-1].End {
-			out[n-1].End = max(out[n-1].End, r.End)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-func compareU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // dirtyWrite is a put into reused space (below the file's synced
