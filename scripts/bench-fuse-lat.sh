@@ -11,8 +11,8 @@
 #
 # Environment: BINS (space-separated txnfs binaries, one mount each, a
 # binary may be named twice; default: one built from this tree),
-# MOUNTFLAGS0, MOUNTFLAGS1, ... (extra `txnfs mount` flags of the N-th
-# mount), BURSTS (default 60), PER (calls per burst, default 16), BS
+# MOUNTFLAGS (extra `txnfs mount` flags of every mount), MOUNTFLAGS0,
+# MOUNTFLAGS1, ... (of the N-th mount), PROFILE=1 (--cpuprofile of each mount), BURSTS (default 60), PER (calls per burst, default 16), BS
 # (bytes per write, default 1048576; MiB/s is computed from it),
 # NOFSYNC=1 (write(2) only). Data directories are removed at exit.
 set -euo pipefail
@@ -23,25 +23,9 @@ if [[ -z "${BINS:-}" ]]; then
 	go build -o "$work/txnfs" ./cmd/txnfs
 	BINS="$work/txnfs"
 fi
-dirs=("$work/local")
-mnts=()
-i=0
-for b in $BINS; do
-	mkdir -p "$work/mnt$i"
-	eval "extra=\${MOUNTFLAGS$i:-}"
-	# shellcheck disable=SC2086
-	"$b" mount --background --log "$work/mount$i.log" $extra --data "$work/data$i" "$work/mnt$i"
-	mnts+=("$work/mnt$i")
-	dirs+=("$work/mnt$i")
-	i=$((i + 1))
-done
-cleanup() {
-	for m in "${mnts[@]}"; do
-		"${BINS%% *}" umount "$m" 2>/dev/null || "${BINS%% *}" umount --force "$m" 2>/dev/null || true
-	done
-	rm -rf "$work"/data[0-9]* "$work/local"
-}
-trap cleanup EXIT
+. scripts/bench-fuse-lib.sh
+mount_bins
+dirs=("$work/local" "${mnts[@]}")
 
 echo "uptime before: $(uptime)"
 python3 - "${dirs[@]}" <<'PY'

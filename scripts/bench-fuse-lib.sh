@@ -1,5 +1,5 @@
-# Common parts of scripts/bench-fuse.sh, bench-fuse-remote.sh and
-# bench-fuse-write.sh; sourced. Needs $work (scratch directory) and
+# Common parts of scripts/bench-fuse.sh, bench-fuse-remote.sh,
+# bench-fuse-write.sh and bench-fuse-lat.sh; sourced. Needs $work (scratch directory) and
 # $SIZE (fio file size); fio_jobs also $RUNTIME.
 
 # runfio JOB-NAME DIR fio-args... -> prints "MiB/s IOPS" of the job (its
@@ -47,4 +47,35 @@ for op, fn in (("create", lambda p: os.close(os.open(p, os.O_CREAT | os.O_WRONLY
         fn(p)
     print("%s %.0f" % (op, n / (time.perf_counter() - t)))
 PY
+}
+
+# mount_bins: mounts every binary of $BINS (space-separated; one may be
+# named twice) on a fresh data directory $work/dataN at $work/mntN, with
+# $MOUNTFLAGS and the N-th mount's $MOUNTFLAGSN, and with PROFILE=1 a CPU
+# profile into $work/cpu.N.pprof (written at unmount); the mountpoints go
+# to the array mnts. An EXIT trap unmounts them and removes the data
+# directories and $work/local, unless KEEP_DATA is set (a run once filled
+# / with 48 GB).
+mount_bins() {
+	mnts=()
+	local i=0 b extra prof
+	for b in $BINS; do
+		mkdir -p "$work/mnt$i"
+		prof=()
+		[[ -n "${PROFILE:-}" ]] && prof=(--cpuprofile "$work/cpu.$i.pprof")
+		eval "extra=\${MOUNTFLAGS$i:-}"
+		# shellcheck disable=SC2086
+		"$b" mount --background --log "$work/mount$i.log" "${prof[@]}" ${MOUNTFLAGS:-} $extra --data "$work/data$i" "$work/mnt$i"
+		mnts+=("$work/mnt$i")
+		i=$((i + 1))
+	done
+	trap unmount_bins EXIT
+}
+
+unmount_bins() {
+	local m
+	for m in "${mnts[@]}"; do
+		"${BINS%% *}" umount "$m" 2>/dev/null || "${BINS%% *}" umount --force "$m" 2>/dev/null || true
+	done
+	[[ -n "${KEEP_DATA:-}" ]] || rm -rf "$work"/data[0-9]* "$work/local"
 }

@@ -31,27 +31,7 @@ if [[ -z "${BINS:-}" ]]; then
 	go build -o "$work/txnfs" ./cmd/txnfs
 	BINS="$work/txnfs"
 fi
-mnts=()
-i=0
-for b in $BINS; do
-	mkdir -p "$work/mnt$i"
-	prof=()
-	[[ -n "${PROFILE:-}" ]] && prof=(--cpuprofile "$work/cpu.$i.pprof")
-	eval "extra=\${MOUNTFLAGS$i:-}"
-	# shellcheck disable=SC2086
-	"$b" mount --background --log "$work/mount$i.log" "${prof[@]}" ${MOUNTFLAGS:-} $extra --data "$work/data$i" "$work/mnt$i"
-	mnts+=("$work/mnt$i")
-	i=$((i + 1))
-done
-cleanup() {
-	for m in "${mnts[@]}"; do
-		"${BINS%% *}" umount "$m" 2>/dev/null || "${BINS%% *}" umount --force "$m" 2>/dev/null || true
-	done
-	# The data directories keep gigabytes after the files are removed
-	# (a run once filled / with 48 GB): logs and profiles stay.
-	[[ -n "${KEEP_DATA:-}" ]] || rm -rf "$work"/data[0-9]* "$work/local"
-}
-trap cleanup EXIT
+mount_bins
 
 args() { # job name -> fio arguments
 	local bs rw sync
