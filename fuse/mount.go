@@ -316,14 +316,18 @@ func procGroups(pid uint32) []uint32 {
 // sandbox, where nothing is durable before the sandbox commits).
 func (m *Server) syncEngine() error {
 	m.waitWrites()
-	m.sb.gate.RLock()
-	inSandbox := m.sb.txn != nil
-	m.sb.gate.RUnlock()
-	if inSandbox {
+	if m.inSandbox() {
 		return nil
 	}
 	m.presync.wait()
 	return m.eng.Sync(m.ctx)
+}
+
+// inSandbox reports whether a sandbox transaction is open on the mount.
+func (m *Server) inSandbox() bool {
+	m.sb.gate.RLock()
+	defer m.sb.gate.RUnlock()
+	return m.sb.txn != nil
 }
 
 // update runs fn as one read-write transaction (or in the sandbox). On

@@ -28,10 +28,7 @@ type presync struct {
 // start begins an early Sync unless one is running or a sandbox is active
 // (nothing in it is durable before it commits).
 func (p *presync) start(m *Server) {
-	m.sb.gate.RLock()
-	inSandbox := m.sb.txn != nil
-	m.sb.gate.RUnlock()
-	if inSandbox {
+	if m.inSandbox() {
 		return
 	}
 	p.mu.Lock()
