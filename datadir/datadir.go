@@ -55,8 +55,27 @@ type Options struct {
 	// hands every log write to the OS at once (each one preceded by a
 	// slice flush). See orderedFS.
 	LogBufferBytes int
-	Logger         *slog.Logger
+	// Reserve is the free space of the data directory's file system that
+	// writes, creates, links and xattrs may not use (fs.Config.Reserve):
+	// room for the metadata store, so that a full file system gives
+	// ENOSPC to writers instead of stopping the metadata store, and can
+	// be emptied by removing files. 0 means DefaultReserve of the file
+	// system's size; negative: no reserve. Only with the real disk (FS
+	// nil).
+	Reserve int64
+	Logger  *slog.Logger
 }
+
+// DefaultReserve is the reserve for a file system of total bytes: 2%,
+// between 64 MiB and 4 GiB, and at most a quarter of a small file system.
+func DefaultReserve(total uint64) uint64 {
+	return min(max(total/50, 64<<20), 4<<30, total/4)
+}
+
+// minOpenFree is the free space Open requires before it opens the
+// metadata store, whose recovery writes tables: on a full file system
+// pebble retries a failed flush forever, and Open would never return.
+const minOpenFree = 8 << 20
 
 // Engine is an open data directory.
 type Engine struct {
@@ -81,6 +100,21 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	for _, d := range []string{o.Dir, filepath.Join(o.Dir, "meta"), filepath.Join(o.Dir, "slices")} {
 		if err := mkdirSynced(disk, d); err != nil {
 			return nil, fmt.Errorf("datadir: %w", err)
+		}
+	}
+	var capacity func() (uint64, uint64, error)
+	if o.FS == nil {
+		dir := o.Dir
+		capacity = func() (uint64, uint64, error) {
+			var st unix.Statfs_t
+			if err := unix.Statfs(dir, &st); err != nil {
+				return 0, 0, err
+			}
+			return st.Blocks * uint64(st.Bsize), st.Bavail * uint64(st.Bsize), nil
+		}
+		if _, free, err := capacity(); err == nil && free < minOpenFree {
+			return nil, fmt.Errorf("datadir: %s: the file system is full (%d bytes free; opening needs %d): free some space first",
+				o.Dir, free, minOpenFree)
 		}
 	}
 	local, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: disk, Dir: filepath.Join(o.Dir, "slices"),
@@ -110,15 +144,13 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	if cache > 0 {
 		slices = slice.NewCache(local, cache)
 	}
-	cfg := fs.Config{KV: store, Slices: slices, Logger: o.Logger, InlineMax: o.InlineMax, SlicesOrdered: true}
-	if o.FS == nil {
-		dir := o.Dir
-		cfg.Capacity = func() (uint64, uint64, error) {
-			var st unix.Statfs_t
-			if err := unix.Statfs(dir, &st); err != nil {
-				return 0, 0, err
+	cfg := fs.Config{KV: store, Slices: slices, Logger: o.Logger, InlineMax: o.InlineMax, SlicesOrdered: true, Capacity: capacity}
+	if capacity != nil && o.Reserve >= 0 {
+		cfg.Reserve = uint64(o.Reserve)
+		if o.Reserve == 0 {
+			if total, _, err := capacity(); err == nil {
+				cfg.Reserve = DefaultReserve(total)
 			}
-			return st.Blocks * uint64(st.Bsize), st.Bavail * uint64(st.Bsize), nil
 		}
 	}
 	f, err := fs.Open(ctx, cfg)

@@ -224,7 +224,7 @@ func sliceErr(err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	default:
-		return fmt.Errorf("%w: slice store: %v", ErrIO, err)
+		return storeErr("slice store", err)
 	}
 }
 
@@ -232,6 +232,9 @@ func sliceErr(err error) error {
 // coordinates, split at region boundaries and slice.MaxSize; pieces larger
 // than the inline threshold are written to the slice store now.
 func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte) ([]filePiece, error) {
+	if err := t.fs.space.admit(ctx, uint64(len(data))); err != nil {
+		return nil, err
+	}
 	var out []filePiece
 	for len(data) > 0 {
 		room := meta.RegionSize - off%meta.RegionSize

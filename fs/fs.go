@@ -36,6 +36,11 @@ type Config struct {
 	GCWait time.Duration
 	// Capacity reports total and free bytes for StatFS (optional).
 	Capacity func() (total, free uint64, err error)
+	// Reserve, with Capacity, is the free space growth may not use:
+	// writes, creates, links and xattrs fail with ErrNoSpace rather than
+	// leave less than Reserve bytes free, so that the metadata store
+	// never runs out (see space.go). Zero: no reserve.
+	Reserve uint64
 	// SlicesOrdered promises that no byte of the kv store's log reaches the
 	// OS before every slice put earlier is durable (datadir arranges this
 	// by writing pebble's files through a vfs.FS that syncs the slice store
@@ -81,7 +86,8 @@ type FS struct {
 	compactAfter, spanMax int
 	appender              appender
 	gcState               gcTracker
-	pacer                 gcPacer // see gcpace.go
+	pacer                 gcPacer     // see gcpace.go
+	space                 *spaceGuard // see space.go; nil: no reserve
 	decoded               decodeCache
 	hints                 spanHints
 	// xattrs is false while the store holds no extended attribute at all
@@ -123,6 +129,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	f.appender.fs = f
 	f.gcState.init()
 	f.pacer.init()
+	f.space = newSpaceGuard(cfg)
 	if err := f.format(ctx); err != nil {
 		return nil, err
 	}

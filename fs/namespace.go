@@ -393,6 +393,9 @@ func (t *Txn) CreateOrphan(ctx context.Context, dir Ino, mode uint32) (Attr, err
 
 // Create makes a new inode named name in dir; see CreateRequest.
 func (t *Txn) Create(ctx context.Context, dir Ino, name string, req CreateRequest) (Attr, bool, error) {
+	if err := t.fs.space.admit(ctx, recordGrowth); err != nil {
+		return Attr{}, false, err
+	}
 	now := t.fs.now().UnixNano()
 	gen := randUint64()
 	var ino Ino
@@ -499,6 +502,9 @@ func (t *Txn) LinkOnly(ctx context.Context, ino, dir Ino, name string) error {
 }
 
 func (t *Txn) link(ctx context.Context, ino, dir Ino, name string, withAttr bool) (Attr, error) {
+	if err := t.fs.space.admit(ctx, recordGrowth); err != nil {
+		return Attr{}, err
+	}
 	now := t.fs.now().UnixNano()
 	res, err := t.do(ctx, "link", func(ctx context.Context) (any, error) {
 		if err := checkName(name); err != nil {

@@ -245,14 +245,14 @@ func (t *Txn) Commit(ctx context.Context) error {
 			if !(t.opts.NoSync && t.fs.cfg.SlicesOrdered) {
 				if err := t.fs.slices.Sync(ctx, t.written); err != nil {
 					t.reset()
-					return fmt.Errorf("%w: syncing slices: %v", ErrIO, err)
+					return storeErr("syncing slices", err)
 				}
 			} else if err := slice.WaitWritten(ctx, t.fs.slices, t.written); err != nil {
 				// The store makes the data durable before the log
 				// (SyncAll), but a write that failed is not there to
 				// make durable: no commit may name it.
 				t.reset()
-				return fmt.Errorf("%w: writing slices: %v", ErrIO, err)
+				return storeErr("writing slices", err)
 			}
 		}
 		dropped := t.dropped
@@ -474,7 +474,7 @@ func kvErr(err error) error {
 	case errors.Is(err, kv.ErrInvalid):
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	default:
-		return fmt.Errorf("%w: metadata store: %v", ErrIO, err)
+		return storeErr("metadata store", err)
 	}
 }
 

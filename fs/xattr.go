@@ -66,6 +66,9 @@ func (t *Txn) GetXattr(ctx context.Context, ino Ino, name string) ([]byte, error
 
 // SetXattr sets extended attribute name.
 func (t *Txn) SetXattr(ctx context.Context, ino Ino, name string, value []byte, flags XattrFlags) error {
+	if err := t.fs.space.admit(ctx, recordGrowth+uint64(len(value))); err != nil {
+		return err
+	}
 	now := t.fs.now().UnixNano()
 	_, err := t.do(ctx, "setxattr", func(ctx context.Context) (any, error) {
 		if len(value) > MaxXattrValue {

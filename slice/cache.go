@@ -347,6 +347,9 @@ func (c *Cache) Next() Store { return c.next }
 // Store does not reuse space).
 func (c *Cache) WatchReuse() *ReuseWatch { return WatchReuse(c.next) }
 
+// DrainPool implements Drainer by passing through.
+func (c *Cache) DrainPool(ctx context.Context) (uint64, error) { return DrainPool(ctx, c.next) }
+
 // Recycle implements Recycler: like Free, cached copies of slices in the
 // range are dropped before and after the next Store recycles it.
 func (c *Cache) Recycle(ctx context.Context, w *ReuseWatch, id uint32, off, length uint64) ([]Range, error) {

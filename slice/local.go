@@ -1136,6 +1136,11 @@ func (l *Local) Free(ctx context.Context, id uint32, off, length uint64) error {
 // of the reuse pool. b.mu is held.
 func (l *Local) release(b *backing, off, length uint64) error {
 	l.dropPool(b, off, off+length)
+	return l.punch(b, off, length)
+}
+
+// punch punches (or zero-fills) [off, off+length) of b. b.mu is held.
+func (l *Local) punch(b *backing, off, length uint64) error {
 	punched, err := punchHole(b.fd, off, length)
 	if err != nil {
 		return fmt.Errorf("slice: free [%d, %d+%d) in %s: %w", off, off, length, b.name, err)

@@ -58,6 +58,16 @@ type Recycler interface {
 	Recycle(ctx context.Context, w *ReuseWatch, id uint32, off, length uint64) (punched []Range, err error)
 }
 
+// Drainer is a store whose reuse pool can be given back (Local, and a
+// Cache over one); the engine drains it when the file system runs short
+// of space.
+type Drainer interface {
+	// DrainPool punches every range in the reuse pool, giving the space
+	// back to the OS, and returns the bytes it released. The ranges stay
+	// unreferenced, so the collector recycles them again later.
+	DrainPool(ctx context.Context) (uint64, error)
+}
+
 // ReuseWatch records the ranges a store hands out from its reuse pool
 // between WatchReuse and Close. Safe for concurrent use; a nil watch
 // records nothing.
@@ -113,6 +123,15 @@ func Recycle(ctx context.Context, s Store, w *ReuseWatch, id uint32, off, length
 		return nil, nil
 	}
 	return byterange.Of(off, off+length), nil
+}
+
+// DrainPool calls s.DrainPool if s is a Drainer (a store without a pool
+// has nothing to release).
+func DrainPool(ctx context.Context, s Store) (uint64, error) {
+	if r, ok := s.(Drainer); ok {
+		return r.DrainPool(ctx)
+	}
+	return 0, nil
 }
 
 // reusePool is a Local's store-wide reuse state. The ranges themselves
@@ -246,6 +265,38 @@ func (l *Local) Recycle(ctx context.Context, w *ReuseWatch, id uint32, off, leng
 		}
 	}
 	return punched, nil
+}
+
+// DrainPool implements Drainer.
+func (l *Local) DrainPool(ctx context.Context) (uint64, error) {
+	if err := l.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer l.exit()
+	var released uint64
+	for _, b := range l.all {
+		b.mu.Lock()
+		var err error
+		for len(b.pool) > 0 {
+			r := b.pool[0]
+			if err = l.punch(b, r.Start, r.End-r.Start); err != nil {
+				break
+			}
+			b.pool = b.pool[1:]
+			released += r.End - r.Start
+			l.reuse.mu.Lock()
+			l.reuse.bytes -= r.End - r.Start
+			l.reuse.mu.Unlock()
+		}
+		b.mu.Unlock()
+		if err != nil {
+			return released, err
+		}
+	}
+	if released > 0 {
+		l.log.Info("reuse pool drained: space given back to the file system", "bytes", released)
+	}
+	return released, nil
 }
 
 // poolAdd adds r (block-aligned) to b's pool if the store's bound allows

@@ -419,3 +419,41 @@ func TestReuseConcurrentCrash(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainPool: DrainPool gives every pooled byte back (punched), after
+// which large puts append again and the slices around still read back.
+func TestDrainPool(t *testing.T) {
+	reuseStores(t, 0, func(t *testing.T, l *slice.Local) {
+		a := slicetest.MustPut(t, l, 0, slicetest.RandomData(1, 100))
+		b := slicetest.MustPut(t, l, 0, slicetest.RandomData(2, 1<<20))
+		c := slicetest.MustPut(t, l, 0, slicetest.RandomData(3, 100))
+		if err := l.Sync(ctx, []slice.Pointer{a, b, c}); err != nil {
+			t.Fatal(err)
+		}
+		mustRecycle(t, l, nil, b.Backing, a.End(), c.Offset-a.End())
+		pooled := l.Stats().PoolBytes
+		if pooled == 0 {
+			t.Fatal("nothing pooled")
+		}
+		released, err := slice.DrainPool(ctx, slice.NewCache(l, 1<<20))
+		if err != nil || released != pooled {
+			t.Fatalf("DrainPool = %d, %v; want %d pooled bytes", released, err, pooled)
+		}
+		if st := l.Stats(); st.PoolBytes != 0 {
+			t.Fatalf("pool %d bytes after DrainPool", st.PoolBytes)
+		}
+		size := backing(t, l, b.Backing).Size
+		if d := slicetest.MustPut(t, l, 0, slicetest.RandomData(4, 512<<10)); d.Offset < size {
+			t.Fatalf("put %v reused a drained range", d)
+		}
+		for _, p := range []slice.Pointer{a, c} {
+			slicetest.MustRead(t, l, p)
+		}
+		// Recycled again later (the collector still sees the range as
+		// garbage), it pools and takes puts as before.
+		mustRecycle(t, l, nil, b.Backing, a.End(), c.Offset-a.End())
+		if l.Stats().PoolBytes != pooled {
+			t.Fatalf("pool %d bytes after recycling the drained range, want %d", l.Stats().PoolBytes, pooled)
+		}
+	})
+}

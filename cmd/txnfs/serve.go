@@ -31,6 +31,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	grace := fl.Duration("grace", 0, "NFSv4 grace period after a restart, for clients to reclaim their state (0: the lease time; negative: none)")
 	gcEvery := fl.Duration("gc-interval", 10*time.Minute, "garbage collection interval, at least (0: off)")
 	gcGarbage := fl.Int64("gc-garbage", 64<<20, "also collect once commits made this many bytes of slice data unreachable")
+	reserve := fl.Int64("reserve", 0, "free bytes of the data directory's file system kept for metadata: writes get ENOSPC before using them (0: 2% of its size, 64 MiB-4 GiB; negative: none)")
 	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := parse(fl, args); err != nil {
 		return err
@@ -40,7 +41,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	tuneGC()
-	e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log,
+	e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log, Reserve: *reserve,
 		// Every WRITE reply waits for its data to be written: aligned
 		// payloads go to disk from the request record (no staging copy).
 		SliceUnstaged: true})

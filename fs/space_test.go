@@ -1,0 +1,79 @@
+package fs_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/kv/memkv"
+	"github.com/txnfs/txnfs/slice"
+)
+
+// TestSpaceReserve: with Config.Reserve, growth that would leave less than
+// the reserve free fails with ErrNoSpace without poisoning the
+// transaction, while removal, truncation and rename still work. (The
+// datadir package's TestNoSpace does the same on a real, small file
+// system.)
+func TestSpaceReserve(t *testing.T) {
+	ctx := context.Background()
+	st, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: vfs.NewMem(), Dir: "slices"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var free atomic.Uint64
+	free.Store(100 << 20)
+	f, err := fs.Open(ctx, fs.Config{KV: memkv.New(), Slices: st, Reserve: 10 << 20,
+		Capacity: func() (uint64, uint64, error) { return 1 << 30, free.Load(), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ino fs.Ino
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+		a, _, err := tx.Create(ctx, fs.RootIno, "a", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+		ino = a.Ino
+		if err != nil {
+			return err
+		}
+		// 89 MiB fits: 100 free less 10 reserved, less the create's
+		// record.
+		return tx.Write(ctx, ino, 0, make([]byte, 89<<20))
+	})
+	// The disk filled up: the next MiB would enter the reserve.
+	free.Store(10 << 20)
+	err = f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
+		if err := tx.Write(ctx, ino, 0, make([]byte, 1<<20)); !errors.Is(err, fs.ErrNoSpace) {
+			t.Errorf("write into the reserve: %v, want ErrNoSpace", err)
+		}
+		// Refused growth does not poison the transaction: what
+		// shrinks or moves still runs in it.
+		if err := tx.Rename(ctx, fs.RootIno, "a", fs.RootIno, "b", fs.RenameFlags{}); err != nil {
+			return err
+		}
+		_, err := tx.SetAttr(ctx, ino, fs.SetAttr{Size: new(uint64)})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("rename and truncate after a refused write: %v", err)
+	}
+	err = f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
+		_, _, err := tx.Create(ctx, fs.RootIno, "c", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+		return err
+	})
+	if !errors.Is(err, fs.ErrNoSpace) {
+		t.Fatalf("create with the reserve reached: %v, want ErrNoSpace", err)
+	}
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Unlink(ctx, fs.RootIno, "b") })
+	free.Store(50 << 20) // space came back (collected)
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+		a, _, err := tx.Create(ctx, fs.RootIno, "d", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+		if err != nil {
+			return err
+		}
+		return tx.Write(ctx, a.Ino, 0, make([]byte, 30<<20))
+	})
+}
