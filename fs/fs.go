@@ -130,6 +130,9 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	f.gcState.init()
 	f.pacer.init()
 	f.space = newSpaceGuard(cfg)
+	if f.space != nil {
+		f.space.short = f.pacer.shortOfSpace
+	}
 	if err := f.format(ctx); err != nil {
 		return nil, err
 	}

@@ -45,8 +45,12 @@ const (
 type gcPacer struct {
 	garbage   atomic.Uint64
 	threshold atomic.Uint64 // 0: no RunCollector (nobody to wake)
-	once      sync.Once
-	kick      chan struct{} // buffered 1
+	// short is set when a write was refused for want of space while
+	// garbage was pending: the next wake-up collects (and follows up)
+	// whatever the garbage count.
+	short atomic.Bool
+	once  sync.Once
+	kick  chan struct{} // buffered 1
 }
 
 func (p *gcPacer) init() { p.once.Do(func() { p.kick = make(chan struct{}, 1) }) }
@@ -62,6 +66,20 @@ func (p *gcPacer) add(n uint64) {
 		case p.kick <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// shortOfSpace wakes RunCollector for a collection, with its follow-up,
+// if committed transactions left garbage behind: a file system that ran
+// out of space gets the space of removed files back without waiting for
+// the garbage threshold.
+func (p *gcPacer) shortOfSpace() {
+	if p.garbage.Load() == 0 || p.threshold.Load() == 0 || p.short.Swap(true) {
+		return
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -105,7 +123,7 @@ func (f *FS) RunCollector(ctx context.Context, s GCSchedule) {
 				return
 			case <-floor.C:
 			case <-p.kick:
-				if p.garbage.Load() < s.GarbageBytes {
+				if p.garbage.Load() < s.GarbageBytes && !p.short.Load() {
 					continue // a stale kick, from before the last run
 				}
 				byGarbage = true
@@ -124,6 +142,7 @@ func (f *FS) RunCollector(ctx context.Context, s GCSchedule) {
 				}
 			}
 		}
+		short := p.short.Swap(false)
 		triggered := p.garbage.Swap(0)
 		start := time.Now()
 		rep, err := f.CollectGarbage(ctx)
@@ -140,7 +159,7 @@ func (f *FS) RunCollector(ctx context.Context, s GCSchedule) {
 		}
 		// One follow-up after a garbage-triggered run: the garbage that
 		// triggered it became candidates only now.
-		followUp = !followUp && err == nil && triggered >= s.GarbageBytes
+		followUp = !followUp && err == nil && (triggered >= s.GarbageBytes || short)
 		if !floor.Stop() {
 			select {
 			case <-floor.C:

@@ -38,6 +38,7 @@ type spaceGuard struct {
 	reserve  uint64
 	capacity func() (total, free uint64, err error)
 	slices   slice.Store
+	short    func() // called when growth is refused (wakes the collector)
 
 	mu    sync.Mutex
 	free  uint64 // at the last reading
@@ -71,6 +72,9 @@ func (g *spaceGuard) admit(ctx context.Context, n uint64) error {
 		}
 	}
 	if !g.fits(n) {
+		if g.short != nil {
+			g.short()
+		}
 		return fmt.Errorf("%w: %d bytes free on the data directory's file system, %d of them reserved for metadata (Reserve)",
 			ErrNoSpace, g.free-min(g.free, g.spent), g.reserve)
 	}

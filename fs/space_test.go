@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -76,4 +77,63 @@ func TestSpaceReserve(t *testing.T) {
 		}
 		return tx.Write(ctx, a.Ino, 0, make([]byte, 30<<20))
 	})
+}
+
+// TestSpaceShortWakesCollector: a write refused for want of space while
+// removed files' garbage is pending wakes RunCollector at once (with its
+// follow-up), whatever its garbage threshold, so the space comes back.
+func TestSpaceShortWakesCollector(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: vfs.NewMem(), Dir: "slices"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var free atomic.Uint64
+	free.Store(100 << 20)
+	f, err := fs.Open(ctx, fs.Config{KV: memkv.New(), Slices: st, Reserve: 10 << 20, GCWait: time.Millisecond,
+		Capacity: func() (uint64, uint64, error) { return 1 << 30, free.Load(), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := make(chan fs.GCReport, 16)
+	go f.RunCollector(ctx, fs.GCSchedule{GarbageBytes: 1 << 40, Interval: time.Hour,
+		OnReport: func(r fs.GCReport, err error) {
+			if err == nil {
+				reports <- r
+			}
+		}})
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+		a, _, err := tx.Create(ctx, fs.RootIno, "a", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+		if err != nil {
+			return err
+		}
+		return tx.Write(ctx, a.Ino, 0, make([]byte, 4<<20))
+	})
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Unlink(ctx, fs.RootIno, "a") })
+	free.Store(10 << 20)
+	err = f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
+		a, _, err := tx.Create(ctx, fs.RootIno, "b", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+		if err != nil {
+			return err
+		}
+		// Beyond the last reading: taken again, and short.
+		return tx.Write(ctx, a.Ino, 0, make([]byte, 90<<20))
+	})
+	if !errors.Is(err, fs.ErrNoSpace) {
+		t.Fatalf("write on a full file system: %v, want ErrNoSpace", err)
+	}
+	var freed uint64
+	for i := 0; i < 2; i++ {
+		select {
+		case r := <-reports:
+			freed += r.FreedBytes
+		case <-time.After(10 * time.Second):
+			t.Fatalf("collection %d did not run after a refused write", i+1)
+		}
+	}
+	if freed < 4<<20 {
+		t.Fatalf("the two collections freed %d bytes, want the removed file's 4 MiB", freed)
+	}
 }
