@@ -218,3 +218,55 @@ func TestRunCollectorPacedByGarbage(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRunCollectorDutyCycle: garbage-triggered collections start no sooner
+// than DutyCycle times the last one's duration after it ended. With a
+// huge duty cycle only the first runs while garbage keeps piling up; with
+// a duty cycle of 1 the collector keeps up.
+func TestRunCollectorDutyCycle(t *testing.T) {
+	for _, tc := range []struct {
+		duty            int
+		minRuns, maxRun int64
+	}{{duty: 1 << 30, minRuns: 1, maxRun: 1}, {duty: 1, minRuns: 3, maxRun: 1 << 30}} {
+		t.Run(fmt.Sprint("duty=", tc.duty), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			local, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: vfs.NewMem(), Dir: "s", Files: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer local.Close()
+			f, err := fs.Open(ctx, fs.Config{KV: memkv.New(), Slices: local, Clock: fixedClock, GCWait: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const size = 256 << 10
+			var ino fs.Ino
+			do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+				a, _, err := tx.Create(ctx, fs.RootIno, "f", fs.CreateRequest{Type: fs.TypeRegular})
+				ino = a.Ino
+				if err != nil {
+					return err
+				}
+				return tx.Write(ctx, ino, 0, pattern(0, size))
+			})
+			var runs atomic.Int64
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				f.RunCollector(ctx, fs.GCSchedule{Interval: time.Hour, GarbageBytes: size, DutyCycle: tc.duty,
+					OnReport: func(fs.GCReport, error) { runs.Add(1) }})
+			}()
+			// Every overwrite passes the garbage threshold on its own.
+			for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); {
+				do(t, f, func(ctx context.Context, tx *fs.Txn) error { return overwrite(ctx, tx, ino, pattern(1, size)) })
+				time.Sleep(5 * time.Millisecond)
+			}
+			cancel()
+			<-done
+			if n := runs.Load(); n < tc.minRuns || n > tc.maxRun {
+				t.Fatalf("%d collections in 0.5 s of garbage with duty cycle %d, want %d..%d", n, tc.duty, tc.minRuns, tc.maxRun)
+			}
+		})
+	}
+}
