@@ -230,12 +230,16 @@ func sliceErr(err error) error {
 
 // storeData turns data destined for file offset off into extents in file
 // coordinates, split at region boundaries and slice.MaxSize; pieces larger
-// than the inline threshold are written to the slice store now.
-func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte) ([]filePiece, error) {
+// than the inline threshold are written to the slice store now. With
+// known set, crc is the CRC32C of all of data (Txn.WritePayload): a piece
+// that is all of data is put with it (slice.PutPayload); split pieces are
+// hashed by the store as usual.
+func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte, crc uint32, known bool) ([]filePiece, error) {
 	if err := t.fs.space.admit(ctx, uint64(len(data))); err != nil {
 		return nil, err
 	}
 	var out []filePiece
+	whole := len(data)
 	for len(data) > 0 {
 		room := meta.RegionSize - off%meta.RegionSize
 		n := min(uint64(len(data)), room, slice.MaxSize)
@@ -243,7 +247,13 @@ func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte) (
 		if int(n) <= t.fs.cfg.InlineMax && t.inlineSmall() {
 			e.Kind, e.Data = meta.KindInline, slices.Clone(data[:n])
 		} else {
-			p, err := t.putSlice(ctx, ino, off, data[:n])
+			var p slice.Pointer
+			var err error
+			if known && n == uint64(whole) {
+				p, err = t.putPayload(ctx, ino, off, slice.NewPayload(data, crc))
+			} else {
+				p, err = t.putSlice(ctx, ino, off, data[:n])
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -271,8 +281,24 @@ func (t *Txn) noFlushSlices() bool { return t.opts.NoSync && t.fs.cfg.SlicesOrde
 func (t *Txn) inlineSmall() bool { return !t.noFlushSlices() || t.opts.SyncFollows }
 
 func (t *Txn) putSlice(ctx context.Context, ino Ino, off uint64, data []byte) (slice.Pointer, error) {
-	hint := uint64(ino)*0x9e3779b97f4a7c15 + off/meta.RegionSize
-	p, err := t.fs.slices.Put(ctx, hint, data)
+	p, err := t.fs.slices.Put(ctx, sliceHint(ino, off), data)
+	return t.putDone(p, err)
+}
+
+// putPayload is putSlice of a payload whose CRC32C is known.
+func (t *Txn) putPayload(ctx context.Context, ino Ino, off uint64, pl slice.Payload) (slice.Pointer, error) {
+	p, err := slice.PutPayload(ctx, t.fs.slices, sliceHint(ino, off), pl)
+	return t.putDone(p, err)
+}
+
+// sliceHint is the slice store hint of data at off in ino: one per
+// region of a file.
+func sliceHint(ino Ino, off uint64) uint64 {
+	return uint64(ino)*0x9e3779b97f4a7c15 + off/meta.RegionSize
+}
+
+// putDone records a put's pointer among the transaction's written slices.
+func (t *Txn) putDone(p slice.Pointer, err error) (slice.Pointer, error) {
 	if err != nil {
 		return slice.Pointer{}, sliceErr(err)
 	}
@@ -284,13 +310,25 @@ func (t *Txn) putSlice(ctx context.Context, ino Ino, off uint64, data []byte) (s
 // goes to the slice store before the metadata transaction; only pointers
 // are logged for replay. Permission is checked at open by the caller.
 func (t *Txn) Write(ctx context.Context, ino Ino, off uint64, data []byte) error {
+	return t.write(ctx, ino, off, data, 0, false)
+}
+
+// WritePayload is Write of p.Data(), whose CRC32C the caller computed
+// already (p.CRC(), see slice.Payload): when the data goes to the slice
+// store as one slice, the store does not hash it again.
+func (t *Txn) WritePayload(ctx context.Context, ino Ino, off uint64, p slice.Payload) error {
+	return t.write(ctx, ino, off, p.Data(), p.CRC(), true)
+}
+
+// write is Write, with data's CRC32C given if known.
+func (t *Txn) write(ctx context.Context, ino Ino, off uint64, data []byte, crc uint32, known bool) error {
 	if off+uint64(len(data)) > MaxFileSize || off+uint64(len(data)) < off {
 		return ErrFileTooBig
 	}
 	if t.done {
 		return ErrTxnDone
 	}
-	ps, err := t.storeData(ctx, ino, off, data)
+	ps, err := t.storeData(ctx, ino, off, data, crc, known)
 	if err != nil {
 		return err
 	}
@@ -338,7 +376,7 @@ func (t *Txn) AppendAtEnd(ctx context.Context, ino Ino, data []byte) error {
 		return ErrTxnDone
 	}
 	// Pieces relative to offset 0, placed once the offset is known.
-	rel, err := t.storeData(ctx, ino, 0, data)
+	rel, err := t.storeData(ctx, ino, 0, data, 0, false)
 	if err != nil {
 		return err
 	}

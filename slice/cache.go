@@ -145,6 +145,27 @@ func (c *Cache) Put(ctx context.Context, hint uint64, data []byte) (Pointer, err
 	if err != nil {
 		return p, err
 	}
+	c.afterPut(p, data, false)
+	return p, nil
+}
+
+// PutPayload implements PayloadPutter through the next Store (see
+// slice.PutPayload). The payload's bytes are cached only once a checksum
+// of the copy matches the CRC the caller gave: the cache serves its
+// copies unverified, so a wrong CRC must not make wrong bytes readable.
+func (c *Cache) PutPayload(ctx context.Context, hint uint64, pl Payload) (Pointer, error) {
+	p, err := PutPayload(ctx, c.next, hint, pl)
+	if err != nil {
+		return p, err
+	}
+	c.afterPut(p, pl.data, true)
+	return p, nil
+}
+
+// afterPut drops stale copies of the range p took and caches data (small
+// enough, see CacheOptions.PutMax) under p; check: only if its CRC32C is
+// p.CRC.
+func (c *Cache) afterPut(p Pointer, data []byte, check bool) {
 	if _, ok := c.next.(Recycler); ok {
 		// The range may be reused space: drop copies of the dead slices
 		// that were there (Recycle dropped them, but a reader of a dead
@@ -154,11 +175,13 @@ func (c *Cache) Put(ctx context.Context, hint uint64, data []byte) (Pointer, err
 	}
 	if cost(p) <= c.max && len(data) <= c.putMax {
 		cp := bytes.Clone(data)
+		if check && Checksum(cp) != p.CRC {
+			return
+		}
 		c.mu.Lock()
 		c.insertLocked(p, cp)
 		c.mu.Unlock()
 	}
-	return p, nil
 }
 
 // Sync implements Store by passing through: the cache holds no dirty data.

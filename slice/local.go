@@ -489,11 +489,20 @@ func (l *Local) Stats() LocalStats {
 // healthy one if that file's last fsync failed, and appends data there.
 // data is neither modified nor retained.
 func (l *Local) Put(ctx context.Context, hint uint64, data []byte) (Pointer, error) {
-	if len(data) == 0 {
-		return Pointer{}, ErrEmpty
-	}
-	if len(data) > MaxSize {
-		return Pointer{}, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(data))
+	return l.put(ctx, hint, data, 0, false)
+}
+
+// PutPayload implements PayloadPutter: Put of p.Data() with p.CRC() as
+// its checksum, without hashing the data (see Payload for what a wrong CRC
+// leads to).
+func (l *Local) PutPayload(ctx context.Context, hint uint64, p Payload) (Pointer, error) {
+	return l.put(ctx, hint, p.data, p.crc, true)
+}
+
+// put is Put, with the data's CRC32C given by the caller if known.
+func (l *Local) put(ctx context.Context, hint uint64, data []byte, crc uint32, known bool) (Pointer, error) {
+	if err := checkPut(data); err != nil {
+		return Pointer{}, err
 	}
 	if err := l.enter(ctx); err != nil {
 		return Pointer{}, err
@@ -505,7 +514,7 @@ func (l *Local) Put(ctx context.Context, hint uint64, data []byte) (Pointer, err
 		if b.syncFailed() != nil {
 			continue
 		}
-		off, direct, crc, err := l.append(b, data)
+		off, direct, crc, err := l.append(b, data, crc, known)
 		if err != nil {
 			return Pointer{}, fmt.Errorf("slice: put %d bytes to %s: %w", len(data), b.name, err)
 		}
@@ -522,13 +531,14 @@ func (l *Local) Put(ctx context.Context, hint uint64, data []byte) (Pointer, err
 }
 
 // append writes data at the end of b and returns its offset, whether it
-// went direct (see appendDirect) and its CRC32C. A failed write still
-// consumes its range, which is never handed out and never reused.
-func (l *Local) append(b *backing, data []byte) (off uint64, direct bool, crc uint32, err error) {
-	haveCRC := false
+// went direct (see appendDirect) and its CRC32C: crc itself if known is
+// set (PutPayload), else computed here. A failed write still consumes its
+// range, which is never handed out and never reused.
+func (l *Local) append(b *backing, data []byte, crc uint32, known bool) (off uint64, direct bool, _ uint32, err error) {
+	haveCRC := known
 	if b.dfd >= 0 && !b.directOff.Load() && len(data) >= l.directMin {
 		var refused bool
-		off, crc, refused, err = l.appendDirect(b, data)
+		off, crc, refused, err = l.appendDirect(b, data, crc, known)
 		if !refused {
 			return off, true, crc, err
 		}
@@ -608,14 +618,25 @@ const maxDirectInflight = 16
 // buffer once Put returns), with its CRC computed in a separate pass. A
 // failed write then fails the Put itself; a refused one falls back to a
 // buffered put as at the probe.
-func (l *Local) appendDirect(b *backing, data []byte) (off uint64, crc uint32, refused bool, err error) {
+//
+// known says crc is data's CRC32C already (PutPayload): it is returned as
+// it is, and the data is not hashed (staged puts are a plain copy).
+func (l *Local) appendDirect(b *backing, data []byte, crc uint32, known bool) (off uint64, _ uint32, refused bool, err error) {
 	var ab *[]byte // the staging buffer; nil: writing from data itself
 	var buf []byte
 	n := alignUp(uint64(len(data)))
-	if l.unstaged && isAligned(data) {
+	switch {
+	case l.unstaged && isAligned(data):
 		buf = data
-		crc = Checksum(data)
-	} else {
+		if !known {
+			crc = Checksum(data)
+		}
+	case known:
+		ab = l.getStaging()
+		buf = (*ab)[:n]
+		copy(buf, data)
+		clear(buf[len(data):])
+	default:
 		ab = l.getStaging()
 		buf = (*ab)[:n]
 		crc = copyChecksum(buf, data)

@@ -40,6 +40,21 @@ func alignedWrites(t *testing.T, reg *prometheus.Registry) (hit, miss float64) {
 	return hit, miss
 }
 
+// payloadCRCs reads txnfs_nfs4_write_payload_crc_total.
+func payloadCRCs(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "txnfs_nfs4_write_payload_crc_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
 // TestWritePayloadAligned: a client repeating one WRITE compound layout
 // gets its 1 MiB payloads placed 4 KiB-aligned in the request records
 // from the second WRITE on (write_payload_aligned_total hit), for FILE_SYNC
@@ -82,6 +97,11 @@ func TestWritePayloadAligned(t *testing.T) {
 	// of layout may miss.
 	if hit+miss != n+1 || hit < n+1-3 {
 		t.Errorf("aligned WRITE payloads: %v hits, %v misses; want 7 WRITEs, at most 3 misses", hit, miss)
+	}
+	// The payload CRC is known (hashed while the record arrived) exactly
+	// when the payload is where the connection expected it: the hits.
+	if crcs := payloadCRCs(t, reg); crcs != hit {
+		t.Errorf("%v WRITEs with their payload CRC from the rpc layer, want %v (the aligned ones)", crcs, hit)
 	}
 }
 

@@ -126,6 +126,9 @@ type compound struct {
 	// returns when its context ends, before its batch has written the
 	// data).
 	keepArgs bool
+	// call is the RPC call being run (for the CRC of a WRITE's payload,
+	// rpc.Call.PayloadCRC).
+	call *rpc.Call
 
 	// undo reverses protocol-state changes of a transactional compound
 	// that does not commit; onCommit runs deferred ones after commit.
@@ -174,7 +177,7 @@ func knownOp(code nfsv4.NfsOpnum4, minor uint32) bool {
 // are not even a COMPOUND header (GARBAGE_ARGS).
 func (s *Server) compound(ctx context.Context, call *rpc.Call) (rpc.Reply, bool) {
 	c := &compound{s: s, ctx: ctx, cred: s.cred(&call.Cred), princ: principal(&call.Cred),
-		conn: call.Conn, reqSize: call.Size, maxReply: int(s.cfg.MaxRequest), maxCached: -1}
+		conn: call.Conn, reqSize: call.Size, maxReply: int(s.cfg.MaxRequest), maxCached: -1, call: call}
 	body, ok := s.runCompound(c, call)
 	if !ok {
 		return rpc.Reply{}, false

@@ -24,6 +24,9 @@ type metrics struct {
 	// (result hit or miss; see notePayload).
 	writeAligned         *prometheus.CounterVec
 	alignHits, alignMiss prometheus.Counter
+	// payloadCRC counts WRITEs whose data's CRC32C the rpc layer computed
+	// while the request arrived (rpc.Call.PayloadCRC).
+	payloadCRC prometheus.Counter
 
 	// byOp caches the per-operation children of ops and opLatency for
 	// the standard operations, indexed by opcode (label lookups hash
@@ -105,11 +108,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "txnfs", Subsystem: "nfs4", Name: "write_payload_aligned_total",
 			Help: "WRITEs of at least 64 KiB by whether their data arrived 4 KiB-aligned in the request buffer (hit: the slice store writes it without a staging copy).",
 		}, []string{"result"}),
+		payloadCRC: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "txnfs", Subsystem: "nfs4", Name: "write_payload_crc_total",
+			Help: "WRITEs whose data was checksummed while the request arrived (the slice store does not hash it again).",
+		}),
 	}
 	m.alignHits, m.alignMiss = m.writeAligned.WithLabelValues("hit"), m.writeAligned.WithLabelValues("miss")
 	m.plain, m.txn, m.join = m.compounds.WithLabelValues("plain"), m.compounds.WithLabelValues("txn"), m.compounds.WithLabelValues("join")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.ops, m.opLatency, m.compounds, m.txns, m.dirLocks, m.writeAligned} {
+		for _, c := range []prometheus.Collector{m.ops, m.opLatency, m.compounds, m.txns, m.dirLocks, m.writeAligned, m.payloadCRC} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/txnfs/txnfs/fs"
 	"github.com/txnfs/txnfs/nfs4/internal/state"
+	"github.com/txnfs/txnfs/slice"
 )
 
 // resolveSid substitutes the 4.1 "current stateid". A stateid CLOSEd
@@ -631,6 +632,9 @@ func (c *compound) write(a *nfsv4.Write4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 			if err := c.checkAnonAccess(t, s, fs.AccessWrite); err != nil {
 				return err
 			}
+			if crc, ok := c.payloadCRC(a.Data); ok {
+				return t.WritePayload(c.ctx, c.cur.ino, a.Offset, slice.NewPayload(a.Data, crc))
+			}
 			return t.Write(c.ctx, c.cur.ino, a.Offset, a.Data)
 		})
 	}
@@ -640,6 +644,20 @@ func (c *compound) write(a *nfsv4.Write4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 	c.wrote, c.wroteOff = true, off
 	return &nfsv4.NfsResop4_OP_WRITE{Opwrite: &nfsv4.Write4res_NFS4_OK{Resok4: nfsv4.Write4resok{
 		Count: uint32(len(a.Data)), Committed: committed, Writeverf: c.s.verf}}}, nfsv4.NFS4_OK
+}
+
+// payloadCRC returns the CRC32C of a large WRITE's data if the rpc layer
+// computed it while the request arrived (rpc.Call.PayloadCRC): the slice
+// store then does not hash the data again (slice.Payload).
+func (c *compound) payloadCRC(data []byte) (uint32, bool) {
+	if c.call == nil || len(data) < alignPayloadMin {
+		return 0, false
+	}
+	crc, ok := c.call.PayloadCRC(data)
+	if ok {
+		c.s.met.payloadCRC.Inc()
+	}
+	return crc, ok
 }
 
 // appendOffsetRes is OpAppendOffset's result: nfsstat4, then offset4 if

@@ -85,9 +85,10 @@ type Call struct {
 	Conn uint64
 
 	release func()
-	reuse   bool   // ReuseArgs was called
-	rec     []byte // the whole record Args lies in (see AlignPayload)
-	cn      *conn  // the connection, nil for a Call not from a Server
+	reuse   bool       // ReuseArgs was called
+	rec     []byte     // the whole record Args lies in (see AlignPayload)
+	crc     *recordCRC // the record's CRC32C from the payload offset on, or nil
+	cn      *conn      // the connection, nil for a Call not from a Server
 }
 
 // PayloadAlign is the memory alignment AlignPayload arranges: what an
@@ -124,6 +125,22 @@ func (c *Call) AlignPayload(p []byte) bool {
 		c.cn.alignOff.Store(int64(off) + 1)
 	}
 	return aligned
+}
+
+// PayloadCRC returns the CRC32C (Castagnoli) of p, a part of Args (e.g. a
+// WRITE's data), computed while the record arrived: ok=false unless p
+// starts at the offset the connection hashes records from, which is the
+// payload offset AlignPayload learnt (records of at least 64 KiB are
+// hashed from there on in 64 KiB blocks right after each read(2), while the
+// bytes are in the CPU cache; the rest of p, at most one partial block, is
+// hashed now). The result is what p holds at the time of the call, as
+// long as nobody wrote into Args: the server never does, and a handler
+// must not before it calls this (valid only while Handle runs).
+func (c *Call) PayloadCRC(p []byte) (uint32, bool) {
+	if c.crc == nil {
+		return 0, false
+	}
+	return c.crc.sum(c.rec, p)
 }
 
 // ReuseArgs tells the server that the handler keeps no reference to
@@ -359,13 +376,16 @@ var ErrRecordTooLarge = errors.New("rpc: record too large")
 // record is read straight into its final buffer (one allocation for the
 // usual single-fragment record).
 func ReadRecord(r io.Reader, max int) ([]byte, error) {
-	return readRecord(r, max, nil)
+	return readRecord(r, max, nil, nil, nil)
 }
 
 // readRecord is ReadRecord taking the buffer of the first fragment from
 // get (nil: a fresh allocation). A record of several fragments grows by
-// slices.Grow; the caller tells a pooled buffer by its capacity.
-func readRecord(r io.Reader, max int, get func(n int) []byte) ([]byte, error) {
+// slices.Grow; the caller tells a pooled buffer by its capacity. If h is
+// set, hashStart(n) is asked, with the first fragment's length, from which
+// record offset to hash the record (-1: not at all), and the bytes are
+// hashed into h as they arrive.
+func readRecord(r io.Reader, max int, get func(n int) []byte, hc *recordCRC, hashStart func(n int) int) ([]byte, error) {
 	var rec []byte
 	first := true
 	for {
@@ -383,6 +403,9 @@ func readRecord(r io.Reader, max int, get func(n int) []byte) ([]byte, error) {
 			return nil, fmt.Errorf("%w: more than %d bytes", ErrRecordTooLarge, max)
 		}
 		old := len(rec)
+		if rec == nil && hc != nil {
+			hc.reset(hashStart(n))
+		}
 		switch {
 		case rec == nil && get != nil:
 			rec = get(n)
@@ -391,7 +414,13 @@ func readRecord(r io.Reader, max int, get func(n int) []byte) ([]byte, error) {
 		default:
 			rec = slices.Grow(rec, n)[:old+n]
 		}
-		if _, err := io.ReadFull(r, rec[old:]); err != nil {
+		var err error
+		if hc != nil && hc.start >= 0 {
+			err = readHashed(r, rec, old, hc)
+		} else {
+			_, err = io.ReadFull(r, rec[old:])
+		}
+		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil, io.ErrUnexpectedEOF
 			}
@@ -401,6 +430,25 @@ func readRecord(r io.Reader, max int, get func(n int) []byte) ([]byte, error) {
 			return rec, nil
 		}
 	}
+}
+
+// readHashed fills rec[from:] from r like io.ReadFull, in reads of at
+// most crcReadMax bytes, hashing into h what has arrived after each one.
+func readHashed(r io.Reader, rec []byte, from int, h *recordCRC) error {
+	for got := from; got < len(rec); {
+		m, err := r.Read(rec[got:min(len(rec), got+crcReadMax)])
+		got += m
+		if m > 0 {
+			h.update(rec[:got])
+		}
+		if err != nil && got < len(rec) {
+			return err
+		}
+		if m == 0 && err == nil {
+			return io.ErrNoProgress // as io.ReadFull would loop on forever
+		}
+	}
+	return nil
 }
 
 type deadlineReader struct {
@@ -429,6 +477,15 @@ func (cn *conn) worker(ctx context.Context) {
 		rec, base = cn.recordBuffer(n)
 		return rec
 	}
+	// crc is this worker's: the worker that reads a record runs it.
+	crc := &recordCRC{}
+	hashStart := func(n int) int {
+		off := cn.alignOff.Load() - 1
+		if off < 0 || n < alignMinRecord || off >= int64(n) {
+			return -1
+		}
+		return int(off)
+	}
 	cn.rmu.Lock()
 	for {
 		if cn.rerr != nil {
@@ -436,7 +493,7 @@ func (cn *conn) worker(ctx context.Context) {
 			return
 		}
 		base = nil
-		rec, err := readRecord(cn.rd, cn.srv.cfg.MaxRecord, get)
+		rec, err := readRecord(cn.rd, cn.srv.cfg.MaxRecord, get, crc, hashStart)
 		if err != nil {
 			if base != nil {
 				// A record cut short (the client went away): its buffer
@@ -485,6 +542,9 @@ func (cn *conn) worker(ctx context.Context) {
 			call.Conn = cn.id
 			call.release = release
 			call.rec, call.cn = rec, cn
+			if crc.start >= 0 {
+				call.crc = crc
+			}
 			rep := cn.srv.handle(ctx, call)
 			cn.writeReply(call.Xid, &rep)
 			if call.reuse {

@@ -274,12 +274,12 @@ func TestReuseArgs(t *testing.T) {
 
 // TestReadRecordPooled reads fragmented records with a pool getter.
 func TestReadRecordPooled(t *testing.T) {
-	rec, err := readRecord(bytes.NewReader(record([]byte("ab"), []byte("cde"), nil)), 100, getRecord)
+	rec, err := readRecord(bytes.NewReader(record([]byte("ab"), []byte("cde"), nil)), 100, getRecord, nil, nil)
 	if err != nil || string(rec) != "abcde" {
 		t.Fatalf("got %q, %v", rec, err)
 	}
 	putRecord(rec)
-	rec, err = readRecord(bytes.NewReader(record(args5k())), 1<<20, getRecord)
+	rec, err = readRecord(bytes.NewReader(record(args5k())), 1<<20, getRecord, nil, nil)
 	if err != nil || !bytes.Equal(rec, args5k()) || cap(rec) != 2*minPooled {
 		t.Fatalf("got %d bytes (cap %d), %v", len(rec), cap(rec), err)
 	}
