@@ -250,7 +250,12 @@ func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte, c
 			var p slice.Pointer
 			var err error
 			if known && n == uint64(whole) {
-				p, err = t.putPayload(ctx, ino, off, slice.NewPayload(data, crc))
+				t.retained = t.retained || retainPayloads
+				pl := slice.NewPayload(data, crc)
+				if retainPayloads {
+					pl = pl.Retained()
+				}
+				p, err = t.putPayload(ctx, ino, off, pl)
 			} else {
 				p, err = t.putSlice(ctx, ino, off, data[:n])
 			}
@@ -285,6 +290,12 @@ func (t *Txn) putSlice(ctx context.Context, ino Ino, off uint64, data []byte) (s
 	return t.putDone(p, err)
 }
 
+// retainPayloads: WritePayload lets the slice store write the payload
+// asynchronously from the caller's buffer (slice.Payload.Retained; the
+// transaction's end waits for it). A variable for the A/B benchmark
+// (BenchmarkOverwritePayload).
+var retainPayloads = true
+
 // putPayload is putSlice of a payload whose CRC32C is known.
 func (t *Txn) putPayload(ctx context.Context, ino Ino, off uint64, pl slice.Payload) (slice.Pointer, error) {
 	p, err := slice.PutPayload(ctx, t.fs.slices, sliceHint(ino, off), pl)
@@ -315,7 +326,11 @@ func (t *Txn) Write(ctx context.Context, ino Ino, off uint64, data []byte) error
 
 // WritePayload is Write of p.Data(), whose CRC32C the caller computed
 // already (p.CRC(), see slice.Payload): when the data goes to the slice
-// store as one slice, the store does not hash it again.
+// store as one slice, the store does not hash it again. The caller must
+// keep p.Data() unchanged until the transaction ends (Commit or Abort
+// returns; with FS.Do, until Do returns): the store may write it
+// asynchronously from there (slice.Payload.Retained), overlapping the
+// device write with the rest of the transaction.
 func (t *Txn) WritePayload(ctx context.Context, ino Ino, off uint64, p slice.Payload) error {
 	return t.write(ctx, ino, off, p.Data(), p.CRC(), true)
 }

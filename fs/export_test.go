@@ -206,3 +206,11 @@ func WriteLayout1ForTest(ctx context.Context, f *FS) error {
 		})
 	})
 }
+
+// SetRetainPayloadsForTest sets whether WritePayload lets the slice store
+// write asynchronously from the caller's buffer (retainPayloads).
+func SetRetainPayloadsForTest(v bool) (restore func()) {
+	old := retainPayloads
+	retainPayloads = v
+	return func() { retainPayloads = old }
+}

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/kv/memkv"
 	"github.com/txnfs/txnfs/meta"
 	"github.com/txnfs/txnfs/slice"
 )
@@ -64,6 +68,93 @@ func TestWritePayload(t *testing.T) {
 			t.Errorf("%s: read back other bytes", c.name)
 		case !c.corrupt && c.stale && !bytes.Equal(got, data):
 			t.Errorf("%s: read back other bytes than written", c.name)
+		}
+	}
+}
+
+// waitRecorder is a slice store recording the pointers WaitWritten was
+// asked to wait for.
+type waitRecorder struct {
+	slice.Store
+	mu     sync.Mutex
+	waited []slice.Pointer
+}
+
+func (w *waitRecorder) PutPayload(ctx context.Context, hint uint64, p slice.Payload) (slice.Pointer, error) {
+	return slice.PutPayload(ctx, w.Store, hint, p)
+}
+
+func (w *waitRecorder) WaitWritten(ctx context.Context, ptrs []slice.Pointer) error {
+	w.mu.Lock()
+	w.waited = append(w.waited, ptrs...)
+	w.mu.Unlock()
+	return slice.WaitWritten(ctx, w.Store, ptrs)
+}
+
+func (w *waitRecorder) take() []slice.Pointer {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.waited
+	w.waited = nil
+	return p
+}
+
+// TestWritePayloadWaits: a transaction that wrote a payload (which the
+// slice store may still be writing from the caller's buffer) waits for
+// its slice writes when it ends, by Abort as well as by Commit (and by a
+// Do whose function fails), so the caller may reuse the buffer once they
+// return.
+func TestWritePayloadWaits(t *testing.T) {
+	ctx := context.Background()
+	sl, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: vfs.NewMem(), Dir: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sl.Close()
+	rec := &waitRecorder{Store: sl}
+	f, err := fs.Open(ctx, fs.Config{KV: memkv.New(), Slices: rec, Clock: fixedClock, InlineMax: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var ino fs.Ino
+	do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+		a, _, err := tx.Create(ctx, fs.RootIno, "f", fs.CreateRequest{Type: fs.TypeRegular})
+		ino = a.Ino
+		return err
+	})
+	data := pattern(1, 256<<10)
+	pl := slice.NewPayload(data, slice.Checksum(data))
+	for _, end := range []string{"commit", "abort", "do-fails"} {
+		rec.take()
+		var err error
+		if end == "do-fails" {
+			err = f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
+				if err := tx.WritePayload(ctx, ino, 0, pl); err != nil {
+					return err
+				}
+				return errTestAbort
+			})
+		} else {
+			var tx *fs.Txn
+			tx, err = f.Begin(ctx, fs.RootCred, fs.TxnOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.WritePayload(ctx, ino, 0, pl); err != nil {
+				t.Fatal(err)
+			}
+			if end == "commit" {
+				err = tx.Commit(ctx)
+			} else {
+				tx.Abort()
+			}
+		}
+		if (err != nil) != (end == "do-fails") {
+			t.Fatalf("%s: %v", end, err)
+		}
+		if got := rec.take(); len(got) != 1 || got[0].Length != uint32(len(data)) {
+			t.Fatalf("%s: WaitWritten asked for %v, want the payload's slice", end, got)
 		}
 	}
 }

@@ -32,6 +32,10 @@ type Txn struct {
 	replaying bool
 	log       []opRecord
 	written   []slice.Pointer // slices this transaction wrote; synced before commit
+	// retained is set once a put may still read its caller's buffer
+	// (WritePayload): the transaction's end waits for the writes
+	// (waitRetained).
+	retained bool
 	garbage   uint64          // slice bytes this execution made unreachable (an estimate, gcpace.go)
 	orphaned  []Ino           // inodes this execution made orphans (dropLink)
 	dropped   []Ino           // inodes this execution deleted as unpinned (dropLink)
@@ -228,6 +232,7 @@ func (t *Txn) Commit(ctx context.Context) error {
 	t.done = true
 	committed := false
 	defer func() { t.fs.gcState.end(t, committed) }()
+	defer t.waitRetained()
 	if t.poison != nil {
 		t.reset()
 		return t.poison
@@ -332,7 +337,19 @@ func (t *Txn) Abort() {
 	}
 	t.done = true
 	t.reset()
+	t.waitRetained()
 	t.fs.gcState.end(t, false)
+}
+
+// waitRetained waits until the slice writes of the transaction's retained
+// payloads (WritePayload) have finished, so that the caller may reuse
+// their buffers once Commit or Abort returns. Their failure, if any, is
+// the commit's (Sync or WaitWritten fail); here it only waits.
+func (t *Txn) waitRetained() {
+	if t.retained {
+		t.retained = false
+		slice.WaitWritten(context.WithoutCancel(context.Background()), t.fs.slices, t.written)
+	}
 }
 
 // flush writes the cached inodes into the kv transaction (span records

@@ -489,18 +489,20 @@ func (l *Local) Stats() LocalStats {
 // healthy one if that file's last fsync failed, and appends data there.
 // data is neither modified nor retained.
 func (l *Local) Put(ctx context.Context, hint uint64, data []byte) (Pointer, error) {
-	return l.put(ctx, hint, data, 0, false)
+	return l.put(ctx, hint, Payload{data: data}, false)
 }
 
 // PutPayload implements PayloadPutter: Put of p.Data() with p.CRC() as
 // its checksum, without hashing the data (see Payload for what a wrong CRC
 // leads to).
 func (l *Local) PutPayload(ctx context.Context, hint uint64, p Payload) (Pointer, error) {
-	return l.put(ctx, hint, p.data, p.crc, true)
+	return l.put(ctx, hint, p, true)
 }
 
-// put is Put, with the data's CRC32C given by the caller if known.
-func (l *Local) put(ctx context.Context, hint uint64, data []byte, crc uint32, known bool) (Pointer, error) {
+// put is Put of pl.data, with its CRC32C pl.crc if known is set
+// (PutPayload).
+func (l *Local) put(ctx context.Context, hint uint64, pl Payload, known bool) (Pointer, error) {
+	data := pl.data
 	if err := checkPut(data); err != nil {
 		return Pointer{}, err
 	}
@@ -514,7 +516,7 @@ func (l *Local) put(ctx context.Context, hint uint64, data []byte, crc uint32, k
 		if b.syncFailed() != nil {
 			continue
 		}
-		off, direct, crc, err := l.append(b, data, crc, known)
+		off, direct, crc, err := l.append(b, pl, known)
 		if err != nil {
 			return Pointer{}, fmt.Errorf("slice: put %d bytes to %s: %w", len(data), b.name, err)
 		}
@@ -534,11 +536,12 @@ func (l *Local) put(ctx context.Context, hint uint64, data []byte, crc uint32, k
 // went direct (see appendDirect) and its CRC32C: crc itself if known is
 // set (PutPayload), else computed here. A failed write still consumes its
 // range, which is never handed out and never reused.
-func (l *Local) append(b *backing, data []byte, crc uint32, known bool) (off uint64, direct bool, _ uint32, err error) {
+func (l *Local) append(b *backing, pl Payload, known bool) (off uint64, direct bool, crc uint32, err error) {
+	data, crc := pl.data, pl.crc
 	haveCRC := known
 	if b.dfd >= 0 && !b.directOff.Load() && len(data) >= l.directMin {
 		var refused bool
-		off, crc, refused, err = l.appendDirect(b, data, crc, known)
+		off, crc, refused, err = l.appendDirect(b, pl, known)
 		if !refused {
 			return off, true, crc, err
 		}
@@ -619,9 +622,12 @@ const maxDirectInflight = 16
 // failed write then fails the Put itself; a refused one falls back to a
 // buffered put as at the probe.
 //
-// known says crc is data's CRC32C already (PutPayload): it is returned as
-// it is, and the data is not hashed (staged puts are a plain copy).
-func (l *Local) appendDirect(b *backing, data []byte, crc uint32, known bool) (off uint64, _ uint32, refused bool, err error) {
+// known says pl.crc is the data's CRC32C already (PutPayload): it is
+// returned as it is, and the data is not hashed (staged puts are a plain
+// copy). An unstaged put of a retained payload (Payload.Retained) is
+// written asynchronously from the caller's buffer, as a staged one.
+func (l *Local) appendDirect(b *backing, pl Payload, known bool) (off uint64, crc uint32, refused bool, err error) {
+	data, crc := pl.data, pl.crc
 	var ab *[]byte // the staging buffer; nil: writing from data itself
 	var buf []byte
 	n := alignUp(uint64(len(data)))
@@ -669,7 +675,7 @@ func (l *Local) appendDirect(b *backing, data []byte, crc uint32, known bool) (o
 			l.directBufs <- ab
 		}
 	}
-	if ab == nil || !b.directOK.Load() {
+	if (ab == nil && !pl.retained) || !b.directOK.Load() {
 		defer finish()
 		err := writeDirect(b.dfd, buf, off)
 		if err == nil {
@@ -679,6 +685,9 @@ func (l *Local) appendDirect(b *backing, data []byte, crc uint32, known bool) (o
 			}
 		}
 		return off, crc, err != nil && directRefused(err), err
+	}
+	if ab == nil {
+		l.stats.unstagedPuts.Add(1)
 	}
 	l.directWG.Add(1)
 	go func() {
