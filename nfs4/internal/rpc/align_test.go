@@ -173,3 +173,28 @@ func TestHugeRecordsCutShort(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// alignKeeper is aligner without ReuseArgs: the handler keeps every record.
+type alignKeeper struct{ aligner }
+
+func (k alignKeeper) Handle(ctx context.Context, c *Call) Reply {
+	rep := k.aligner.Handle(ctx, c)
+	c.reuse = false // as if ReuseArgs had not been called
+	return rep
+}
+
+// TestHugeRecordsKept: records whose handler keeps them (no ReuseArgs, as
+// for NFSv4.0 compounds) do not use up the bounded set of huge records:
+// after more than maxHugeRecords large kept records, payloads still
+// arrive aligned.
+func TestHugeRecordsKept(t *testing.T) {
+	c := serveAndDial(t, Config{Handler: alignKeeper{}})
+	cred := rpcv2.OpaqueAuth{}
+	for i := range 2*maxHugeRecords + 3 {
+		c.Write(call(uint32(i+1), 1, cred, alignArgs(100, 256<<10, byte(i))))
+		_, body := readReply(t, c)
+		if i > 0 && body[0] != 1 {
+			t.Fatalf("kept record %d: payload not aligned (%d huge records made, %d free)", i, hugeMade.Load(), len(hugeRecords))
+		}
+	}
+}

@@ -549,6 +549,8 @@ func (cn *conn) worker(ctx context.Context) {
 			cn.writeReply(call.Xid, &rep)
 			if call.reuse {
 				putRecord(recBase)
+			} else {
+				dropRecord(recBase)
 			}
 		}
 		cn.mu.Lock()
@@ -883,6 +885,18 @@ func putRecord(rec []byte) {
 		return
 	}
 	records.Put(&rec)
+}
+
+// dropRecord forgets a record's buffer that the handler kept (no
+// ReuseArgs: an NFSv4.0 compound, a multi-compound transaction): the
+// garbage collector frees it once nothing refers to it. A huge record no
+// longer counts against maxHugeRecords, so a new one may be made (before,
+// every kept huge record was lost to the bounded set for good, and 16
+// large NFSv4.0 WRITEs ended payload alignment for the whole process).
+func dropRecord(rec []byte) {
+	if cap(rec) == hugeCap {
+		hugeMade.Add(-1)
+	}
 }
 
 // hugeRecords are free huge records: buffers on one transparent huge page
