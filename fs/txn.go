@@ -32,10 +32,6 @@ type Txn struct {
 	replaying bool
 	log       []opRecord
 	written   []slice.Pointer // slices this transaction wrote; synced before commit
-	// retained is set once a put may still read its caller's buffer
-	// (WritePayload): the transaction's end waits for the writes
-	// (waitRetained).
-	retained bool
 	garbage   uint64          // slice bytes this execution made unreachable (an estimate, gcpace.go)
 	orphaned  []Ino           // inodes this execution made orphans (dropLink)
 	dropped   []Ino           // inodes this execution deleted as unpinned (dropLink)
@@ -48,6 +44,11 @@ type Txn struct {
 	// unknown to others until the commit), so spansIn need not read —
 	// until a span record of one is written (it then leaves the set).
 	fresh map[Ino]struct{}
+
+	// retained is set once a put may still read its caller's buffer
+	// (WritePayload): the transaction's end waits for the writes
+	// (waitRetained).
+	retained bool
 }
 
 type cachedInode struct {
