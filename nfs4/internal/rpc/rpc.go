@@ -381,10 +381,10 @@ func ReadRecord(r io.Reader, max int) ([]byte, error) {
 
 // readRecord is ReadRecord taking the buffer of the first fragment from
 // get (nil: a fresh allocation). A record of several fragments grows by
-// slices.Grow; the caller tells a pooled buffer by its capacity. If h is
+// slices.Grow; the caller tells a pooled buffer by its capacity. If hc is
 // set, hashStart(n) is asked, with the first fragment's length, from which
 // record offset to hash the record (-1: not at all), and the bytes are
-// hashed into h as they arrive.
+// hashed into hc as they arrive (readHashed).
 func readRecord(r io.Reader, max int, get func(n int) []byte, hc *recordCRC, hashStart func(n int) int) ([]byte, error) {
 	var rec []byte
 	first := true
