@@ -250,12 +250,16 @@ func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte, c
 			var p slice.Pointer
 			var err error
 			if known && n == uint64(whole) {
-				t.retained = t.retained || retainPayloads
-				pl := slice.NewPayload(data, crc)
+				pctx := ctx
 				if retainPayloads {
-					pl = pl.Retained()
+					// The caller keeps data until the transaction
+					// ends, which waits for the write (waitRetained).
+					t.retained = true
+					loan := slice.NewLoan(func() {})
+					pctx = slice.WithLoan(ctx, loan)
+					defer loan.Release()
 				}
-				p, err = t.putPayload(ctx, ino, off, pl)
+				p, err = t.putPayload(pctx, ino, off, slice.NewPayload(data, crc))
 			} else {
 				p, err = t.putSlice(ctx, ino, off, data[:n])
 			}
@@ -291,7 +295,7 @@ func (t *Txn) putSlice(ctx context.Context, ino Ino, off uint64, data []byte) (s
 }
 
 // retainPayloads: WritePayload lets the slice store write the payload
-// asynchronously from the caller's buffer (slice.Payload.Retained; the
+// asynchronously from the caller's buffer (slice.WithLoan; the
 // transaction's end waits for it). A variable for the A/B benchmark
 // (BenchmarkOverwritePayload).
 var retainPayloads = true
@@ -329,7 +333,7 @@ func (t *Txn) Write(ctx context.Context, ino Ino, off uint64, data []byte) error
 // store as one slice, the store does not hash it again. The caller must
 // keep p.Data() unchanged until the transaction ends (Commit or Abort
 // returns; with FS.Do, until Do returns): the store may write it
-// asynchronously from there (slice.Payload.Retained), overlapping the
+// asynchronously from there (slice.WithLoan), overlapping the
 // device write with the rest of the transaction.
 func (t *Txn) WritePayload(ctx context.Context, ino Ino, off uint64, p slice.Payload) error {
 	return t.write(ctx, ino, off, p.Data(), p.CRC(), true)

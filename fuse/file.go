@@ -7,6 +7,7 @@ import (
 	raw "github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/slice"
 )
 
 // fmodeExec is __FMODE_EXEC: the kernel sets it in the open flags of
@@ -234,7 +235,7 @@ func (m *Server) Read(_ <-chan struct{}, in *raw.ReadIn, buf []byte) (raw.ReadRe
 // opened with O_APPEND is appended to atomically at the engine's end of
 // file, whatever offset the kernel computed from its cached size (another
 // mount may have appended meanwhile).
-func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32, raw.Status) {
+func (m *Server) Write(cancel <-chan struct{}, in *raw.WriteIn, data []byte) (uint32, raw.Status) {
 	ino := fs.Ino(in.NodeId)
 	c := m.cred(&in.InHeader)
 	h := m.handles.get(in.Fh)
@@ -252,7 +253,7 @@ func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32,
 		if end := in.Offset + uint64(len(data)); end > fs.MaxFileSize || end < in.Offset {
 			return 0, m.status("write", fs.ErrFileTooBig)
 		}
-		if queued, err := m.queueWrite(h, c, ino, in.Offset, data); queued {
+		if queued, err := m.queueWrite(h, c, ino, in, cancel, data); queued {
 			if err != nil {
 				return 0, m.status("write", err)
 			}
@@ -278,12 +279,23 @@ func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32,
 	// view of the file was current before this write, it still is after
 	// it, and the next open keeps the pages (reads of recently written
 	// data from the page cache; issue 5).
+	//
+	// A write whose writer waits for its data to be on disk anyway (the
+	// fsync expected next, an O_SYNC/O_DSYNC handle) is written with
+	// O_DIRECT straight from go-fuse's request buffer, without the
+	// staging copy (slice.WithUnstaged; ENGINE-REQUESTS 11): its NoSync
+	// commit waits for the slice write either way. Writes answered before
+	// their data is on disk keep the copy, which lets the buffer go.
+	wctx := m.ctx
+	if fsyncNext || (h != nil && h.sync) {
+		wctx = slice.WithUnstaged(m.ctx)
+	}
 	var before, after fs.Attr
 	err := m.update(c, &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) (err error) {
 		if before, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange); err != nil {
 			return err
 		}
-		if err = t.Write(m.ctx, ino, in.Offset, data); err != nil {
+		if err = t.Write(wctx, ino, in.Offset, data); err != nil {
 			return err
 		}
 		after, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange)
@@ -305,8 +317,11 @@ func (m *Server) Write(_ <-chan struct{}, in *raw.WriteIn, data []byte) (uint32,
 // queueWrite queues a WRITE on m's write-behind queue unless a sandbox
 // is active (the write then runs in it, synchronously), and reports
 // whether it did. A large write goes into the queue's open transaction
-// (writeBehind.addLarge), which may fail it at once.
-func (m *Server) queueWrite(h *handle, c fs.Cred, ino fs.Ino, off uint64, data []byte) (bool, error) {
+// (writeBehind.addLarge), which may fail it at once; if it can, its
+// request buffer is taken from go-fuse for the slice write (bufLender:
+// no staging copy).
+func (m *Server) queueWrite(h *handle, c fs.Cred, ino fs.Ino, in *raw.WriteIn, cancel <-chan struct{}, data []byte) (bool, error) {
+	off := in.Offset
 	m.sb.gate.RLock()
 	defer m.sb.gate.RUnlock()
 	if m.sb.txn != nil {
@@ -314,7 +329,12 @@ func (m *Server) queueWrite(h *handle, c fs.Cred, ino fs.Ino, off uint64, data [
 	}
 	h.dirty.Store(true)
 	if len(data) >= wbLarge {
-		return true, m.wb.addLarge(m, h, c, ino, off, data)
+		loan := m.lender.lend(cancel, in, data)
+		err := m.wb.addLarge(m, h, c, ino, off, data, loan)
+		if loan != nil {
+			loan.Release() // this handler's hold: its puts hold their own
+		}
+		return true, err
 	}
 	m.wb.add(m, h, c, ino, off, data)
 	return true, nil

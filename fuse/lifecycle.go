@@ -21,6 +21,9 @@ type mountLife struct {
 	onShutdown   func() // releases the mount's state (set before serve)
 	shutdownOnce sync.Once
 	hugeBufs     bool // request buffers go on huge pages (hugeReadBuffers)
+	// lender takes large WRITEs' request buffers from go-fuse for the
+	// slice writes (nil if it cannot; see bufLender).
+	lender *bufLender
 }
 
 // serve mounts fsys on l.dir with opts and serves it in the background.
@@ -34,6 +37,12 @@ func (l *mountLife) serve(fsys raw.RawFileSystem, opts *raw.MountOptions, readAh
 	}
 	l.srv = srv
 	l.hugeBufs = hugeReadBuffers(srv, log)
+	if l.hugeBufs {
+		// An O_DIRECT write from a buffer on small pages pins it page
+		// by page, which costs about what the staging copy saves
+		// (slice.md "Unstaged direct puts").
+		l.lender = newBufLender(srv, log)
+	}
 	started(srv)
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {

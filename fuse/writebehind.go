@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/slice"
 )
 
 // DefaultWriteBehindBytes bounds the bytes of answered but not yet
@@ -86,9 +87,11 @@ type wbWrite struct {
 
 // wbTxn is an open NoSync transaction into which the WRITE handlers of
 // large writes (at least wbLarge bytes) write directly: the engine
-// stores the data (checksum, staging copy, slice write) while it is
-// still in the request buffer and in this CPU's cache, and places it in
-// the transaction; the committer only commits. Copying a large write into
+// stores the data (checksum, slice write) while it is still in the
+// request buffer and in this CPU's cache, and places it in the
+// transaction; the committer only commits. The slice write runs in the
+// background from the request buffer itself when the mount could take
+// it from go-fuse (bufLender), else from a staging copy. Copying a large write into
 // the queue instead cost the copy and, worse, a checksum and a staging
 // copy of data that had gone cold: +35% of the mount's CPU per 1 MiB
 // write (docs/fuse.md "Write-behind"). Writes join the transaction while
@@ -184,7 +187,11 @@ func wbCost(b []byte) int { return cap(b) }
 // pending, while it is the queue's tail: every item queued later has a
 // larger number, and the transaction is not committed before the write
 // is in it (commitTxn waits for pending writers).
-func (q *writeBehind) addLarge(m *Server, h *handle, c fs.Cred, ino fs.Ino, off uint64, data []byte) error {
+//
+// With a loan (the request buffer taken from go-fuse, bufLender) the
+// slice store writes data from that buffer in the background instead of
+// a staging copy (slice.WithLoan).
+func (q *writeBehind) addLarge(m *Server, h *handle, c fs.Cred, ino fs.Ino, off uint64, data []byte, loan *slice.Loan) error {
 	q.mu.Lock()
 	q.full(len(data))
 	var x *wbWrite
@@ -212,7 +219,7 @@ func (q *writeBehind) addLarge(m *Server, h *handle, c fs.Cred, ino fs.Ino, off 
 	q.mu.Unlock()
 
 	tx.mu.Lock()
-	err := tx.write(m, h, ino, off, data)
+	err := tx.write(m, h, ino, off, data, loan)
 	tx.mu.Unlock()
 
 	q.mu.Lock()
@@ -226,7 +233,7 @@ func (q *writeBehind) addLarge(m *Server, h *handle, c fs.Cred, ino fs.Ino, off 
 }
 
 // write writes data into the open transaction (tx.mu held).
-func (tx *wbTxn) write(m *Server, h *handle, ino fs.Ino, off uint64, data []byte) error {
+func (tx *wbTxn) write(m *Server, h *handle, ino fs.Ino, off uint64, data []byte, loan *slice.Loan) error {
 	mk := tx.marks[ino]
 	if mk == nil {
 		mk = new([2]uint64)
@@ -234,7 +241,11 @@ func (tx *wbTxn) write(m *Server, h *handle, ino fs.Ino, off uint64, data []byte
 			return err
 		}
 	}
-	if err := tx.t.Write(m.ctx, ino, off, data); err != nil {
+	ctx := m.ctx
+	if loan != nil {
+		ctx = slice.WithLoan(ctx, loan)
+	}
+	if err := tx.t.Write(ctx, ino, off, data); err != nil {
 		return err
 	}
 	if err := tx.t.ChangeMark(m.ctx, ino, &mk[1]); err != nil {

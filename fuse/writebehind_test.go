@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/slice"
 )
 
 // slowCommits makes every write-behind commit of m take d (and counts
@@ -139,6 +140,54 @@ func TestWriteBehind(t *testing.T) {
 		ma.wb.wait()
 		if n := commits.Load(); n < 2 {
 			t.Errorf("writes without fsync were not queued again (%d queued commits)", n)
+		}
+	})
+
+	t.Run("FsyncEachLargeWriteUnstaged", func(t *testing.T) {
+		// The synchronous 1 MiB writes of a writer that fsyncs after
+		// each are written straight from the request buffer (no staging
+		// copy, slice.WithUnstaged); its first write, queued, and the
+		// writes of a writer that does not fsync keep the copy.
+		local := e.engine.Slices.(*slice.Cache).Next().(*slice.Local)
+		st0 := local.Stats()
+		p := filepath.Join(a, "fsynced-large")
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		want := make([]byte, 0, 6<<20)
+		for i := range 6 {
+			w := bytes.Repeat([]byte{byte('a' + i)}, len(chunk))
+			want = append(want, w...)
+			if _, err := f.WriteAt(w, int64(i)<<20); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st1 := local.Stats()
+		if st1.DirectPuts == st0.DirectPuts {
+			t.Skip("the data directory's file system refuses O_DIRECT: no direct puts to check")
+		}
+		if n := st1.UnstagedPuts - st0.UnstagedPuts; n != 5 {
+			t.Errorf("%d unstaged puts for 6 fsynced 1 MiB writes, want 5 (all but the first, queued)", n)
+		}
+		if got := readFile(t, filepath.Join(b, "fsynced-large")); got != string(want) {
+			t.Fatalf("other mount read different bytes (%d, want %d)", len(got), len(want))
+		}
+		for i := range 4 {
+			if _, err := f.WriteAt(chunk, int64(6+i)<<20); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ma.wb.wait()
+		// The first of them is still taken for an fsync-each writer's
+		// (synchronous); the others are queued, answered before their
+		// data is on disk, and staged.
+		if n := local.Stats().UnstagedPuts - st1.UnstagedPuts; n != 1 {
+			t.Errorf("%d unstaged puts for 4 writes without fsync, want 1 (the first)", n)
 		}
 	})
 

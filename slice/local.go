@@ -170,7 +170,10 @@ type LocalStats struct {
 	// UnstagedPuts counts the direct puts written straight from the
 	// caller's buffer (4 KiB-aligned, a multiple of 4 KiB long), without a
 	// staging copy; they are also in DirectPuts.
-	UnstagedPuts     uint64
+	UnstagedPuts uint64
+	// LentPuts counts the direct puts written in the background straight
+	// from the caller's buffer (WithLoan); they are also in DirectPuts.
+	LentPuts         uint64
 	DirectInFlight   uint64 // direct writes started and not yet returned (a gauge, not cumulative)
 	Syncs            uint64 // Sync calls
 	Fsyncs           uint64 // SyncData calls on backing files
@@ -189,6 +192,7 @@ type localStats struct {
 	puts, putBytes   atomic.Uint64
 	directPuts       atomic.Uint64
 	unstagedPuts     atomic.Uint64
+	lentPuts         atomic.Uint64
 	syncs, fsyncs    atomic.Uint64
 	reads, readBytes atomic.Uint64
 	corrupt          atomic.Uint64
@@ -475,7 +479,7 @@ func (l *Local) Stats() LocalStats {
 		b.dmu.Unlock()
 	}
 	return LocalStats{
-		Puts: s.puts.Load(), PutBytes: s.putBytes.Load(), DirectPuts: s.directPuts.Load(), UnstagedPuts: s.unstagedPuts.Load(), DirectInFlight: inflight,
+		Puts: s.puts.Load(), PutBytes: s.putBytes.Load(), DirectPuts: s.directPuts.Load(), UnstagedPuts: s.unstagedPuts.Load(), LentPuts: s.lentPuts.Load(), DirectInFlight: inflight,
 		Syncs: s.syncs.Load(), Fsyncs: s.fsyncs.Load(),
 		Reads: s.reads.Load(), ReadBytes: s.readBytes.Load(),
 		Corrupt: s.corrupt.Load(),
@@ -510,13 +514,17 @@ func (l *Local) put(ctx context.Context, hint uint64, pl Payload, known bool) (P
 		return Pointer{}, err
 	}
 	defer l.exit()
+	loan := loanFrom(ctx)
+	if unstagedFrom(ctx) {
+		loan = nil // see WithLoan
+	}
 	n := uint64(len(l.writable))
 	for i := range n {
 		b := l.writable[(hint+i)%n]
 		if b.syncFailed() != nil {
 			continue
 		}
-		off, direct, crc, err := l.append(b, pl, known)
+		off, direct, crc, err := l.append(b, pl, known, l.unstaged || unstagedFrom(ctx), loan)
 		if err != nil {
 			return Pointer{}, fmt.Errorf("slice: put %d bytes to %s: %w", len(data), b.name, err)
 		}
@@ -536,12 +544,12 @@ func (l *Local) put(ctx context.Context, hint uint64, pl Payload, known bool) (P
 // went direct (see appendDirect) and its CRC32C: crc itself if known is
 // set (PutPayload), else computed here. A failed write still consumes its
 // range, which is never handed out and never reused.
-func (l *Local) append(b *backing, pl Payload, known bool) (off uint64, direct bool, crc uint32, err error) {
+func (l *Local) append(b *backing, pl Payload, known, unstaged bool, loan *Loan) (off uint64, direct bool, crc uint32, err error) {
 	data, crc := pl.data, pl.crc
 	haveCRC := known
 	if b.dfd >= 0 && !b.directOff.Load() && len(data) >= l.directMin {
 		var refused bool
-		off, crc, refused, err = l.appendDirect(b, pl, known)
+		off, crc, refused, err = l.appendDirect(b, pl, known, unstaged, loan)
 		if !refused {
 			return off, true, crc, err
 		}
@@ -624,18 +632,26 @@ const maxDirectInflight = 16
 //
 // known says pl.crc is the data's CRC32C already (PutPayload): it is
 // returned as it is, and the data is not hashed (staged puts are a plain
-// copy). An unstaged put of a retained payload (Payload.Retained) is
-// written asynchronously from the caller's buffer, as a staged one.
-func (l *Local) appendDirect(b *backing, pl Payload, known bool) (off uint64, crc uint32, refused bool, err error) {
+// copy). With a loan (WithLoan) aligned data is not staged either, but
+// written in the background from the caller's buffer like staged data:
+// the put holds the loan until its write is done (the caller keeps the
+// buffer unchanged until then).
+func (l *Local) appendDirect(b *backing, pl Payload, known, unstaged bool, loan *Loan) (off uint64, crc uint32, refused bool, err error) {
 	data, crc := pl.data, pl.crc
 	var ab *[]byte // the staging buffer; nil: writing from data itself
 	var buf []byte
+	lent := false // writing from data in the background, holding loan
 	n := alignUp(uint64(len(data)))
 	switch {
-	case l.unstaged && isAligned(data):
+	case isAligned(data) && (unstaged || loan != nil):
 		buf = data
 		if !known {
 			crc = Checksum(data)
+		}
+		if loan != nil {
+			lent = true
+			loan.hold()
+			l.stats.lentPuts.Add(1)
 		}
 	case known:
 		ab = l.getStaging()
@@ -674,13 +690,16 @@ func (l *Local) appendDirect(b *backing, pl Payload, known bool) (off uint64, cr
 		if ab != nil {
 			l.directBufs <- ab
 		}
+		if lent {
+			loan.Release()
+		}
 	}
-	if (ab == nil && !pl.retained) || !b.directOK.Load() {
+	if (ab == nil && !lent) || !b.directOK.Load() {
 		defer finish()
 		err := writeDirect(b.dfd, buf, off)
 		if err == nil {
 			b.directOK.Store(true)
-			if ab == nil {
+			if ab == nil && !lent {
 				l.stats.unstagedPuts.Add(1)
 			}
 		}

@@ -20,9 +20,8 @@ import (
 // Build one with NewPayload only where the CRC is known to cover exactly
 // these bytes.
 type Payload struct {
-	data     []byte
-	crc      uint32
-	retained bool // see Retained
+	data []byte
+	crc  uint32
 }
 
 // NewPayload returns a Payload of data whose CRC32C is crc.
@@ -33,20 +32,6 @@ func (p Payload) Data() []byte { return p.data }
 
 // CRC returns the CRC32C the payload was built with.
 func (p Payload) CRC() uint32 { return p.crc }
-
-// Retained returns p marked as kept unchanged by its caller until
-// WaitWritten or Sync of the pointer PutPayload returns for it has
-// returned (or, if PutPayload fails, until it returns). A direct put of a
-// retained payload that needs no staging copy (LocalOptions.Unstaged, data
-// 4 KiB-aligned) is then written asynchronously straight from the caller's
-// buffer, like a staged put: PutPayload returns once the write is started,
-// and what the caller does next (its metadata transaction) overlaps the
-// device write. Without it such a put writes before it returns, as
-// Unstaged puts of Put do.
-func (p Payload) Retained() Payload {
-	p.retained = true
-	return p
-}
 
 // PayloadPutter is a Store that can put a Payload without hashing it
 // again (Local, and Cache over a PayloadPutter).

@@ -69,7 +69,9 @@ func TestPutPayloadRetained(t *testing.T) {
 		}
 		put := make(chan result, 1)
 		go func() {
-			p, err := l.PutPayload(ctx, 0, NewPayload(data, Checksum(data)).Retained())
+			loan := NewLoan(func() {})
+			p, err := l.PutPayload(WithLoan(ctx, loan), 0, NewPayload(data, Checksum(data)))
+			loan.Release()
 			put <- result{p, err}
 		}()
 		if buf := <-started; unsafe.SliceData(buf) != unsafe.SliceData(data) {
