@@ -167,9 +167,10 @@ func (o *LocalOptions) withDefaults() LocalOptions {
 type LocalStats struct {
 	Puts, PutBytes uint64
 	DirectPuts     uint64 // puts written with O_DIRECT
-	// UnstagedPuts counts the direct puts written straight from the
-	// caller's buffer (4 KiB-aligned, a multiple of 4 KiB long), without a
-	// staging copy; they are also in DirectPuts.
+	// UnstagedPuts counts the direct puts written synchronously straight
+	// from the caller's buffer (4 KiB-aligned, a multiple of 4 KiB long),
+	// without a staging copy (LocalOptions.Unstaged, WithUnstaged); they
+	// are also in DirectPuts.
 	UnstagedPuts uint64
 	// LentPuts counts the direct puts written in the background straight
 	// from the caller's buffer (WithLoan); they are also in DirectPuts.
@@ -704,9 +705,6 @@ func (l *Local) appendDirect(b *backing, pl Payload, known, unstaged bool, loan 
 			}
 		}
 		return off, crc, err != nil && directRefused(err), err
-	}
-	if ab == nil {
-		l.stats.unstagedPuts.Add(1)
 	}
 	l.directWG.Add(1)
 	go func() {
