@@ -325,15 +325,22 @@ type txn struct {
 	// holding s.closeMu shared.
 	done bool
 	buf  *occ.Buffer // nil when readOnly
-	// pt is the point-read iterator on snap (pointGet), nil until the
-	// first Get; closed by finish.
-	pt    *pebble.Iterator
-	reads occ.ReadSet
+	// pt holds the point-read iterators on snap (pointGet), created
+	// at first use, closed by finish; ptNext picks the slot to reuse.
+	pt     [4]pointIter
+	ptNext int
+	reads  occ.ReadSet
 	// commitSeq is the sequence number Commit assigned.
 	commitSeq uint64
 }
 
 var _ kv.Txn = (*txn)(nil)
+
+// pointIter is a point-read iterator for keys beginning with lead.
+type pointIter struct {
+	it   *pebble.Iterator
+	lead byte
+}
 
 // finish releases the transaction's snapshot and log registration. The
 // caller holds s.closeMu shared.
@@ -397,8 +404,8 @@ func (t *txn) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return t.pointGet(key)
 }
 
-// pointGet reads key from the snapshot through the transaction's point
-// iterator, created at the first read and kept until the transaction
+// pointGet reads key from the snapshot through one of the transaction's
+// point iterators, created at first use and kept until the transaction
 // ends. A pebble Get builds and closes an iterator over every level per
 // call; a kept iterator re-seeks with its levels' iterators (and loaded
 // blocks) already open, and pebble turns ascending prefix seeks into
@@ -409,32 +416,56 @@ func (t *txn) Get(ctx context.Context, key []byte) ([]byte, error) {
 // read costs about what Get does. SeekPrefixGE (the default comparer's
 // prefix is the whole key) consults the sstables' bloom filters and
 // stops at the first other key, so a miss does not walk tombstones.
+//
+// Reads that alternate between distant parts of the key space (an entry,
+// then its inode) would make one iterator re-open sstable iterators at
+// each seek, so there is one iterator per leading key byte (txnfs's
+// record kinds), up to len(t.pt); more kinds share them round-robin.
 func (t *txn) pointGet(key []byte) ([]byte, error) {
-	if t.pt == nil {
-		it, err := t.snap.NewIter(nil)
-		if err != nil {
-			return nil, backendErr("get", err)
-		}
-		t.pt = it
+	it, err := t.pointIter(key[0])
+	if err != nil {
+		return nil, backendErr("get", err)
 	}
-	if !t.pt.SeekPrefixGE(key) || !bytes.Equal(t.pt.Key(), key) {
-		if err := t.pt.Error(); err != nil {
+	if !it.SeekPrefixGE(key) || !bytes.Equal(it.Key(), key) {
+		if err := it.Error(); err != nil {
 			return nil, backendErr("get", err)
 		}
 		return nil, kv.ErrNotFound
 	}
-	v, err := t.pt.ValueAndErr()
+	v, err := it.ValueAndErr()
 	if err != nil {
 		return nil, backendErr("get", err)
 	}
 	return append([]byte{}, v...), nil
 }
 
-// closePoint closes the point iterator, if any, before the snapshot.
+// pointIter returns the point iterator for keys that begin with lead.
+func (t *txn) pointIter(lead byte) (*pebble.Iterator, error) {
+	for i := range t.pt {
+		if t.pt[i].it != nil && t.pt[i].lead == lead {
+			return t.pt[i].it, nil
+		}
+	}
+	slot := &t.pt[t.ptNext%len(t.pt)]
+	t.ptNext++
+	if slot.it == nil {
+		it, err := t.snap.NewIter(nil)
+		if err != nil {
+			return nil, err
+		}
+		slot.it = it
+	}
+	slot.lead = lead
+	return slot.it, nil
+}
+
+// closePoint closes the point iterators, before the snapshot.
 func (t *txn) closePoint() {
-	if t.pt != nil {
-		_ = t.pt.Close()
-		t.pt = nil
+	for i := range t.pt {
+		if t.pt[i].it != nil {
+			_ = t.pt[i].it.Close()
+			t.pt[i].it = nil
+		}
 	}
 }
 

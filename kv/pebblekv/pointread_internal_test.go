@@ -15,6 +15,7 @@ import (
 // TestPointReadsAcrossLevels checks Get (txn.pointGet's kept iterator)
 // against a map model on data spread over several sstables and the
 // memtable, with overwrites, deletes, keys that are prefixes of others,
+// more leading key bytes than the transaction has point iterators,
 // and reads in random order (seeks backwards and forwards, hits and
 // misses) within one transaction.
 func TestPointReadsAcrossLevels(t *testing.T) {
@@ -30,10 +31,11 @@ func TestPointReadsAcrossLevels(t *testing.T) {
 	s := ks.(*store)
 	const n = 600
 	key := func(i int) []byte {
+		lead := "abcdefg"[(i/3)%7] // more leading bytes than iterators
 		if i%3 == 0 {
-			return fmt.Appendf(nil, "k%d", i/3) // prefix of the next two
+			return fmt.Appendf(nil, "%ck%d", lead, i/3) // prefix of the next two
 		}
-		return fmt.Appendf(nil, "k%d/%d", i/3, i%3)
+		return fmt.Appendf(nil, "%ck%d/%d", lead, i/3, i%3)
 	}
 	model := map[string]string{}
 	for round := range 5 {
