@@ -916,11 +916,21 @@ func (w *segmentWriter) done() encoded {
 // encodeCompound encodes COMPOUND4res. The OpTxn result, if any, is
 // encoded first as (opcode, status).
 func encodeCompound(st nfsv4.Nfsstat4, tag string, txr *txnResult, results []nfsv4.NfsResop4) encoded {
+	// size is what the first segment takes: the whole reply but the
+	// READ payloads that go by reference. Sized exactly, a reply of many
+	// small READs (a vectorized tar: ~1 MiB of 12 KiB files) is not
+	// copied through doubling appends (6% of its process CPU when the
+	// first segment was capped at 64 KiB).
 	size := 12 + (len(tag)+3)&^3
 	for _, r := range results {
 		size += r.GetEncodedSizeBytes()
+		if rd, ok := r.(*nfsv4.NfsResop4_OP_READ); ok {
+			if ok, isOK := rd.Opread.(*nfsv4.Read4res_NFS4_OK); isOK && len(ok.Resok4.Data) >= minSegment {
+				size -= len(ok.Resok4.Data)
+			}
+		}
 	}
-	w := &segmentWriter{cur: make([]byte, 0, min(size+8, 64<<10))}
+	w := &segmentWriter{cur: make([]byte, 0, size+8)}
 	// The header by hand (the generated writers allocate per value); tag
 	// is at most maxTagLen bytes of UTF-8: it was decoded as such.
 	be := binary.BigEndian
