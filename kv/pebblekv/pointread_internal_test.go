@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -12,7 +13,8 @@ import (
 	"github.com/txnfs/txnfs/kv"
 )
 
-// TestPointReadsAcrossLevels checks Get (txn.pointGet's kept iterator)
+// TestPointReadsAcrossLevels checks Get (txn.pointGet's kept iterators)
+// and Scan (one iterator re-bounded per call)
 // against a map model on data spread over several sstables and the
 // memtable, with overwrites, deletes, keys that are prefixes of others,
 // more leading key bytes than the transaction has point iterators,
@@ -74,6 +76,10 @@ func TestPointReadsAcrossLevels(t *testing.T) {
 			if i >= n {
 				k = append(k, 'x') // never written
 			}
+			if rng.IntN(4) == 0 {
+				checkScan(t, txn, model, key(rng.IntN(n)), key(rng.IntN(n)), rng.IntN(4))
+				continue
+			}
 			got, err := txn.Get(ctx, k)
 			want, ok := model[string(k)]
 			switch {
@@ -84,5 +90,32 @@ func TestPointReadsAcrossLevels(t *testing.T) {
 			}
 		}
 		txn.Rollback()
+	}
+}
+
+// checkScan compares txn.Scan(start, end, limit) with the model.
+func checkScan(t *testing.T, txn kv.Txn, model map[string]string, start, end []byte, limit int) {
+	t.Helper()
+	var want []string
+	for k := range model {
+		if k >= string(start) && k < string(end) {
+			want = append(want, k)
+		}
+	}
+	slices.Sort(want)
+	if limit > 0 && len(want) > limit {
+		want = want[:limit]
+	}
+	pairs, err := txn.Scan(context.Background(), start, end, limit)
+	if err != nil {
+		t.Fatalf("Scan(%q, %q, %d): %v", start, end, limit, err)
+	}
+	if len(pairs) != len(want) {
+		t.Fatalf("Scan(%q, %q, %d): %d pairs, want %d", start, end, limit, len(pairs), len(want))
+	}
+	for i, p := range pairs {
+		if string(p.Key) != want[i] || string(p.Value) != model[want[i]] {
+			t.Fatalf("Scan(%q, %q, %d)[%d] = %q=%q, want %q=%q", start, end, limit, i, p.Key, p.Value, want[i], model[want[i]])
+		}
 	}
 }
