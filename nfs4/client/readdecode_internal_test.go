@@ -77,3 +77,67 @@ func encodeCompoundReply(t *testing.T, res []nfsv4.NfsResop4) []byte {
 	}
 	return buf.Bytes()
 }
+
+// TestDecodeReaddirOK checks the READDIR fast path of decodeReply against
+// the generated decoder on random listings (0–5 entries, names of every
+// padding, empty and non-empty attribute masks and values) followed by
+// another result, and that truncations and bad booleans are errors.
+func TestDecodeReaddirOK(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	for iter := range 300 {
+		ok := &nfsv4.Readdir4res_NFS4_OK{}
+		for i := range ok.Resok4.Cookieverf {
+			ok.Resok4.Cookieverf[i] = byte(rng.Uint32())
+		}
+		ok.Resok4.Reply.Eof = rng.IntN(2) == 0
+		next := &ok.Resok4.Reply.Entries
+		for range rng.IntN(6) {
+			var mask []uint32
+			for range rng.IntN(3) {
+				mask = append(mask, rng.Uint32())
+			}
+			var vals []byte
+			for range rng.IntN(100) {
+				vals = append(vals, byte(rng.Uint32()))
+			}
+			e := &nfsv4.Entry4{Cookie: rng.Uint64(),
+				Name:  []string{"", "a", "ab", "abc", "abcd", "ünï", "file-00042.dat"}[rng.IntN(7)],
+				Attrs: nfsv4.Fattr4{Attrmask: mask, AttrVals: vals}}
+			*next = e
+			next = &e.Nextentry
+		}
+		res := []nfsv4.NfsResop4{
+			&nfsv4.NfsResop4_OP_READDIR{Opreaddir: ok},
+			&nfsv4.NfsResop4_OP_PUTROOTFH{Opputrootfh: nfsv4.Putrootfh4res{Status: nfsv4.NFS4_OK}},
+		}
+		body := encodeCompoundReply(t, res)
+		rep, err := decodeReply(body)
+		if err != nil {
+			t.Fatalf("iter %d: %v", iter, err)
+		}
+		want, _, err := nfsv4.ReadNfsResop4(bytes.NewReader(body[12:]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.results) != 2 || !reflect.DeepEqual(rep.results[0], want) || !reflect.DeepEqual(rep.results[1], res[1]) {
+			t.Fatalf("iter %d: decoded %#v, generated %#v", iter, rep.results, want)
+		}
+		end := len(body) - 8 // the READDIR result ends before PUTROOTFH's
+		for cut := 12; cut < end; cut += 1 + rng.IntN(13) {
+			tb := append([]byte{}, body[:cut]...)
+			binary.BigEndian.PutUint32(tb[8:], 1)
+			if _, err := decodeReply(tb); err == nil {
+				t.Fatalf("iter %d: reply cut at %d of %d decoded", iter, cut, end)
+			}
+		}
+		// The "value follows" word of the first entry (or the list's
+		// end) set to 2.
+		bad := append([]byte{}, body...)
+		binary.BigEndian.PutUint32(bad[12+8+8:], 2)
+		if _, err := decodeReply(bad); err == nil {
+			t.Fatalf("iter %d: bad boolean decoded", iter)
+		}
+	}
+}

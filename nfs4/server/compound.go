@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"time"
+	"unicode/utf8"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
@@ -964,7 +965,8 @@ func encodeCompound(st nfsv4.Nfsstat4, tag string, txr *txnResult, results []nfs
 }
 
 // encodeResult encodes the results of the operations of the usual
-// metadata compounds (SEQUENCE, PUTFH, LOOKUP, GETFH, GETATTR) into w by
+// metadata compounds (SEQUENCE, PUTFH, LOOKUP, GETFH, GETATTR) and of the
+// vectorized tree tools' (READ of small files, CLOSE, READDIR) into w by
 // hand and reports whether it did; any other result, or a large opaque
 // (kept by reference, see segmentWriter), is left to the generated
 // encoder, which allocates per integer. TestEncodeResultMatchesGenerated
@@ -1014,10 +1016,62 @@ func encodeResult(w *segmentWriter, r nfsv4.NfsResop4) bool {
 		for _, v := range [...]uint32{q.SrSequenceid, q.SrSlotid, q.SrHighestSlotid, q.SrTargetHighestSlotid, q.SrStatusFlags} {
 			w.cur = be.AppendUint32(w.cur, v)
 		}
+	case *nfsv4.NfsResop4_OP_READ:
+		ok, isOK := r.Opread.(*nfsv4.Read4res_NFS4_OK)
+		if !isOK || len(ok.Resok4.Data) >= minSegment {
+			return false // large payloads go by reference (segmentWriter)
+		}
+		head(nfsv4.OP_READ, nfsv4.NFS4_OK)
+		w.cur = be.AppendUint32(w.cur, xdrBool(ok.Resok4.Eof))
+		opaque(ok.Resok4.Data)
+	case *nfsv4.NfsResop4_OP_CLOSE:
+		ok, isOK := r.Opclose.(*nfsv4.Close4res_NFS4_OK)
+		if !isOK {
+			return false
+		}
+		head(nfsv4.OP_CLOSE, nfsv4.NFS4_OK)
+		w.cur = be.AppendUint32(w.cur, ok.OpenStateid.Seqid)
+		w.cur = append(w.cur, ok.OpenStateid.Other[:]...)
+	case *nfsv4.NfsResop4_OP_READDIR:
+		ok, isOK := r.Opreaddir.(*nfsv4.Readdir4res_NFS4_OK)
+		if !isOK {
+			return false
+		}
+		// The generated encoder refuses names that are not UTF-8 (the
+		// reply becomes SERVERFAULT): leave such a listing to it.
+		for e := ok.Resok4.Reply.Entries; e != nil; e = e.Nextentry {
+			if !utf8.ValidString(e.Name) {
+				return false
+			}
+		}
+		head(nfsv4.OP_READDIR, nfsv4.NFS4_OK)
+		w.cur = append(w.cur, ok.Resok4.Cookieverf[:]...)
+		for e := ok.Resok4.Reply.Entries; e != nil; e = e.Nextentry {
+			w.cur = be.AppendUint32(w.cur, 1)
+			w.cur = be.AppendUint64(w.cur, e.Cookie)
+			w.cur = be.AppendUint32(w.cur, uint32(len(e.Name)))
+			w.cur = append(w.cur, e.Name...)
+			w.cur = append(w.cur, make([]byte, (4-len(e.Name)%4)%4)...)
+			w.cur = be.AppendUint32(w.cur, uint32(len(e.Attrs.Attrmask)))
+			for _, m := range e.Attrs.Attrmask {
+				w.cur = be.AppendUint32(w.cur, m)
+			}
+			opaque(e.Attrs.AttrVals)
+		}
+		w.cur = be.AppendUint32(w.cur, 0)
+		w.cur = be.AppendUint32(w.cur, xdrBool(ok.Resok4.Reply.Eof))
 	default:
 		return false
 	}
 	return true
+}
+
+// xdrBool is the XDR encoding of v.
+func xdrBool(v bool) uint32 {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // errRes returns the result of op code with a non-OK status (or OK for
