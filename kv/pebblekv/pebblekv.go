@@ -40,7 +40,8 @@ type Options struct {
 	// CPU creating small files, 16 clients in one directory; 128 MiB
 	// gave 2.2–2.4x the files/s, docs/nfs-server.md).
 	CacheBytes int64
-	// MemTableBytes is the size of Pebble's memtable. Zero means 32 MiB.
+	// MemTableBytes is the size of Pebble's memtable, at least 1 MiB.
+	// Zero means 32 MiB.
 	// Pebble's default, 4 MiB, flushes a tree of a few thousand files
 	// created and removed (untar, rm -r) to sstables and compacts it: 16-19%
 	// of the vectorized rm -r's process CPU went to compaction writes. A
@@ -61,8 +62,9 @@ func (o *Options) Validate() error {
 	if o.CacheBytes < 0 {
 		return fmt.Errorf("pebblekv: negative Options.CacheBytes: %w", kv.ErrInvalid)
 	}
-	if o.MemTableBytes < 0 || o.MemTableBytes >= 4<<30 {
-		return fmt.Errorf("pebblekv: Options.MemTableBytes %d out of range [0, 4 GiB): %w", o.MemTableBytes, kv.ErrInvalid)
+	if o.MemTableBytes != 0 && (o.MemTableBytes < 1<<20 || o.MemTableBytes >= 4<<30) {
+		// Pebble panics on memtables too small for its arena overhead.
+		return fmt.Errorf("pebblekv: Options.MemTableBytes %d out of range [1 MiB, 4 GiB): %w", o.MemTableBytes, kv.ErrInvalid)
 	}
 	return nil
 }

@@ -119,3 +119,38 @@ func checkScan(t *testing.T, txn kv.Txn, model map[string]string, start, end []b
 		}
 	}
 }
+
+// TestOptionsValidate checks that out-of-range options are refused with
+// kv.ErrInvalid before anything is opened.
+func TestOptionsValidate(t *testing.T) {
+	for _, o := range []Options{
+		{},
+		{Dir: "db", MaxLogBytes: -1},
+		{Dir: "db", CacheBytes: -1},
+		{Dir: "db", MemTableBytes: -1},
+		{Dir: "db", MemTableBytes: 1},
+		{Dir: "db", MemTableBytes: 1<<20 - 1},
+		{Dir: "db", MemTableBytes: 4 << 30},
+	} {
+		o.FS = vfs.NewMem()
+		if _, err := Open(o); !errors.Is(err, kv.ErrInvalid) {
+			t.Errorf("Open(%+v) = %v, want kv.ErrInvalid", o, err)
+		}
+	}
+	// The smallest memtable allowed works (several flushes).
+	s, err := Open(Options{Dir: "db", FS: vfs.NewMem(), NoSync: true, MemTableBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 100 {
+		txn, err := s.Begin(context.Background(), kv.TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = txn.Set(fmt.Appendf(nil, "k%d", i), make([]byte, 64<<10))
+		if err := txn.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
