@@ -41,13 +41,14 @@ type Options struct {
 	// gave 2.2–2.4x the files/s, docs/nfs-server.md).
 	CacheBytes int64
 	// MemTableBytes is the size of Pebble's memtable, at least 1 MiB.
-	// Zero means 32 MiB.
-	// Pebble's default, 4 MiB, flushes a tree of a few thousand files
-	// created and removed (untar, rm -r) to sstables and compacts it: 16-19%
-	// of the vectorized rm -r's process CPU went to compaction writes. A
-	// larger memtable lets a key's tombstone replace its value before
-	// either reaches an sstable. The cost: memory (up to two memtables)
-	// and WAL replay at open bounded by this size.
+	// Zero means Pebble's default, 4 MiB, which flushes a tree of a few
+	// thousand files created and removed (untar, rm -r) to sstables and
+	// compacts it: 16-19% of the vectorized rm -r's process CPU went to
+	// compaction writes, and 32 MiB took 20% off it (docs/kv.md). Not the
+	// default because Pebble preallocates each WAL file to 1.1x this size
+	// (and keeps a recycled one): 35 MiB of disk that a small data
+	// directory misses (datadir TestNoSpace: 12 MiB of 64 written), plus
+	// memory for up to two memtables and a longer WAL replay at open.
 	MemTableBytes int64
 }
 
@@ -211,16 +212,12 @@ func Open(opts Options) (kv.Store, error) {
 	if cacheBytes == 0 {
 		cacheBytes = 128 << 20
 	}
-	memTable := opts.MemTableBytes
-	if memTable == 0 {
-		memTable = 32 << 20
-	}
 	db, err := pebble.Open(opts.Dir, &pebble.Options{
 		FS:                 fs,
 		Logger:             slogLogger{logger},
 		FormatMajorVersion: pebble.FormatNewest,
 		CacheSize:          cacheBytes,
-		MemTableSize:       uint64(memTable),
+		MemTableSize:       uint64(opts.MemTableBytes), // 0: pebble's default
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pebblekv: open %s: %w", opts.Dir, err)
