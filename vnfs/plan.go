@@ -139,14 +139,39 @@ func components(p string) []string {
 	return strings.Split(p, "/")
 }
 
-// dist returns the LOOKUPPs and LOOKUPs needed to go from a to b.
-func dist(a, b string) (ups, downs int) {
-	ca, cb := components(a), components(b)
-	i := 0
-	for i < len(ca) && i < len(cb) && ca[i] == cb[i] {
-		i++
+// depth returns len(components(p)) without building the slice.
+func depth(p string) int {
+	if p == "" {
+		return 0
 	}
-	return len(ca) - i, len(cb) - i
+	return strings.Count(p, "/") + 1
+}
+
+// firstComponent splits p into its first component and the rest; ok is
+// false for the empty path.
+func firstComponent(p string) (c, rest string, ok bool) {
+	if p == "" {
+		return "", "", false
+	}
+	if i := strings.IndexByte(p, '/'); i >= 0 {
+		return p[:i], p[i+1:], true
+	}
+	return p, "", true
+}
+
+// dist returns the LOOKUPPs and LOOKUPs needed to go from a to b. It runs
+// for every candidate position of every task a batch plans, so it walks
+// the paths in place (splitting them was 3-4% of the vectorized tar's
+// CPU).
+func dist(a, b string) (ups, downs int) {
+	for {
+		ca, ra, oka := firstComponent(a)
+		cb, rb, okb := firstComponent(b)
+		if !oka || !okb || ca != cb {
+			return depth(a), depth(b)
+		}
+		a, b = ra, rb
+	}
 }
 
 // costFrom returns the operations needed to reach dir from p (-1 if p
@@ -168,12 +193,12 @@ func (b *batch) cd(task int, dir string) {
 		b.cur.dir = true
 		return
 	}
-	best, how := 1+len(components(dir)), 0
+	best, how := 1+depth(dir), 0
 	var cfh []byte
 	var canc string
 	if b.compress {
 		if fh, anc, ok := b.n.dirs().nearest(dir); ok {
-			if c := 1 + len(components(dir)) - len(components(anc)); c < best {
+			if c := 1 + depth(dir) - depth(anc); c < best {
 				best, how, cfh, canc = c, 3, fh, anc
 			}
 		}
@@ -232,9 +257,9 @@ func (b *batch) putFH(task int, fh []byte, p string) {
 // baseCost is the operations needed to reach dir without the current or
 // saved handle: from the root, or from a cached directory handle.
 func (b *batch) baseCost(dir string) int {
-	c := 1 + len(components(dir))
+	c := 1 + depth(dir)
 	if _, anc, ok := b.n.dirs().nearest(dir); ok {
-		c = min(c, 1+len(components(dir))-len(components(anc)))
+		c = min(c, 1+depth(dir)-depth(anc))
 	}
 	return c
 }

@@ -2,13 +2,16 @@ package client
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
-	"github.com/buildbarn/go-xdr/pkg/runtime"
 )
 
 // Bitmap is an NFSv4 attribute bitmap (bitmap4).
@@ -94,10 +97,16 @@ func parseID(s string) (uint32, bool) {
 
 // DecodeAttrs decodes f. Every attribute present in f.Attrmask must be
 // one this package knows; values are laid out in bitmap order.
+//
+// The values are read from f.AttrVals in place (xdrCursor) rather than
+// through the generated readers, which copy every opaque and string
+// through a growing buffer: DecodeAttrs was 15-18% of the vectorized
+// ls -lR's process CPU. Handle is a subslice of f.AttrVals (capacity
+// clipped), which the caller must not modify afterwards; the decoded
+// replies' AttrVals are fresh copies owned by the reply.
 func DecodeAttrs(f nfsv4.Fattr4) (Attrs, error) {
 	a := Attrs{Mask: Bitmap(f.Attrmask)}
-	r := bytes.NewReader(f.AttrVals)
-	var err error
+	c := xdrCursor{b: f.AttrVals}
 	for w, word := range f.Attrmask {
 		for bit := uint32(0); bit < 32; bit++ {
 			if word&(1<<bit) == 0 {
@@ -106,81 +115,180 @@ func DecodeAttrs(f nfsv4.Fattr4) (Attrs, error) {
 			n := uint32(w)*32 + bit
 			switch n {
 			case nfsv4.FATTR4_SUPPORTED_ATTRS:
-				var m []uint32
-				m, _, err = nfsv4.ReadFattr4SupportedAttrs(r)
-				a.Supported = m
+				a.Supported = c.bitmap()
 			case nfsv4.FATTR4_TYPE:
-				a.Type, _, err = nfsv4.ReadFattr4Type(r)
+				a.Type = nfsv4.NfsFtype4(c.u32())
 			case nfsv4.FATTR4_FH_EXPIRE_TYPE, nfsv4.FATTR4_ACLSUPPORT, nfsv4.FATTR4_MAXLINK,
 				nfsv4.FATTR4_MAXNAME:
-				_, _, err = runtime.ReadUnsignedInt(r)
+				c.u32()
 			case nfsv4.FATTR4_CHANGE:
-				a.Change, _, err = nfsv4.ReadFattr4Change(r)
+				a.Change = c.u64()
 			case nfsv4.FATTR4_SIZE:
-				a.Size, _, err = nfsv4.ReadFattr4Size(r)
+				a.Size = c.u64()
 			case nfsv4.FATTR4_LINK_SUPPORT, nfsv4.FATTR4_SYMLINK_SUPPORT, nfsv4.FATTR4_NAMED_ATTR,
 				nfsv4.FATTR4_UNIQUE_HANDLES, nfsv4.FATTR4_CANSETTIME, nfsv4.FATTR4_CASE_INSENSITIVE,
 				nfsv4.FATTR4_CASE_PRESERVING, nfsv4.FATTR4_CHOWN_RESTRICTED, nfsv4.FATTR4_HOMOGENEOUS,
 				nfsv4.FATTR4_NO_TRUNC:
-				_, _, err = runtime.ReadBool(r)
+				c.boolean()
 			case nfsv4.FATTR4_FSID:
-				var fsid nfsv4.Fsid4
-				_, err = nfsv4.ReadFattr4Fsid(r, &fsid)
+				c.u64()
+				c.u64()
 			case nfsv4.FATTR4_LEASE_TIME:
-				a.LeaseTime, _, err = nfsv4.ReadFattr4LeaseTime(r)
+				a.LeaseTime = c.u32()
 			case nfsv4.FATTR4_RDATTR_ERROR:
-				a.Error, _, err = nfsv4.ReadFattr4RdattrError(r)
+				a.Error = nfsv4.Nfsstat4(c.u32())
 			case nfsv4.FATTR4_FILEHANDLE:
-				a.Handle, _, err = nfsv4.ReadFattr4Filehandle(r)
+				a.Handle = c.opaque(nfsv4.NFS4_FHSIZE)
 			case nfsv4.FATTR4_FILEID:
-				a.FileID, _, err = nfsv4.ReadFattr4Fileid(r)
+				a.FileID = c.u64()
 			case nfsv4.FATTR4_FILES_AVAIL, nfsv4.FATTR4_FILES_FREE, nfsv4.FATTR4_FILES_TOTAL,
 				nfsv4.FATTR4_MAXFILESIZE, nfsv4.FATTR4_SPACE_AVAIL, nfsv4.FATTR4_SPACE_FREE,
 				nfsv4.FATTR4_SPACE_TOTAL, nfsv4.FATTR4_MOUNTED_ON_FILEID:
-				_, _, err = runtime.ReadUnsignedHyper(r)
+				c.u64()
 			case nfsv4.FATTR4_MAXREAD:
-				a.MaxRead, _, err = nfsv4.ReadFattr4Maxread(r)
+				a.MaxRead = c.u64()
 			case nfsv4.FATTR4_MAXWRITE:
-				a.MaxWrite, _, err = nfsv4.ReadFattr4Maxwrite(r)
+				a.MaxWrite = c.u64()
 			case nfsv4.FATTR4_MODE:
-				a.Mode, _, err = nfsv4.ReadFattr4Mode(r)
+				a.Mode = c.u32()
 			case nfsv4.FATTR4_NUMLINKS:
-				a.Nlink, _, err = nfsv4.ReadFattr4Numlinks(r)
+				a.Nlink = c.u32()
 			case nfsv4.FATTR4_OWNER:
-				a.Owner, _, err = nfsv4.ReadFattr4Owner(r)
+				a.Owner = c.str()
 			case nfsv4.FATTR4_OWNER_GROUP:
-				a.Group, _, err = nfsv4.ReadFattr4OwnerGroup(r)
+				a.Group = c.str()
 			case nfsv4.FATTR4_RAWDEV:
-				_, err = a.Rdev.ReadFrom(r)
+				a.Rdev.Specdata1 = c.u32()
+				a.Rdev.Specdata2 = c.u32()
 			case nfsv4.FATTR4_SPACE_USED:
-				a.SpaceUsed, _, err = runtime.ReadUnsignedHyper(r)
+				a.SpaceUsed = c.u64()
 			case nfsv4.FATTR4_TIME_ACCESS:
-				a.Atime, err = readTime(r)
+				a.Atime = c.time()
 			case nfsv4.FATTR4_TIME_METADATA:
-				a.Ctime, err = readTime(r)
+				a.Ctime = c.time()
 			case nfsv4.FATTR4_TIME_MODIFY:
-				a.Mtime, err = readTime(r)
+				a.Mtime = c.time()
 			case nfsv4.FATTR4_TIME_CREATE, nfsv4.FATTR4_TIME_DELTA:
-				_, err = readTime(r)
+				c.time()
 			case nfsv4.FATTR4_CLONE_BLKSIZE:
-				a.CloneBlk, _, err = runtime.ReadUnsignedInt(r)
+				a.CloneBlk = c.u32()
 			default:
 				return a, fmt.Errorf("nfs4 client: cannot decode attribute %d", n)
 			}
-			if err != nil {
-				return a, fmt.Errorf("nfs4 client: decoding attribute %d: %w", n, err)
+			if c.err != nil {
+				return a, fmt.Errorf("nfs4 client: decoding attribute %d: %w", n, c.err)
 			}
 		}
 	}
 	return a, nil
 }
 
-func readTime(r *bytes.Reader) (time.Time, error) {
-	var t nfsv4.Nfstime4
-	if _, err := t.ReadFrom(r); err != nil {
-		return time.Time{}, err
+// xdrCursor reads XDR values from b in place. The first error sticks:
+// later reads return zero values.
+type xdrCursor struct {
+	b   []byte
+	err error
+}
+
+// take returns the next n bytes.
+func (c *xdrCursor) take(n uint64) []byte {
+	if c.err != nil {
+		return nil
 	}
-	return time.Unix(t.Seconds, int64(t.Nseconds)), nil
+	if uint64(len(c.b)) < n {
+		c.err = io.ErrUnexpectedEOF
+		return nil
+	}
+	v := c.b[:n:n]
+	c.b = c.b[n:]
+	return v
+}
+
+func (c *xdrCursor) u32() uint32 {
+	if v := c.take(4); v != nil {
+		return binary.BigEndian.Uint32(v)
+	}
+	return 0
+}
+
+func (c *xdrCursor) u64() uint64 {
+	if v := c.take(8); v != nil {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+func (c *xdrCursor) boolean() bool {
+	switch v := c.u32(); v {
+	case 0, 1:
+		return v == 1
+	default:
+		if c.err == nil {
+			c.err = fmt.Errorf("invalid boolean %#x", v)
+		}
+		return false
+	}
+}
+
+// opaque reads a variable-length opaque of at most max bytes, returned
+// in place (capacity clipped).
+func (c *xdrCursor) opaque(max uint32) []byte {
+	n := c.u32()
+	if c.err != nil {
+		return nil
+	}
+	if n > max {
+		c.err = fmt.Errorf("size of %d bytes exceeds the maximum of %d", n, max)
+		return nil
+	}
+	padded := c.take((uint64(n) + 3) &^ 3)
+	if c.err != nil || n == 0 {
+		return nil // n == 0: nil, as the generated reader
+	}
+	return padded[:n:n]
+}
+
+// str reads a UTF-8 string (utf8str_mixed).
+func (c *xdrCursor) str() string {
+	b := c.opaque(^uint32(0))
+	if c.err != nil {
+		return ""
+	}
+	if !utf8.Valid(b) {
+		c.err = errors.New("string is not valid UTF-8")
+		return ""
+	}
+	return string(b)
+}
+
+// bitmap reads a bitmap4.
+func (c *xdrCursor) bitmap() []uint32 {
+	n := c.u32()
+	if c.err != nil {
+		return nil
+	}
+	if uint64(n)*4 > uint64(len(c.b)) {
+		c.err = io.ErrUnexpectedEOF
+		return nil
+	}
+	if n == 0 {
+		return nil // as the generated reader
+	}
+	m := make([]uint32, n)
+	for i := range m {
+		m[i] = c.u32()
+	}
+	return m
+}
+
+// time reads an nfstime4.
+func (c *xdrCursor) time() time.Time {
+	sec := int64(c.u64())
+	nsec := c.u32()
+	if c.err != nil {
+		return time.Time{}
+	}
+	return time.Unix(sec, int64(nsec))
 }
 
 func nfsTime(t time.Time) nfsv4.Nfstime4 {

@@ -273,9 +273,20 @@ func (l *lister) group(gid uint32) string {
 // modeString renders the type and permissions like ls -l.
 func modeString(a vnfs.Attr) string {
 	var b [10]byte
-	b[0] = map[vnfs.FileType]byte{vnfs.TypeDir: 'd', vnfs.TypeSymlink: 'l', vnfs.TypeBlock: 'b',
-		vnfs.TypeChar: 'c', vnfs.TypeFIFO: 'p', vnfs.TypeSocket: 's'}[a.Type]
-	if b[0] == 0 {
+	switch a.Type { // a switch, not a map literal built per entry
+	case vnfs.TypeDir:
+		b[0] = 'd'
+	case vnfs.TypeSymlink:
+		b[0] = 'l'
+	case vnfs.TypeBlock:
+		b[0] = 'b'
+	case vnfs.TypeChar:
+		b[0] = 'c'
+	case vnfs.TypeFIFO:
+		b[0] = 'p'
+	case vnfs.TypeSocket:
+		b[0] = 's'
+	default:
 		b[0] = '-'
 	}
 	const rwx = "rwxrwxrwx"
