@@ -395,7 +395,11 @@ func (f *FS) StatFS(ctx context.Context) (StatFS, error) {
 		}
 		total, free = t, fr
 	}
-	st.Blocks, st.BlocksFree, st.BlocksAvail = total/bs, free/bs, free/bs
+	// As with a file system's reserved blocks, the reserve (space.go) is
+	// free but not available: df shows no room once writes would get
+	// ENOSPC.
+	avail := free - min(free, f.cfg.Reserve)
+	st.Blocks, st.BlocksFree, st.BlocksAvail = total/bs, free/bs, avail/bs
 	return st, nil
 }
 

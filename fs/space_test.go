@@ -33,6 +33,10 @@ func TestSpaceReserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// statfs: the reserve is free but not available.
+	if st, err := f.StatFS(ctx); err != nil || st.BlocksFree*uint64(st.BlockSize) != 100<<20 || st.BlocksAvail*uint64(st.BlockSize) != 90<<20 {
+		t.Fatalf("StatFS = %+v, %v; want 100 MiB free, 90 MiB available", st, err)
+	}
 	var ino fs.Ino
 	do(t, f, func(ctx context.Context, tx *fs.Txn) error {
 		a, _, err := tx.Create(ctx, fs.RootIno, "a", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
