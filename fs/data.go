@@ -250,16 +250,7 @@ func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte, c
 			var p slice.Pointer
 			var err error
 			if known && n == uint64(whole) {
-				pctx := ctx
-				if retainPayloads {
-					// The caller keeps data until the transaction
-					// ends, which waits for the write (waitRetained).
-					t.retained = true
-					loan := slice.NewLoan(func() {})
-					pctx = slice.WithLoan(ctx, loan)
-					defer loan.Release()
-				}
-				p, err = t.putPayload(pctx, ino, off, slice.NewPayload(data, crc))
+				p, err = t.putPayload(ctx, ino, off, slice.NewPayload(data, crc))
 			} else {
 				p, err = t.putSlice(ctx, ino, off, data[:n])
 			}
@@ -300,8 +291,17 @@ func (t *Txn) putSlice(ctx context.Context, ino Ino, off uint64, data []byte) (s
 // (BenchmarkOverwritePayload).
 var retainPayloads = true
 
-// putPayload is putSlice of a payload whose CRC32C is known.
+// putPayload is putSlice of a payload whose CRC32C is known. With
+// retainPayloads the store may write it in the background from the
+// caller's buffer (a loan: the caller keeps the buffer until the
+// transaction ends, which waits for the write, waitRetained).
 func (t *Txn) putPayload(ctx context.Context, ino Ino, off uint64, pl slice.Payload) (slice.Pointer, error) {
+	if retainPayloads {
+		t.retained = true
+		loan := slice.NewLoan(func() {})
+		defer loan.Release()
+		ctx = slice.WithLoan(ctx, loan)
+	}
 	p, err := slice.PutPayload(ctx, t.fs.slices, sliceHint(ino, off), pl)
 	return t.putDone(p, err)
 }

@@ -494,19 +494,18 @@ func (l *Local) Stats() LocalStats {
 // healthy one if that file's last fsync failed, and appends data there.
 // data is neither modified nor retained.
 func (l *Local) Put(ctx context.Context, hint uint64, data []byte) (Pointer, error) {
-	return l.put(ctx, hint, Payload{data: data}, false)
+	return l.put(ctx, hint, Payload{data: data})
 }
 
 // PutPayload implements PayloadPutter: Put of p.Data() with p.CRC() as
 // its checksum, without hashing the data (see Payload for what a wrong CRC
 // leads to).
 func (l *Local) PutPayload(ctx context.Context, hint uint64, p Payload) (Pointer, error) {
-	return l.put(ctx, hint, p, true)
+	return l.put(ctx, hint, p)
 }
 
-// put is Put of pl.data, with its CRC32C pl.crc if known is set
-// (PutPayload).
-func (l *Local) put(ctx context.Context, hint uint64, pl Payload, known bool) (Pointer, error) {
+// put is Put of pl.data, with its CRC32C pl.crc if pl.known (PutPayload).
+func (l *Local) put(ctx context.Context, hint uint64, pl Payload) (Pointer, error) {
 	data := pl.data
 	if err := checkPut(data); err != nil {
 		return Pointer{}, err
@@ -515,9 +514,9 @@ func (l *Local) put(ctx context.Context, hint uint64, pl Payload, known bool) (P
 		return Pointer{}, err
 	}
 	defer l.exit()
-	loan := loanFrom(ctx)
+	loan, unstaged := loanFrom(ctx), l.unstaged
 	if unstagedFrom(ctx) {
-		loan = nil // see WithLoan
+		loan, unstaged = nil, true // see WithLoan
 	}
 	n := uint64(len(l.writable))
 	for i := range n {
@@ -525,7 +524,7 @@ func (l *Local) put(ctx context.Context, hint uint64, pl Payload, known bool) (P
 		if b.syncFailed() != nil {
 			continue
 		}
-		off, direct, crc, err := l.append(b, pl, known, l.unstaged || unstagedFrom(ctx), loan)
+		off, direct, crc, err := l.append(b, pl, unstaged, loan)
 		if err != nil {
 			return Pointer{}, fmt.Errorf("slice: put %d bytes to %s: %w", len(data), b.name, err)
 		}
@@ -542,15 +541,15 @@ func (l *Local) put(ctx context.Context, hint uint64, pl Payload, known bool) (P
 }
 
 // append writes data at the end of b and returns its offset, whether it
-// went direct (see appendDirect) and its CRC32C: crc itself if known is
-// set (PutPayload), else computed here. A failed write still consumes its
+// went direct (see appendDirect) and its CRC32C: pl.crc if pl.known
+// (PutPayload), else computed here. A failed write still consumes its
 // range, which is never handed out and never reused.
-func (l *Local) append(b *backing, pl Payload, known, unstaged bool, loan *Loan) (off uint64, direct bool, crc uint32, err error) {
+func (l *Local) append(b *backing, pl Payload, unstaged bool, loan *Loan) (off uint64, direct bool, crc uint32, err error) {
 	data, crc := pl.data, pl.crc
-	haveCRC := known
+	haveCRC := pl.known
 	if b.dfd >= 0 && !b.directOff.Load() && len(data) >= l.directMin {
 		var refused bool
-		off, crc, refused, err = l.appendDirect(b, pl, known, unstaged, loan)
+		off, crc, refused, err = l.appendDirect(b, pl, unstaged, loan)
 		if !refused {
 			return off, true, crc, err
 		}
@@ -631,13 +630,13 @@ const maxDirectInflight = 16
 // failed write then fails the Put itself; a refused one falls back to a
 // buffered put as at the probe.
 //
-// known says pl.crc is the data's CRC32C already (PutPayload): it is
+// pl.known says pl.crc is the data's CRC32C already (PutPayload): it is
 // returned as it is, and the data is not hashed (staged puts are a plain
 // copy). With a loan (WithLoan) aligned data is not staged either, but
 // written in the background from the caller's buffer like staged data:
 // the put holds the loan until its write is done (the caller keeps the
 // buffer unchanged until then).
-func (l *Local) appendDirect(b *backing, pl Payload, known, unstaged bool, loan *Loan) (off uint64, crc uint32, refused bool, err error) {
+func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) (off uint64, crc uint32, refused bool, err error) {
 	data, crc := pl.data, pl.crc
 	var ab *[]byte // the staging buffer; nil: writing from data itself
 	var buf []byte
@@ -646,7 +645,7 @@ func (l *Local) appendDirect(b *backing, pl Payload, known, unstaged bool, loan 
 	switch {
 	case isAligned(data) && (unstaged || loan != nil):
 		buf = data
-		if !known {
+		if !pl.known {
 			crc = Checksum(data)
 		}
 		if loan != nil {
@@ -654,7 +653,7 @@ func (l *Local) appendDirect(b *backing, pl Payload, known, unstaged bool, loan 
 			loan.hold()
 			l.stats.lentPuts.Add(1)
 		}
-	case known:
+	case pl.known:
 		ab = l.getStaging()
 		buf = (*ab)[:n]
 		copy(buf, data)

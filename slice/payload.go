@@ -20,12 +20,13 @@ import (
 // Build one with NewPayload only where the CRC is known to cover exactly
 // these bytes.
 type Payload struct {
-	data []byte
-	crc  uint32
+	data  []byte
+	crc   uint32
+	known bool // crc is set (NewPayload); Local.Put's payloads hash themselves
 }
 
 // NewPayload returns a Payload of data whose CRC32C is crc.
-func NewPayload(data []byte, crc uint32) Payload { return Payload{data: data, crc: crc} }
+func NewPayload(data []byte, crc uint32) Payload { return Payload{data: data, crc: crc, known: true} }
 
 // Data returns the payload's bytes.
 func (p Payload) Data() []byte { return p.data }
