@@ -52,7 +52,18 @@ func (o *orderedFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	of := &orderedFile{File: f, fs: o, log: o.limit > 0 && strings.HasSuffix(name, ".log")}
+	wal := strings.HasSuffix(name, ".log")
+	of := &orderedFile{File: f, fs: o, wal: wal, log: wal && o.limit > 0}
+	if wal {
+		// A new log is empty; a recycled one (ReuseForWrite) keeps its old
+		// size and is overwritten from its start.
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		of.zeroed = fi.Size()
+	}
 	if of.log {
 		o.mu.Lock()
 		if o.logs == nil {
@@ -132,7 +143,11 @@ func (o *orderedFS) runBefore() error {
 type orderedFile struct {
 	vfs.File
 	fs  *orderedFS
-	log bool // a write-ahead log: writes are buffered
+	wal bool // a write-ahead log (*.log): kept written ahead of its end (writeLog)
+	log bool // a write-ahead log whose writes are buffered (wal and a limit)
+
+	pos    int64 // wal: where the next sequential write lands
+	zeroed int64 // wal: the file's size; [pos, zeroed) holds zeros or a recycled log's old bytes
 
 	mu       sync.Mutex // guards the buffer and err (flushLogs runs in other goroutines)
 	chunks   [][]byte   // log bytes not yet handed to the OS, in order, each up to logChunk
@@ -181,11 +196,7 @@ func (f *orderedFile) flushLocked() error {
 		return err
 	}
 	for i, c := range f.chunks {
-		n, err := f.File.Write(c)
-		if err == nil && n < len(c) {
-			err = io.ErrShortWrite
-		}
-		if err != nil {
+		if err := f.writeLog(c); err != nil {
 			f.err = fmt.Errorf("datadir: writing buffered log bytes: %w", err)
 			return f.err
 		}
@@ -196,6 +207,44 @@ func (f *orderedFile) flushLocked() error {
 	}
 	f.chunks, f.buffered = f.chunks[:0], 0
 	return nil
+}
+
+// walAhead is how far past a log's write position its file is kept
+// written (zeros), so that the log's syncs overwrite written blocks of a
+// file whose size does not change: on ext4 (and XFS) such an fdatasync is
+// a device cache flush, while one that grows the file — or writes blocks
+// that pebble's fallocate left unwritten — also commits the file system's
+// journal: measured on this machine 0.11–0.14 ms against 0.23–0.31 ms per
+// 4 KiB write + fdatasync (docs/engine.md "Durability"). Pebble recycles
+// old logs, which are written already; this covers the new ones.
+const walAhead = 4 << 20
+
+const walZeroChunk = 1 << 20
+
+var walZeros [walZeroChunk]byte
+
+// writeLog writes p at the log's write position, first extending the
+// zeros ahead of it if p would reach past them. The zeros are an ordinary
+// log tail to pebble (it preallocates, and recycles logs, so its reader
+// takes a zeroed or stale chunk for the end of the log).
+func (f *orderedFile) writeLog(p []byte) error {
+	if end := f.pos + int64(len(p)); end > f.zeroed {
+		to := (end + walAhead + walZeroChunk - 1) / walZeroChunk * walZeroChunk
+		for off := f.zeroed; off < to; {
+			n, err := f.File.WriteAt(walZeros[:min(walZeroChunk, to-off)], off)
+			if err != nil {
+				return fmt.Errorf("datadir: writing zeros ahead of the log: %w", err)
+			}
+			off += int64(n)
+		}
+		f.zeroed = to
+	}
+	n, err := f.File.Write(p)
+	f.pos += int64(n)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	return err
 }
 
 func (f *orderedFile) flush() error {
@@ -227,6 +276,14 @@ func (f *orderedFile) Write(p []byte) (int, error) {
 	}
 	if err := f.fs.runBefore(); err != nil {
 		return 0, err
+	}
+	if f.wal { // an unbuffered log (no limit)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if err := f.writeLog(p); err != nil {
+			return 0, err
+		}
+		return len(p), nil
 	}
 	return f.File.Write(p)
 }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/txnfs/txnfs/fs"
 	"github.com/txnfs/txnfs/slice"
 )
 
@@ -80,14 +82,22 @@ func TestOrderedFSLogBuffer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer local.Close()
-	diskSize := func(name string) int64 {
+	// The log bytes on disk: the file is kept zero-filled ahead of the
+	// log (TestOrderedFSLogZeroedAhead) and these logs hold no zeros.
+	onDisk := func(name string) []byte {
 		t.Helper()
-		fi, err := mem.Stat(name)
+		r, err := mem.Open(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return fi.Size()
+		defer r.Close()
+		b, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.TrimRight(b, "\x00")
 	}
+	diskSize := func(name string) int64 { return int64(len(onDisk(name))) }
 	var failWith error
 	var sizeAtBefore []int64 // size of the log on disk at each before call
 	o := &orderedFS{FS: mem, limit: 64, before: func() error {
@@ -156,16 +166,7 @@ func TestOrderedFSLogBuffer(t *testing.T) {
 	if err := wal.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := mem.Open("000001.log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(r)
-	r.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "aaaabbbbcccc" + string(bytes.Repeat([]byte{'d'}, 70)) + "eeee"; string(got) != want {
+	if got, want := onDisk("000001.log"), "aaaabbbbcccc" + string(bytes.Repeat([]byte{'d'}, 70)) + "eeee"; string(got) != want {
 		t.Fatalf("log content %q, want %q", got, want)
 	}
 
@@ -188,4 +189,134 @@ func TestOrderedFSLogBuffer(t *testing.T) {
 		t.Fatal("a log whose flush failed accepted a write")
 	}
 	wal2.Close()
+}
+
+// TestOrderedFSLogZeroedAhead: a log file is kept written (zeros) at least
+// walAhead past the log's end, in whole walZeroChunks, so that its syncs
+// do not grow it; the log's bytes are intact, the rest zeros, with and
+// without the log buffer, for a new and a recycled log. Then pebble reads
+// such a log back: a data directory reopened after durable commits has
+// them all.
+func TestOrderedFSLogZeroedAhead(t *testing.T) {
+	for _, limit := range []int{0, 64 << 10} {
+		mem := vfs.NewMem()
+		o := &orderedFS{FS: mem, limit: limit, before: func() error { return nil }}
+		sizes := map[int64]bool{} // the sizes the log file had at its checks
+		check := func(name string, want []byte, oldSize int64) {
+			t.Helper()
+			fi, err := mem.Stat(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := int64(len(want))
+			if n > oldSize && (fi.Size()%walZeroChunk != 0 || fi.Size() < n || fi.Size() > n+walAhead+walZeroChunk) {
+				t.Fatalf("limit %d: %s is %d bytes for %d log bytes, want a multiple of %d from %d to %d", limit, name, fi.Size(), n, walZeroChunk, n, n+walAhead+walZeroChunk)
+			}
+			if n <= oldSize && fi.Size() != oldSize {
+				t.Fatalf("limit %d: recycled %s is %d bytes, want its old size %d", limit, name, fi.Size(), oldSize)
+			}
+			sizes[fi.Size()] = true
+			f, err := mem.Open(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			got, err := io.ReadAll(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[:n], want) {
+				t.Fatalf("limit %d: %s does not start with the log bytes", limit, name)
+			}
+			if oldSize == 0 && !bytes.Equal(got[n:], make([]byte, len(got)-int(n))) {
+				t.Fatalf("limit %d: %s is not zeros after the log bytes", limit, name)
+			}
+		}
+		var log []byte
+		f, err := o.Create("000001.log", vfs.WriteCategoryUnspecified)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := bytes.Repeat([]byte("record-"), 9000) // 63 KiB
+		for i := 0; i < 100; i++ {
+			if _, err := f.Write(rec); err != nil {
+				t.Fatal(err)
+			}
+			log = append(log, rec...)
+			if i%7 == 0 {
+				if err := f.SyncData(); err != nil {
+					t.Fatal(err)
+				}
+				check("000001.log", log, 0)
+			}
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		check("000001.log", log, 0)
+		if max := len(log)/walAhead + 1; len(sizes) > max {
+			t.Fatalf("limit %d: the log file grew at %d of its syncs, want at most %d for %d bytes", limit, len(sizes), max, len(log))
+		}
+		old, _ := mem.Stat("000001.log")
+		// A recycled log is overwritten from its start and grows only past its old size.
+		r, err := o.ReuseForWrite("000001.log", "000002.log", vfs.WriteCategoryUnspecified)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Write([]byte("new")); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		check("000002.log", append([]byte("new"), log[3:]...), old.Size())
+	}
+
+	ctx := context.Background()
+	dir := t.TempDir()
+	e, err := Open(ctx, Options{Dir: dir, CacheBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const files = 300
+	for i := 0; i < files; i++ {
+		if err := e.FS.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
+			a, _, err := tx.Create(ctx, fs.RootIno, fmt.Sprintf("f%d", i), fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644, Exclusive: true})
+			if err != nil {
+				return err
+			}
+			return tx.Write(ctx, a.Ino, 0, bytes.Repeat([]byte{byte(i)}, 5000))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e, err = Open(ctx, Options{Dir: dir, CacheBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for i := 0; i < files; i++ {
+		err := e.FS.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
+			a, err := tx.Lookup(ctx, fs.RootIno, fmt.Sprintf("f%d", i))
+			if err != nil {
+				return err
+			}
+			buf := make([]byte, 6000)
+			n, _, err := tx.Read(ctx, a.Ino, 0, buf)
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(buf[:n], bytes.Repeat([]byte{byte(i)}, 5000)) {
+				return fmt.Errorf("f%d: %d bytes, not its data", i, n)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("after reopening: %v", err)
+		}
+	}
 }
