@@ -51,7 +51,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer e.Close()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), e.Metrics())
 	srv, err := server.New(server.Config{FS: e.FS, Logger: log, Registry: reg, RootSquash: *rootSquash,
 		StateDir: *dir, Grace: *grace})
 	if err != nil {
