@@ -246,14 +246,14 @@ func (l *Local) Recycle(ctx context.Context, w *ReuseWatch, id uint32, off, leng
 				// left as it is (punching would only zero it).
 				continue
 			}
-			if l.poolAdd(b, Range{Start: lo, End: hi}) {
+			if added, ok := l.poolAdd(b, Range{Start: lo, End: hi}); ok {
 				// The partial blocks at the ends are left as
 				// they are too: they stay unreferenced, so the
 				// collector offers them again, and once the rest
 				// of their block is garbage it pools the block.
 				// Punching them would put tiny ranges in its
 				// persistent list of ranges freed for good.
-				l.stats.recycledBytes.Add(hi - lo)
+				l.stats.recycledBytes.Add(added)
 				continue
 			}
 		}
@@ -300,21 +300,23 @@ func (l *Local) DrainPool(ctx context.Context) (uint64, error) {
 }
 
 // poolAdd adds r (block-aligned) to b's pool if the store's bound allows
-// the bytes it adds. b.mu is held.
-func (l *Local) poolAdd(b *backing, r Range) bool {
+// the bytes it adds, and returns how many were not in the pool already
+// (the collector offers pooled ranges again: they are unreferenced space
+// in each of its scans). b.mu is held.
+func (l *Local) poolAdd(b *backing, r Range) (added uint64, ok bool) {
 	if l.reuseMax <= 0 {
-		return false
+		return 0, false
 	}
 	fresh := byterange.Set{r}.Subtract(b.pool)
 	add := fresh.Total()
 	l.reuse.mu.Lock()
 	defer l.reuse.mu.Unlock()
 	if l.reuse.bytes+add > uint64(l.reuseMax) || len(b.pool)+len(fresh) > maxPoolRanges {
-		return false
+		return 0, false
 	}
 	l.reuse.bytes += add
 	b.pool = b.pool.Union(fresh)
-	return true
+	return add, true
 }
 
 // dirtyWrite is a put into reused space (below the file's synced

@@ -108,7 +108,8 @@ func txnfsBinary(b *testing.B) string {
 
 // startTxnfs starts `txnfs serve` on a fresh data directory (with fsync:
 // no NoSync option exists on the command line) and returns its address and
-// process id. TXNFS_BENCH_PPROF=addr serves pprof from it.
+// process id. TXNFS_BENCH_PPROF=addr serves pprof from it,
+// TXNFS_BENCH_METRICS=addr its Prometheus metrics.
 func startTxnfs(b *testing.B, bin string) (string, int) {
 	addr := freeAddr(b)
 	// The collector runs as in production (paced by garbage, see
@@ -116,6 +117,9 @@ func startTxnfs(b *testing.B, bin string) (string, int) {
 	args := []string{"serve", "--data", b.TempDir(), "--listen", addr, "--log-level", "warn"}
 	if p := os.Getenv("TXNFS_BENCH_PPROF"); p != "" {
 		args = append(args, "--debug", p)
+	}
+	if p := os.Getenv("TXNFS_BENCH_METRICS"); p != "" {
+		args = append(args, "--metrics", p)
 	}
 	cmd := exec.Command(bin, args...)
 	var logs bytes.Buffer
