@@ -110,7 +110,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 			if err := unix.Statfs(dir, &st); err != nil {
 				return 0, 0, err
 			}
-			return st.Blocks * uint64(st.Bsize), st.Bavail * uint64(st.Bsize), nil
+			return uint64(st.Blocks) * uint64(st.Bsize), uint64(st.Bavail) * uint64(st.Bsize), nil
 		}
 		if _, free, err := capacity(); err == nil && free < minOpenFree {
 			return nil, fmt.Errorf("datadir: %s: the file system is full (%d bytes free; opening needs %d): free some space first",

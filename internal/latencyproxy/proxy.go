@@ -19,8 +19,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Proxy forwards connections from a loopback listener to a target.
@@ -161,8 +159,8 @@ func (p *Proxy) pipe(src, dst net.Conn, fromTarget bool) {
 		defer close(done)
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		unix.Prctl(unix.PR_SET_TIMERSLACK, 1000, 0, 0, 0)
-		defer unix.Prctl(unix.PR_SET_TIMERSLACK, 0, 0, 0, 0)
+		setTimerSlack(1000)
+		defer setTimerSlack(0)
 		for ch := range q {
 			wait(ch.due)
 			if _, err := dst.Write(ch.data); err != nil {
@@ -213,9 +211,7 @@ func wait(t time.Time) {
 			return
 		}
 	}
-	ts := unix.NsecToTimespec(d.Nanoseconds())
-	for unix.Nanosleep(&ts, &ts) == unix.EINTR {
-	}
+	nanosleep(d)
 }
 
 // Calibrate adjusts the added delay so that ping, a request/reply exchange

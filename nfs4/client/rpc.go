@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"syscall"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
 )
@@ -256,9 +255,7 @@ type quickAckReader struct{ c net.Conn }
 func (r quickAckReader) Read(p []byte) (int, error) {
 	if tc, ok := r.c.(*net.TCPConn); ok {
 		if rc, err := tc.SyscallConn(); err == nil {
-			rc.Control(func(fd uintptr) {
-				syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_QUICKACK, 1)
-			})
+			rc.Control(setQuickAck)
 		}
 	}
 	return r.c.Read(p)
