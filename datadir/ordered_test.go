@@ -166,7 +166,7 @@ func TestOrderedFSLogBuffer(t *testing.T) {
 	if err := wal.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := onDisk("000001.log"), "aaaabbbbcccc" + string(bytes.Repeat([]byte{'d'}, 70)) + "eeee"; string(got) != want {
+	if got, want := onDisk("000001.log"), "aaaabbbbcccc"+string(bytes.Repeat([]byte{'d'}, 70))+"eeee"; string(got) != want {
 		t.Fatalf("log content %q, want %q", got, want)
 	}
 

@@ -7,6 +7,11 @@
 // (errno.go). docs/fuse.md is the user manual; this comment is the
 // implementer's.
 //
+// The mount is built for and tested on Linux. The package also compiles
+// for macOS and FreeBSD (os_other.go, umount_other.go: go-fuse serves
+// those too), so that the rest of txnfs does; mounts there are untested,
+// and its tests are Linux-only.
+//
 // # Identity and permissions
 //
 // FUSE node ids are engine inode numbers (never reused; the root is 1 in

@@ -45,7 +45,7 @@ func errnoOf(log *slog.Logger, op string, err error) syscall.Errno {
 	case errors.Is(err, fs.ErrNoSpace):
 		return syscall.ENOSPC
 	case errors.Is(err, fs.ErrNoAttr):
-		return syscall.ENODATA
+		return errNoAttr
 	case errors.Is(err, fs.ErrRange):
 		return syscall.ERANGE
 	case errors.Is(err, fs.ErrNotSupported):

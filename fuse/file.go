@@ -76,7 +76,7 @@ func (m *Server) newHandle(ino fs.Ino, flags uint32) uint64 {
 		ino:    ino,
 		write:  flags&syscall.O_ACCMODE != syscall.O_RDONLY,
 		append: flags&syscall.O_APPEND != 0 && !m.cfg.Writeback,
-		sync:   flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0,
+		sync:   flags&(syscall.O_SYNC|oDSync) != 0,
 	})
 }
 

@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strconv"
 	"sync"
 
 	raw "github.com/hanwen/go-fuse/v2/fuse"
@@ -53,23 +50,6 @@ func (l *mountLife) serve(fsys raw.RawFileSystem, opts *raw.MountOptions, readAh
 		l.setReadAhead(readAheadKB, log)
 	}
 	return nil
-}
-
-// setReadAhead sets the mount's read-ahead through its backing device
-// info (best effort: it needs root).
-func (l *mountLife) setReadAhead(kb int, log *slog.Logger) {
-	abs, err := filepath.Abs(l.dir)
-	if err != nil {
-		return
-	}
-	mi, err := findMount(filepath.Clean(abs))
-	if err != nil {
-		return
-	}
-	p := filepath.Join("/sys/class/bdi", mi.dev, "read_ahead_kb")
-	if err := os.WriteFile(p, []byte(strconv.Itoa(kb)), 0); err != nil {
-		log.Debug("cannot set read-ahead", "path", p, "err", err)
-	}
 }
 
 // Dir returns the mount point.

@@ -220,7 +220,7 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
 	// IOCTL_DIR: the sandbox is controlled by an ioctl on the root.
 	// DIRECT_IO_ALLOW_MMAP: files opened with O_APPEND use direct
 	// I/O (see appendFlags) and may still be mapped shared.
-	opts.ExtraCapabilities = raw.CAP_HANDLE_KILLPRIV | raw.CAP_HANDLE_KILLPRIV_V2 | raw.CAP_IOCTL_DIR | raw.CAP_DIRECT_IO_ALLOW_MMAP
+	opts.ExtraCapabilities = raw.CAP_HANDLE_KILLPRIV | capKillPrivV2 | raw.CAP_IOCTL_DIR | raw.CAP_DIRECT_IO_ALLOW_MMAP
 	if cfg.Writeback {
 		opts.ExtraCapabilities |= raw.CAP_WRITEBACK_CACHE
 	}

@@ -16,6 +16,14 @@ echo "== go test -race (engine packages)"
 go test -race -count=1 -timeout 20m ./kv/... ./slice/... ./meta/... ./fs/... >>"$log" 2>&1 || status=1
 tail -n 20 "$log" | grep -E '^(ok|FAIL|---)' || true
 
+echo "== go vet for darwin and freebsd (the client, tools and server stay portable)"
+for goos in darwin freebsd; do
+	if ! GOOS=$goos go vet ./... >>"$log" 2>&1; then
+		echo "FAIL go vet GOOS=$goos" | tee -a "$log"
+		status=1
+	fi
+done
+
 passed=$(grep -cE '^\s*--- PASS' "$log")
 failed=$(grep -cE '^\s*--- FAIL' "$log")
 skipped=$(grep -cE '^\s*--- SKIP' "$log")

@@ -85,18 +85,3 @@ func TestFreeReleasesSpace(t *testing.T) {
 		t.Fatalf("backing file after reopen: %v %v", st, err)
 	}
 }
-
-func backing(t *testing.T, s slice.Store, id uint32) slice.Backing {
-	t.Helper()
-	bs, err := s.Backings(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range bs {
-		if b.ID == id {
-			return b
-		}
-	}
-	t.Fatalf("no backing %d in %v", id, bs)
-	return slice.Backing{}
-}

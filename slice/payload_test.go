@@ -91,3 +91,10 @@ func TestPutPayload(t *testing.T) {
 		c.Close()
 	}
 }
+
+// scribble overwrites data in place, as a caller reusing its buffer does.
+func scribble(data []byte) {
+	for i := range data {
+		data[i] ^= 0x5a
+	}
+}

@@ -64,8 +64,8 @@ func TestRecyclePoolsWholeBlocks(t *testing.T) {
 		}
 		// Recycling again is harmless: nothing is added twice.
 		mustRecycle(t, l, nil, b.Backing, lo, hi-lo)
-		if st := l.Stats(); st.PoolBytes != hi-lo {
-			t.Fatalf("pool %d bytes after a second Recycle, want %d", st.PoolBytes, hi-lo)
+		if st := l.Stats(); st.PoolBytes != hi-lo || st.RecycledBytes != hi-lo {
+			t.Fatalf("pool %d bytes, recycled %d after a second Recycle, want %d", st.PoolBytes, st.RecycledBytes, hi-lo)
 		}
 		size := backing(t, l, b.Backing).Size
 		small := slicetest.MustPut(t, l, 0, slicetest.RandomData(4, 1000))
@@ -456,4 +456,20 @@ func TestDrainPool(t *testing.T) {
 			t.Fatalf("pool %d bytes after recycling the drained range, want %d", l.Stats().PoolBytes, pooled)
 		}
 	})
+}
+
+// backing returns backing file id of s.
+func backing(t *testing.T, s slice.Store, id uint32) slice.Backing {
+	t.Helper()
+	bs, err := s.Backings(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bs {
+		if b.ID == id {
+			return b
+		}
+	}
+	t.Fatalf("no backing %d in %v", id, bs)
+	return slice.Backing{}
 }

@@ -18,13 +18,6 @@ func alignedData(seed uint64, n int) []byte {
 	return append((*b)[:0], directData(seed, n)...)
 }
 
-// scribble overwrites data in place, as a caller reusing its buffer does.
-func scribble(data []byte) {
-	for i := range data {
-		data[i] ^= 0x5a
-	}
-}
-
 // TestDirectUnstaged: a put whose data is 4 KiB-aligned and a multiple of
 // 4 KiB long is written with O_DIRECT straight from the caller's buffer
 // (no staging copy), before Put returns, every time (not only the probe);

@@ -233,14 +233,13 @@ func localAttr(fi os.FileInfo) Attr {
 	a.Size = uint64(fi.Size())
 	a.Mtime = fi.ModTime()
 	if st != nil {
-		a.Mode = st.Mode & 0o7777
+		a.Mode = uint32(st.Mode) & 0o7777
 		a.Nlink = uint32(st.Nlink)
 		a.Uid, a.Gid = st.Uid, st.Gid
 		a.Ino = st.Ino
 		a.Space = uint64(st.Blocks) * 512
-		a.Rdev = [2]uint32{unix.Major(st.Rdev), unix.Minor(st.Rdev)}
-		a.Atime = time.Unix(st.Atim.Sec, st.Atim.Nsec)
-		a.Ctime = time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
+		a.Rdev = [2]uint32{unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev))}
+		a.Atime, a.Ctime = statTimes(st)
 	}
 	return a
 }
@@ -321,10 +320,10 @@ func (l *localFS) VSetAttrs(ctx context.Context, items []AttrItem) (int, error) 
 			}
 		}
 		if it.Mask&(AttrAtime|AttrMtime) != 0 {
-			ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+			ts := []unix.Timespec{{Nsec: utimeOmit}, {Nsec: utimeOmit}}
 			set := func(k int, t time.Time) {
 				if t.IsZero() {
-					ts[k] = unix.Timespec{Nsec: unix.UTIME_NOW}
+					ts[k] = unix.Timespec{Nsec: utimeNow}
 				} else {
 					ts[k] = unix.NsecToTimespec(t.UnixNano())
 				}
@@ -396,9 +395,7 @@ func (l *localFS) copy(ctx context.Context, op string, items []CopyItem, clone b
 			n = uint64(fi.Size()) - min(uint64(fi.Size()), it.SrcOffset)
 		}
 		if clone {
-			err := unix.IoctlFileCloneRange(int(dst.Fd()), &unix.FileCloneRange{
-				Src_fd: int64(src.Fd()), Src_offset: it.SrcOffset, Src_length: n, Dest_offset: it.DstOffset})
-			if err != nil {
+			if err := cloneRange(dst, src, it.SrcOffset, n, it.DstOffset); err != nil {
 				if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOTTY) {
 					return fmt.Errorf("%w (%v)", ErrNotSupported, err)
 				}

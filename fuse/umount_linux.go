@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -149,4 +151,21 @@ func Unmount(dir string, force bool) error {
 		return fmt.Errorf("detaching %s: %w", dir, err)
 	}
 	return nil
+}
+
+// setReadAhead sets the mount's read-ahead through its backing device
+// info (best effort: it needs root).
+func (l *mountLife) setReadAhead(kb int, log *slog.Logger) {
+	abs, err := filepath.Abs(l.dir)
+	if err != nil {
+		return
+	}
+	mi, err := findMount(filepath.Clean(abs))
+	if err != nil {
+		return
+	}
+	p := filepath.Join("/sys/class/bdi", mi.dev, "read_ahead_kb")
+	if err := os.WriteFile(p, []byte(strconv.Itoa(kb)), 0); err != nil {
+		log.Debug("cannot set read-ahead", "path", p, "err", err)
+	}
 }
