@@ -84,19 +84,7 @@ func TestOrderedFSLogBuffer(t *testing.T) {
 	defer local.Close()
 	// The log bytes on disk: the file is kept zero-filled ahead of the
 	// log (TestOrderedFSLogZeroedAhead) and these logs hold no zeros.
-	onDisk := func(name string) []byte {
-		t.Helper()
-		r, err := mem.Open(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		b, err := io.ReadAll(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return bytes.TrimRight(b, "\x00")
-	}
+	onDisk := func(name string) []byte { return bytes.TrimRight(readFile(t, mem, name), "\x00") }
 	diskSize := func(name string) int64 { return int64(len(onDisk(name))) }
 	var failWith error
 	var sizeAtBefore []int64 // size of the log on disk at each before call
@@ -216,15 +204,7 @@ func TestOrderedFSLogZeroedAhead(t *testing.T) {
 				t.Fatalf("limit %d: recycled %s is %d bytes, want its old size %d", limit, name, fi.Size(), oldSize)
 			}
 			sizes[fi.Size()] = true
-			f, err := mem.Open(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			got, err := io.ReadAll(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := readFile(t, mem, name)
 			if !bytes.Equal(got[:n], want) {
 				t.Fatalf("limit %d: %s does not start with the log bytes", limit, name)
 			}
@@ -319,4 +299,19 @@ func TestOrderedFSLogZeroedAhead(t *testing.T) {
 			t.Fatalf("after reopening: %v", err)
 		}
 	}
+}
+
+// readFile returns the content of file name of disk.
+func readFile(t *testing.T, disk vfs.FS, name string) []byte {
+	t.Helper()
+	f, err := disk.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
