@@ -76,6 +76,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	debug := fl.Bool("debug", false, "log every FUSE request")
 	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the mount to this file when it ends")
+	metrics := fl.String("metrics", "", "address to serve Prometheus /metrics on (local mounts add the storage engine's; empty: off)")
 	gcEvery := fl.Duration("gc-interval", 10*time.Minute, "local mounts: garbage collection interval, at least (0: off)")
 	gcGarbage := fl.Int64("gc-garbage", 64<<20, "local mounts: also collect once commits made this many bytes of slice data unreachable")
 	reserve := fl.Int64("reserve", 0, "local mounts: free bytes of the data directory's file system kept for metadata: writes get ENOSPC before using them (0: 2% of its size, 64 MiB-4 GiB; negative: none)")
@@ -174,6 +175,9 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer c.Close()
 		cfg.Client = c
 		cfg.FsName = "txnfs:" + *server
+		if err := serveMetrics(ctx, *metrics, newRegistry()); err != nil {
+			return fail(err)
+		}
 		if m, err = fuse.MountRemote(ctx, mnt, cfg); err != nil {
 			return fail(err)
 		}
@@ -188,6 +192,9 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			// Freed space comes back for reuse while a workload
 			// overwrites (see fs.RunCollector); stopped before Close.
 			defer startCollector(ctx, e.FS, *gcEvery, *gcGarbage)()
+		}
+		if err := serveMetrics(ctx, *metrics, newRegistry(e.Metrics())); err != nil {
+			return fail(err)
 		}
 		cfg.FS = e.FS
 		if m, err = fuse.Mount(ctx, mnt, cfg); err != nil {

@@ -50,8 +50,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer e.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), e.Metrics())
+	reg := newRegistry(e.Metrics())
 	srv, err := server.New(server.Config{FS: e.FS, Logger: log, Registry: reg, RootSquash: *rootSquash,
 		StateDir: *dir, Grace: *grace})
 	if err != nil {
@@ -59,12 +58,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer srv.Close()
 
-	if *metrics != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		if err := serveHTTP(ctx, *metrics, mux); err != nil {
-			return err
-		}
+	if err := serveMetrics(ctx, *metrics, reg); err != nil {
+		return err
 	}
 	if *debug != "" {
 		mux := http.NewServeMux()
@@ -95,6 +90,26 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil
 	}
 	return err
+}
+
+// newRegistry returns a Prometheus registry with the Go runtime's and the
+// process's collectors and cs.
+func newRegistry(cs ...prometheus.Collector) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(cs...)
+	return reg
+}
+
+// serveMetrics serves reg's metrics at http://addr/metrics until ctx
+// ends (nothing if addr is empty).
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) error {
+	if addr == "" {
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return serveHTTP(ctx, addr, mux)
 }
 
 func serveHTTP(ctx context.Context, addr string, h http.Handler) error {
