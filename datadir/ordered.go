@@ -158,6 +158,7 @@ type orderedFile struct {
 		cond      sync.Cond // on the Mutex: end or extending changed
 		end       int64     // the file's size: [pos, end) holds zeros or a recycled log's old bytes
 		extending bool      // an extendZeros is running
+		failed    bool      // writing zeros failed: the log is appended to without them
 	}
 
 	mu       sync.Mutex // guards the buffer and err (flushLogs runs in other goroutines)
@@ -245,7 +246,9 @@ var walZeros [walZeroChunk]byte
 // writeLog writes p at the log's write position (f.mu held), after the
 // zeros ahead of it if p would reach past them. The zeros are an ordinary
 // log tail to pebble (it preallocates, and recycles logs, so its reader
-// takes a zeroed or stale chunk for the end of the log).
+// takes a zeroed or stale chunk for the end of the log). They are only
+// an optimization: once writing them fails (a full disk), this log is
+// appended to as it would be without them.
 func (f *orderedFile) writeLog(p []byte) error {
 	end := f.pos + int64(len(p))
 	z := &f.zeros
@@ -253,18 +256,14 @@ func (f *orderedFile) writeLog(p []byte) error {
 	for end > z.end && z.extending {
 		z.cond.Wait()
 	}
-	if end > z.end { // no extension running (or the last one failed)
+	if end > z.end && !z.failed { // no extension running
 		z.extending = true
 		from := z.end
 		z.Unlock()
-		err := f.extendZeros(from, end+walZeroChunk, false)
+		f.extendZeros(from, end+walZeroChunk, false)
 		z.Lock()
-		if err != nil {
-			z.Unlock()
-			return err
-		}
 	}
-	if !z.extending && z.end-end < walAhead/2 {
+	if !z.extending && !z.failed && z.end-end < walAhead/2 {
 		f.startZeros()
 	}
 	z.Unlock()
@@ -273,12 +272,14 @@ func (f *orderedFile) writeLog(p []byte) error {
 	if err == nil && n < len(p) {
 		err = io.ErrShortWrite
 	}
+	z.Lock()
+	z.end = max(z.end, f.pos) // past the zeros only once they failed: no extension runs
+	z.Unlock()
 	return err
 }
 
 // startZeros starts a background extension of the zeros by walAhead
-// (f.zeros locked, no extension running). A failure leaves the zeros
-// where they got; the next writeLog past them extends them itself.
+// (f.zeros locked, no extension running).
 func (f *orderedFile) startZeros() {
 	f.zeros.extending = true
 	from := f.zeros.end
@@ -288,10 +289,11 @@ func (f *orderedFile) startZeros() {
 // extendZeros writes zeros from from (the file's size) up to to rounded
 // up to whole walZeroChunks, one chunk at a time, publishing each in
 // f.zeros.end, then ends the extension (f.zeros.extending, set by the
-// caller). Nothing else writes at or past from meanwhile: writeLog waits
-// for published zeros before it writes past them. In the background each
-// chunk is written back before it is published.
-func (f *orderedFile) extendZeros(from, to int64, background bool) error {
+// caller); a failure sets f.zeros.failed. Nothing else writes at or past
+// from meanwhile: writeLog waits for published zeros before it writes
+// past them. In the background each chunk is written back before it is
+// published.
+func (f *orderedFile) extendZeros(from, to int64, background bool) {
 	to = (to + walZeroChunk - 1) / walZeroChunk * walZeroChunk
 	var err error
 	for off := from; off < to; off += walZeroChunk {
@@ -308,12 +310,9 @@ func (f *orderedFile) extendZeros(from, to int64, background bool) error {
 	}
 	f.zeros.Lock()
 	f.zeros.extending = false
+	f.zeros.failed = err != nil
 	f.zeros.cond.Broadcast()
 	f.zeros.Unlock()
-	if err != nil {
-		return fmt.Errorf("datadir: writing zeros ahead of the log: %w", err)
-	}
-	return nil
 }
 
 // waitZeros waits for a background extension of the zeros (before the

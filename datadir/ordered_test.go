@@ -321,3 +321,50 @@ func readFile(t *testing.T, disk vfs.FS, name string) []byte {
 	}
 	return b
 }
+
+// noWriteAtFS is a vfs.FS whose files refuse WriteAt (as a full disk
+// refuses the zeros ahead of a log) but take sequential writes.
+type noWriteAtFS struct{ vfs.FS }
+
+type noWriteAtFile struct{ vfs.File }
+
+var errNoRoom = errors.New("no room for zeros")
+
+func (f noWriteAtFile) WriteAt([]byte, int64) (int, error) { return 0, errNoRoom }
+
+func (n noWriteAtFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := n.FS.Create(name, c)
+	if err != nil {
+		return nil, err
+	}
+	return noWriteAtFile{f}, nil
+}
+
+// TestOrderedFSLogZerosFail: when the zeros ahead of a log cannot be
+// written, the log is still written and synced as it would be without
+// them (the zeros are an optimization).
+func TestOrderedFSLogZerosFail(t *testing.T) {
+	mem := vfs.NewMem()
+	o := &orderedFS{FS: noWriteAtFS{mem}, limit: 64 << 10, before: func() error { return nil }}
+	f, err := o.Create("000001.log", vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log []byte
+	for i := 0; i < 50; i++ {
+		rec := bytes.Repeat([]byte{byte('a' + i%26)}, 70_000)
+		if _, err := f.Write(bytes.Clone(rec)); err != nil {
+			t.Fatal(err)
+		}
+		log = append(log, rec...)
+		if err := f.SyncData(); err != nil {
+			t.Fatalf("sync %d with the zeros failing: %v", i, err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, mem, "000001.log"); !bytes.Equal(got, log) {
+		t.Fatalf("log file is %d bytes, want the %d log bytes", len(got), len(log))
+	}
+}
