@@ -50,15 +50,7 @@ type Options struct {
 	// directory misses (datadir TestNoSpace: 12 MiB of 64 written), plus
 	// memory for up to two memtables and a longer WAL replay at open.
 	MemTableBytes int64
-	// RowCacheBytes bounds the cache of point-read and written values
-	// kept across transactions (rowCache: a read of a key no commit wrote
-	// since does not seek Pebble). Zero means DefaultRowCacheBytes,
-	// negative disables it.
-	RowCacheBytes int
 }
-
-// DefaultRowCacheBytes is the default Options.RowCacheBytes.
-const DefaultRowCacheBytes = 32 << 20
 
 // Validate reports whether the options are usable.
 func (o *Options) Validate() error {
@@ -81,7 +73,6 @@ func (o *Options) Validate() error {
 type store struct {
 	db     *pebble.DB
 	noSync bool
-	rows   *rowCache // nil when disabled
 
 	// closeMu is held shared by every operation that touches pebble (so that
 	// Close does not pull the DB from under it) and exclusively by Close.
@@ -232,12 +223,6 @@ func Open(opts Options) (kv.Store, error) {
 		return nil, fmt.Errorf("pebblekv: open %s: %w", opts.Dir, err)
 	}
 	s := &store{db: db, noSync: opts.NoSync}
-	switch rows := opts.RowCacheBytes; {
-	case rows == 0:
-		s.rows = newRowCache(DefaultRowCacheBytes)
-	case rows > 0:
-		s.rows = newRowCache(rows)
-	}
 	s.mu.log = occ.NewLog(maxLog)
 	s.live.txns = map[*txn]struct{}{}
 	return s, nil
@@ -437,25 +422,7 @@ func (t *txn) Get(ctx context.Context, key []byte) ([]byte, error) {
 		}
 		t.reads.AddKey(key)
 	}
-	rows := t.s.rows
-	if rows == nil {
-		return t.pointGet(key)
-	}
-	seq := t.SnapshotVersion()
-	if v, absent, ok := rows.get(key, seq); ok {
-		if absent {
-			return nil, kv.ErrNotFound
-		}
-		return append([]byte{}, v...), nil
-	}
-	v, err := t.pointGet(key)
-	switch {
-	case err == nil:
-		rows.fill(key, append([]byte{}, v...), false, seq)
-	case errors.Is(err, kv.ErrNotFound):
-		rows.fill(key, nil, true, seq)
-	}
-	return v, err
+	return t.pointGet(key)
 }
 
 // pointGet reads key from the snapshot through one of the transaction's
@@ -665,8 +632,7 @@ func (t *txn) Commit(ctx context.Context) error {
 	s := t.s
 	// Build the batch before taking the commit mutex.
 	b := s.db.NewBatchWithSize(t.buf.Bytes() + 16*t.buf.Len())
-	ents := t.buf.Entries()
-	for _, e := range ents {
+	for _, e := range t.buf.Entries() {
 		var err error
 		if e.Deleted {
 			err = b.Delete(e.Key, nil)
@@ -678,7 +644,7 @@ func (t *txn) Commit(ctx context.Context) error {
 			return backendErr("commit", err)
 		}
 	}
-	if err := s.applyValidated(t, b, ents); err != nil {
+	if err := s.applyValidated(t, b); err != nil {
 		return err
 	}
 	if s.noSync {
@@ -706,10 +672,9 @@ func (t *txn) Commit(ctx context.Context) error {
 }
 
 // applyValidated validates t against the commits after its snapshot and, if
-// it passes, applies b (holding ents), all under s.mu. On return with nil
-// error the batch is visible to every snapshot taken later, and s.mu.seq
-// counts it.
-func (s *store) applyValidated(t *txn, b *pebble.Batch, ents []occ.Entry) error {
+// it passes, applies b, all under s.mu. On return with nil error the batch
+// is visible to every snapshot taken later, and s.mu.seq counts it.
+func (s *store) applyValidated(t *txn, b *pebble.Batch) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.failedErr(); err != nil {
@@ -719,10 +684,6 @@ func (s *store) applyValidated(t *txn, b *pebble.Batch, ents []occ.Entry) error 
 	if s.mu.log.Conflicts(t.start, &t.reads) {
 		_ = b.Close()
 		return fmt.Errorf("pebblekv: commit: %w", kv.ErrConflict)
-	}
-	if s.rows != nil {
-		// Before the batch is visible: see rowCache.
-		s.rows.update(ents, s.mu.seq+1)
 	}
 	var err error
 	if s.noSync || t.noSync {
