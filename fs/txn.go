@@ -369,9 +369,7 @@ func (t *Txn) flush() error {
 	return nil
 }
 
-// putRecord writes an inode record (nil deletes it) and offers the
-// encoding to the decode cache, so the next transaction reading these
-// bytes does not decode them again.
+// putRecord writes an inode record (nil deletes it).
 func (t *Txn) putRecord(kt kv.Txn, key []byte, rec *meta.Inode) error {
 	if rec == nil {
 		return kvErr(kt.Delete(key))
@@ -380,11 +378,7 @@ func (t *Txn) putRecord(kt kv.Txn, key []byte, rec *meta.Inode) error {
 	if err != nil {
 		return fmt.Errorf("%w: encoding: %v", ErrCorrupt, err)
 	}
-	if err := kvErr(kt.Set(key, b)); err != nil {
-		return err
-	}
-	t.fs.decoded.put(key, b, rec)
-	return nil
+	return kvErr(kt.Set(key, b))
 }
 
 // loadInode returns a copy of inode ino's record.
@@ -395,14 +389,12 @@ func (t *Txn) loadInode(ctx context.Context, ino Ino) (*meta.Inode, error) {
 		b, err := t.getRaw(ctx, key)
 		c = &cachedInode{}
 		if err == nil {
-			if v, ok := t.fs.decoded.get(key, b); ok {
-				c.rec = v.(*meta.Inode)
-			} else {
-				c.rec = new(meta.Inode)
-				if err := meta.Unmarshal(b, c.rec); err != nil {
-					return nil, fmt.Errorf("%w: inode %d: %v", ErrCorrupt, ino, err)
-				}
-				t.fs.decoded.put(key, b, c.rec)
+			// Not through the decode cache: meta decodes the current
+			// layout's records without reflection, faster than a lookup
+			// in the cache's large map (docs/vnfs.md "Trees, session 8").
+			c.rec = new(meta.Inode)
+			if err := meta.Unmarshal(b, c.rec); err != nil {
+				return nil, fmt.Errorf("%w: inode %d: %v", ErrCorrupt, ino, err)
 			}
 		} else if !errors.Is(err, ErrNotExist) {
 			return nil, err

@@ -292,8 +292,27 @@ func cleanPath(p string) (string, error) {
 	if strings.ContainsRune(p, 0) {
 		return "", fmt.Errorf("vnfs: path %q contains NUL", p)
 	}
+	if isCleanRel(p) {
+		return p, nil // most paths: no allocation (rm -r cleans one per file)
+	}
 	c := path.Clean("/" + p)
 	return strings.TrimPrefix(c, "/"), nil
+}
+
+// isCleanRel reports whether cleanPath(p) is p: p is empty, or non-empty
+// components other than "." and ".." joined by single slashes, without a
+// leading or trailing slash.
+func isCleanRel(p string) bool {
+	start := 0
+	for i := 0; i <= len(p) && p != ""; i++ {
+		if i == len(p) || p[i] == '/' {
+			if c := p[start:i]; c == "" || c == "." || c == ".." {
+				return false
+			}
+			start = i + 1
+		}
+	}
+	return true
 }
 
 // splitPath returns the parent directory and the name of p ("" name for

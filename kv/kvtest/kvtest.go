@@ -51,6 +51,7 @@ func Run(t *testing.T, open Opener) {
 		{"CounterStress", testCounterStress},
 		{"BankStress", testBankStress},
 		{"Model", testModel},
+		{"History", testHistory},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/txnfs/txnfs/vnfs"
 )
@@ -97,6 +98,8 @@ type lister struct {
 	users  map[uint32]string
 	groups map[uint32]string
 	now    time.Time
+	dates  map[dateKey]string // date's cache
+	line   []byte             // block's line buffer
 }
 
 // load lists the directory at t (recursively with -R): entries by
@@ -198,52 +201,102 @@ func (l *lister) printTree(tree map[string][]lsEntry, dir, name string, header b
 	}
 }
 
-// block prints entries, in long format with aligned columns.
+// block prints entries, in long format with aligned columns. Lines are
+// built with appends into one buffer, dates through a cache (fmt.Fprintf
+// with padded verbs and time.Format per entry were a quarter of ls -lR's
+// CPU, docs/vnfs.md "Trees, session 8"); TestLsMatchesGNU compares the
+// output with GNU ls.
 func (l *lister) block(ents []lsEntry, total bool) {
 	if !l.o.Long {
 		for _, e := range ents {
-			fmt.Fprintln(l.w, e.name)
+			io.WriteString(l.w, e.name)
+			io.WriteString(l.w, "\n")
 		}
 		return
 	}
 	var blocks uint64
 	var wl, wu, wg, ws int
-	rows := make([][5]string, len(ents))
+	type row struct {
+		mode                     [10]byte
+		nlink, user, group, size string
+	}
+	rows := make([]row, len(ents))
 	for i, e := range ents {
 		a := e.attr
 		blocks += a.Space
-		size := strconv.FormatUint(a.Size, 10)
+		r := &rows[i]
+		r.mode = modeBytes(a)
+		r.size = strconv.FormatUint(a.Size, 10)
 		if a.Type == vnfs.TypeBlock || a.Type == vnfs.TypeChar {
-			size = fmt.Sprintf("%d, %d", a.Rdev[0], a.Rdev[1])
+			r.size = fmt.Sprintf("%d, %d", a.Rdev[0], a.Rdev[1])
 		}
-		rows[i] = [5]string{modeString(a), strconv.FormatUint(uint64(a.Nlink), 10), l.user(a.Uid), l.group(a.Gid), size}
-		wl = max(wl, len(rows[i][1]))
-		wu = max(wu, len(rows[i][2]))
-		wg = max(wg, len(rows[i][3]))
-		ws = max(ws, len(rows[i][4]))
+		r.nlink, r.user, r.group = strconv.FormatUint(uint64(a.Nlink), 10), l.user(a.Uid), l.group(a.Gid)
+		// Widths in runes, as fmt's %*s counts them.
+		wl = max(wl, utf8.RuneCountInString(r.nlink))
+		wu = max(wu, utf8.RuneCountInString(r.user))
+		wg = max(wg, utf8.RuneCountInString(r.group))
+		ws = max(ws, utf8.RuneCountInString(r.size))
 	}
 	if total {
 		fmt.Fprintf(l.w, "total %d\n", (blocks+1023)/1024)
 	}
+	line := l.line[:0]
 	for i, e := range ents {
-		r := rows[i]
-		fmt.Fprintf(l.w, "%s %*s %-*s %-*s %*s %s %s", r[0], wl, r[1], wu, r[2], wg, r[3], ws, r[4], l.date(e.attr.Mtime), e.name)
+		r := &rows[i]
+		line = append(line[:0], r.mode[:]...)
+		line = append(padTo(append(line, ' '), r.nlink, wl), r.nlink...)
+		line = padTo(append(append(line, ' '), r.user...), r.user, wu)
+		line = padTo(append(append(line, ' '), r.group...), r.group, wg)
+		line = append(padTo(append(line, ' '), r.size, ws), r.size...)
+		line = append(line, ' ')
+		line = append(line, l.date(e.attr.Mtime)...)
+		line = append(line, ' ')
+		line = append(line, e.name...)
 		if e.attr.Type == vnfs.TypeSymlink {
-			fmt.Fprintf(l.w, " -> %s", e.link)
+			line = append(append(line, " -> "...), e.link...)
 		}
-		fmt.Fprintln(l.w)
+		line = append(line, '\n')
+		l.w.Write(line)
 	}
+	l.line = line
+}
+
+// padTo appends the spaces that pad s to width runes.
+func padTo(b []byte, s string, width int) []byte {
+	for n := utf8.RuneCountInString(s); n < width; n++ {
+		b = append(b, ' ')
+	}
+	return b
 }
 
 // date formats a time like GNU ls: "Jan  2 15:04" within the last six
-// months, else "Jan  2  2006".
+// months, else "Jan  2  2006". Results are cached by second (a tree's
+// files share few distinct times; the local zone conversion and Format
+// cost more than the lookup).
 func (l *lister) date(t time.Time) string {
-	t = t.Local()
 	sixMonths := time.Duration(31556952/2) * time.Second
-	if t.After(l.now.Add(-sixMonths)) && !t.After(l.now) {
-		return t.Format("Jan _2 15:04")
+	recent := t.After(l.now.Add(-sixMonths)) && !t.After(l.now)
+	key := dateKey{sec: t.Unix(), recent: recent}
+	if s, ok := l.dates[key]; ok {
+		return s
 	}
-	return t.Format("Jan _2  2006")
+	var s string
+	if recent {
+		s = t.Local().Format("Jan _2 15:04")
+	} else {
+		s = t.Local().Format("Jan _2  2006")
+	}
+	if l.dates == nil || len(l.dates) >= 1<<16 {
+		l.dates = map[dateKey]string{}
+	}
+	l.dates[key] = s
+	return s
+}
+
+// dateKey is the key of lister.dates.
+type dateKey struct {
+	sec    int64
+	recent bool
 }
 
 func (l *lister) user(uid uint32) string {
@@ -270,8 +323,8 @@ func (l *lister) group(gid uint32) string {
 	return n
 }
 
-// modeString renders the type and permissions like ls -l.
-func modeString(a vnfs.Attr) string {
+// modeBytes renders the type and permissions like ls -l.
+func modeBytes(a vnfs.Attr) [10]byte {
 	var b [10]byte
 	switch a.Type { // a switch, not a map literal built per entry
 	case vnfs.TypeDir:
@@ -309,5 +362,5 @@ func modeString(a vnfs.Attr) string {
 	special(0o4000, 3, 's', 'S')
 	special(0o2000, 6, 's', 'S')
 	special(0o1000, 9, 't', 'T')
-	return string(b[:])
+	return b
 }
