@@ -409,8 +409,8 @@ func (c *Client) sessionless(ctx context.Context, minor uint32, op nfsv4.NfsArgo
 	if rep.status != nfsv4.NFS4_OK {
 		return nil, &StatusError{Op: op.GetArgop(), Status: rep.status}
 	}
-	if len(rep.results) != 1 {
-		return nil, fmt.Errorf("%w: %s reply has %d results", ErrTransport, OpName(op.GetArgop()), len(rep.results))
+	if len(rep.results) != 1 || rep.results[0].GetResop() != op.GetArgop() || rep.statuses[0] != nfsv4.NFS4_OK {
+		return nil, fmt.Errorf("%w: %s reply is not its result (%d results)", ErrTransport, OpName(op.GetArgop()), len(rep.results))
 	}
 	return rep.results[0], nil
 }
@@ -795,6 +795,9 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 			return nil, &StatusError{Op: OpTxn, Status: *raw.txn}
 		}
 		rep := &Reply{Status: raw.status, Results: raw.results[1:], Statuses: raw.statuses[1:]}
+		if err := checkReply(cp.ops, rep); err != nil {
+			return nil, err
+		}
 		// A transaction operation's EXPIRED or STALE_CLIENTID is about
 		// the transaction, not the client's state.
 		txnFail := len(rep.Results) > 0 && isTxnOp(rep.Results[len(rep.Results)-1].GetResop())

@@ -292,6 +292,36 @@ func (r *Reply) Err() error {
 	return &StatusError{Op: r.Results[i].GetResop(), Index: i, Status: r.Statuses[i]}
 }
 
+// checkReply returns an error (ErrTransport) unless rep can be the reply
+// to ops (RFC 8881 §16.2.3): one result per executed operation, in order
+// and with the operation's opcode (the failing one may be OP_ILLEGAL, a
+// server's answer to an operation it does not know), every result but the
+// last successful, and a result for every operation if the COMPOUND
+// succeeded. Callers index results by operation and assert their types:
+// a server's reply that broke these rules made them panic.
+func checkReply(ops []nfsv4.NfsArgop4, rep *Reply) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: COMPOUND reply does not match its %d operations: %s", ErrTransport, len(ops), fmt.Sprintf(format, args...))
+	}
+	n := len(rep.Results)
+	if n > len(ops) {
+		return bad("%d results", n)
+	}
+	if rep.Status == nfsv4.NFS4_OK && n != len(ops) {
+		return bad("status NFS4_OK with %d results", n)
+	}
+	for i, res := range rep.Results {
+		last := i == n-1
+		if op := res.GetResop(); op != ops[i].GetArgop() && !(last && op == nfsv4.OP_ILLEGAL) {
+			return bad("result %d is %s for %s", i, OpName(op), OpName(ops[i].GetArgop()))
+		}
+		if st := rep.Statuses[i]; st != nfsv4.NFS4_OK && (!last || rep.Status == nfsv4.NFS4_OK) {
+			return bad("result %d (%s) failed with %s, COMPOUND status %s", i, OpName(res.GetResop()), StatusName(st), StatusName(rep.Status))
+		}
+	}
+	return nil
+}
+
 // FailedAt returns the index of the failing operation, or -1.
 func (r *Reply) FailedAt() int {
 	if r.Status == nfsv4.NFS4_OK {

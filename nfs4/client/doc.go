@@ -43,5 +43,9 @@
 //
 // Do returns an error only when the COMPOUND did not run or its outcome is
 // unknown. A failing operation is reported in the Reply (Reply.Err gives a
-// *StatusError that unwraps to a syscall.Errno).
+// *StatusError that unwraps to a syscall.Errno). A reply that cannot
+// answer the COMPOUND sent (more results than operations, fewer under
+// NFS4_OK, another operation's result, a failed result before the last)
+// is an ErrTransport error, so callers may index Reply.Results by
+// operation and assert their types once Reply.Err is nil.
 package client
