@@ -408,34 +408,8 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 		if err != nil || !rep.OK() {
 			fatal("fsck after kill -9: %v %q", err, rep.Problems)
 		}
-		for w := range m.workers {
-			for k := range directCrashFiles {
-				data, found, err := readCrashFile(ctx, e, w, k)
-				if err != nil {
-					fatal("file %s: %v", crashFileName(w, k), err)
-				}
-				if !found {
-					if durable[w][k] != 0 {
-						fatal("file %s missing; version %d was acknowledged durable", crashFileName(w, k), durable[w][k])
-					}
-					continue
-				}
-				v, n, err := parseCrashVersion(data, w, k)
-				if err != nil {
-					fatal("file %s: %v", crashFileName(w, k), err)
-				}
-				if want := crashVersion(w, k, v, n); !bytes.Equal(data, want) {
-					at := 0
-					for at < min(len(data), len(want)) && data[at] == want[at] {
-						at++
-					}
-					fatal("file %s holds %d bytes, not version %d (%d bytes) whole: first difference at %d", crashFileName(w, k), len(data), v, n, at)
-				}
-				if v < durable[w][k] {
-					fatal("file %s holds version %d, older than version %d acknowledged durable", crashFileName(w, k), v, durable[w][k])
-				}
-				durable[w][k] = v
-			}
+		if err := checkCrashFiles(ctx, e, durable); err != nil {
+			fatal("%v", err)
 		}
 		if it%4 == 3 { // collect what the kills left behind, then check again
 			if _, err := e.FS.CollectGarbage(ctx); err != nil {
@@ -465,4 +439,41 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 func sscan(line, format string, args ...any) bool {
 	_, err := fmt.Sscanf(line, format, args...)
 	return err == nil
+}
+
+// checkCrashFiles checks, after a crash, that every file (w, k) holds one
+// whole version, no older than durable[w][k] (the last one acknowledged
+// durable; 0: none, and then the file may be missing), and records the
+// version found in durable.
+func checkCrashFiles(ctx context.Context, e *Engine, durable [][directCrashFiles]uint64) error {
+	for w := range durable {
+		for k := range directCrashFiles {
+			data, found, err := readCrashFile(ctx, e, w, k)
+			if err != nil {
+				return fmt.Errorf("file %s: %w", crashFileName(w, k), err)
+			}
+			if !found {
+				if durable[w][k] != 0 {
+					return fmt.Errorf("file %s missing; version %#x was acknowledged durable", crashFileName(w, k), durable[w][k])
+				}
+				continue
+			}
+			v, n, err := parseCrashVersion(data, w, k)
+			if err != nil {
+				return fmt.Errorf("file %s: %w", crashFileName(w, k), err)
+			}
+			if want := crashVersion(w, k, v, n); !bytes.Equal(data, want) {
+				at := 0
+				for at < min(len(data), len(want)) && data[at] == want[at] {
+					at++
+				}
+				return fmt.Errorf("file %s holds %d bytes, not version %#x (%d bytes) whole: first difference at %d", crashFileName(w, k), len(data), v, n, at)
+			}
+			if v < durable[w][k] {
+				return fmt.Errorf("file %s holds version %#x, older than version %#x acknowledged durable", crashFileName(w, k), v, durable[w][k])
+			}
+			durable[w][k] = v
+		}
+	}
+	return nil
 }

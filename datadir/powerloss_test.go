@@ -1,7 +1,6 @@
 package datadir
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -76,30 +75,8 @@ func TestPowerLoss(t *testing.T) {
 			if err != nil || !rep.OK() {
 				fatal("fsck after the power cut: %v %q", err, rep.Problems)
 			}
-			for w := range workers {
-				for k := range directCrashFiles {
-					data, found, err := readCrashFile(ctx, e, w, k)
-					if err != nil {
-						fatal("file %s: %v", crashFileName(w, k), err)
-					}
-					if !found {
-						if durable[w][k] != 0 {
-							fatal("file %s missing; version %#x was acknowledged durable", crashFileName(w, k), durable[w][k])
-						}
-						continue
-					}
-					v, n, err := parseCrashVersion(data, w, k)
-					if err != nil {
-						fatal("file %s: %v", crashFileName(w, k), err)
-					}
-					if want := crashVersion(w, k, v, n); !bytes.Equal(data, want) {
-						fatal("file %s holds %d bytes, not version %#x (%d bytes) whole", crashFileName(w, k), len(data), v, n)
-					}
-					if v < durable[w][k] {
-						fatal("file %s holds version %#x, older than version %#x acknowledged durable", crashFileName(w, k), v, durable[w][k])
-					}
-					durable[w][k] = v
-				}
+			if err := checkCrashFiles(ctx, e, durable); err != nil {
+				fatal("%v", err)
 			}
 		}
 		if round == rounds {

@@ -41,17 +41,20 @@ func TestDirentDecodeFast(t *testing.T) {
 			case 2:
 				m = append(m, byte(rng.Uint32()))
 			}
-			direntAgrees(t, m)
+			fastAgrees[Dirent](t, m)
 		}
 	}
 }
 
-// direntAgrees fails t if decodeFast accepts b and the generic decoder
-// rejects it or decodes something else.
-func direntAgrees(t *testing.T, b []byte) {
+// fastAgrees fails t if the hand decoder of T (decodeFast) accepts b and
+// the generic decoder rejects it or decodes something else.
+func fastAgrees[T comparable, P interface {
+	*T
+	decodeFast([]byte) bool
+}](t *testing.T, b []byte) {
 	t.Helper()
-	var fast, slow Dirent
-	if !fast.decodeFast(b) {
+	var fast, slow T
+	if !P(&fast).decodeFast(b) {
 		return
 	}
 	if err := decMode.Unmarshal(b, &slow); err != nil {
@@ -67,5 +70,5 @@ func FuzzDirentFast(f *testing.F) {
 		b, _ := Marshal(&d)
 		f.Add(b[1:])
 	}
-	f.Fuzz(direntAgrees)
+	f.Fuzz(fastAgrees[Dirent])
 }
