@@ -312,6 +312,9 @@ func (s *scalarFS) read(ctx context.Context, fh []byte, sid nfsv4.Stateid4, io *
 			return err
 		}
 		r := rep.Results[1].(*nfsv4.NfsResop4_OP_READ).Opread.(*nfsv4.Read4res_NFS4_OK).Resok4
+		if len(r.Data) > n { // more than asked: a broken server, not data to count
+			return fmt.Errorf("%w: READ of %d bytes answered with %d", syscall.EIO, n, len(r.Data))
+		}
 		copy(io.Data[off:off+n], r.Data)
 		mu.Lock()
 		got[off] = piece{len(r.Data), r.Eof}
