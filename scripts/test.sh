@@ -18,7 +18,8 @@ tail -n 20 "$log" | grep -E '^(ok|FAIL|---)' || true
 
 echo "== go vet for darwin and freebsd (the client, tools and server stay portable)"
 for goos in darwin freebsd; do
-	if ! GOOS=$goos go vet ./... >>"$log" 2>&1; then
+	if ! out=$(GOOS=$goos go vet ./... 2>&1); then
+		echo "$out" | tail -n 20
 		echo "FAIL go vet GOOS=$goos" | tee -a "$log"
 		status=1
 	fi
