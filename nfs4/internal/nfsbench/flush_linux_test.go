@@ -79,6 +79,15 @@ func BenchmarkFlushPatterns(b *testing.B) {
 		setup func(b *testing.B, dir string) func(i int)
 	}
 	var directPre func(flags int, sliceSync bool, pre int) func(b *testing.B, dir string) func(int)
+	var directWAL func(flags int, sliceSync bool, pre int, walFilled bool) func(b *testing.B, dir string) func(int)
+	// walFile opens the log: appended to (as pebble's new logs were before
+	// session 8), or overwriting zeros written ahead (datadir's logs now).
+	walFile := func(b *testing.B, dir string, filled bool) int {
+		if filled {
+			return zeroFilled(b, dir, "wal", 4, 0)
+		}
+		return open(b, dir, "wal", 0)
+	}
 	walWrite := func(b *testing.B, w int, off *int64) {
 		if _, err := unix.Pwrite(w, rec, *off); err != nil {
 			b.Fatal(err)
@@ -90,6 +99,9 @@ func BenchmarkFlushPatterns(b *testing.B) {
 		return directPre(flags, sliceSync, map[bool]int{true: 1}[prefilled])
 	}
 	directPre = func(flags int, sliceSync bool, pre int) func(b *testing.B, dir string) func(int) {
+		return directWAL(flags, sliceSync, pre, false)
+	}
+	directWAL = func(flags int, sliceSync bool, pre int, walFilled bool) func(b *testing.B, dir string) func(int) {
 		return func(b *testing.B, dir string) func(int) {
 			var s int
 			if pre == 1 {
@@ -99,7 +111,7 @@ func BenchmarkFlushPatterns(b *testing.B) {
 			} else {
 				s = open(b, dir, "slice", unix.O_DIRECT|flags)
 			}
-			w := open(b, dir, "wal", 0)
+			w := walFile(b, dir, walFilled)
 			var off int64
 			return func(i int) {
 				if _, err := unix.Pwrite(s, buf, int64(i)*mib); err != nil {
@@ -119,6 +131,7 @@ func BenchmarkFlushPatterns(b *testing.B) {
 		{"zero-filled=direct-overwrite+slice-sync+wal-sync", direct(0, true, true)},
 		{"zero-filled=direct-overwrite+wal-sync", direct(0, false, true)},
 		{"fallocated=direct-overwrite+slice-sync+wal-sync", directPre(0, true, 2)},
+		{"txnfs-s8=reused-overwrite+slice-sync+zero-filled-wal-sync", directWAL(0, true, 1, true)},
 		{"ganesha=buffered-overwrite+fsync", func(b *testing.B, dir string) func(int) {
 			s := open(b, dir, "file", 0)
 			if _, err := unix.Pwrite(s, buf, 0); err != nil {
@@ -133,7 +146,12 @@ func BenchmarkFlushPatterns(b *testing.B) {
 			}
 		}},
 		{"wal-sync-alone", func(b *testing.B, dir string) func(int) {
-			w := open(b, dir, "wal", 0)
+			w := walFile(b, dir, false)
+			var off int64
+			return func(int) { walWrite(b, w, &off) }
+		}},
+		{"zero-filled-wal-sync-alone", func(b *testing.B, dir string) func(int) {
+			w := walFile(b, dir, true)
 			var off int64
 			return func(int) { walWrite(b, w, &off) }
 		}},
