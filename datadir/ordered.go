@@ -266,15 +266,13 @@ func (f *orderedFile) writeLog(p []byte) error {
 	if !z.extending && !z.failed && z.end-end < walAhead/2 {
 		f.startZeros()
 	}
+	z.end = max(z.end, end) // past the zeros only once they failed: no extension runs
 	z.Unlock()
 	n, err := f.File.Write(p)
 	f.pos += int64(n)
 	if err == nil && n < len(p) {
 		err = io.ErrShortWrite
 	}
-	z.Lock()
-	z.end = max(z.end, f.pos) // past the zeros only once they failed: no extension runs
-	z.Unlock()
 	return err
 }
 

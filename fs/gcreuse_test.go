@@ -162,15 +162,7 @@ func TestRunCollectorPacedByGarbage(t *testing.T) {
 	}
 	defer f.Close()
 	const size = 1 << 20
-	var ino fs.Ino
-	do(t, f, func(ctx context.Context, tx *fs.Txn) error {
-		a, _, err := tx.Create(ctx, fs.RootIno, "f", fs.CreateRequest{Type: fs.TypeRegular})
-		ino = a.Ino
-		if err != nil {
-			return err
-		}
-		return tx.Write(ctx, ino, 0, pattern(0, size))
-	})
+	ino := newFile(t, f, "f", pattern(0, size))
 	do(t, f, func(ctx context.Context, tx *fs.Txn) error { return overwrite(ctx, tx, ino, pattern(1, size)) })
 	if g := f.Garbage(); g < size {
 		t.Fatalf("Garbage() = %d after overwriting a %d-byte file", g, size)
@@ -241,15 +233,7 @@ func TestRunCollectorDutyCycle(t *testing.T) {
 				t.Fatal(err)
 			}
 			const size = 256 << 10
-			var ino fs.Ino
-			do(t, f, func(ctx context.Context, tx *fs.Txn) error {
-				a, _, err := tx.Create(ctx, fs.RootIno, "f", fs.CreateRequest{Type: fs.TypeRegular})
-				ino = a.Ino
-				if err != nil {
-					return err
-				}
-				return tx.Write(ctx, ino, 0, pattern(0, size))
-			})
+			ino := newFile(t, f, "f", pattern(0, size))
 			var runs atomic.Int64
 			done := make(chan struct{})
 			go func() {

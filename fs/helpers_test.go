@@ -369,6 +369,25 @@ func do(tb tbLike, f *fs.FS, fn func(ctx context.Context, tx *fs.Txn) error) {
 	}
 }
 
+// newFile creates regular file name in the root and writes data (if
+// any) at offset 0, in one transaction, and returns its inode.
+func newFile(tb tbLike, f *fs.FS, name string, data []byte) fs.Ino {
+	tb.Helper()
+	var ino fs.Ino
+	do(tb, f, func(ctx context.Context, tx *fs.Txn) error {
+		a, _, err := tx.Create(ctx, fs.RootIno, name, fs.CreateRequest{Type: fs.TypeRegular})
+		if err != nil {
+			return err
+		}
+		ino = a.Ino
+		if len(data) == 0 {
+			return nil
+		}
+		return tx.Write(ctx, ino, 0, data)
+	})
+	return ino
+}
+
 // sibling opens another engine over tf's store (as a second server on one
 // kv store would), closed when the test ends.
 func sibling(t tbLike, tf *testFS, inlineMax int) *fs.FS {

@@ -25,12 +25,7 @@ import (
 func TestWritePayload(t *testing.T) {
 	ctx := context.Background()
 	f := newTestFS(t, fsOpts{kind: storePebble, inlineMax: 4096})
-	var ino fs.Ino
-	do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
-		a, _, err := tx.Create(ctx, fs.RootIno, "f", fs.CreateRequest{Type: fs.TypeRegular})
-		ino = a.Ino
-		return err
-	})
+	ino := newFile(t, f.FS, "f", nil)
 	cases := []struct {
 		name    string
 		off     uint64
@@ -117,12 +112,7 @@ func TestWritePayloadWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var ino fs.Ino
-	do(t, f, func(ctx context.Context, tx *fs.Txn) error {
-		a, _, err := tx.Create(ctx, fs.RootIno, "f", fs.CreateRequest{Type: fs.TypeRegular})
-		ino = a.Ino
-		return err
-	})
+	ino := newFile(t, f, "f", nil)
 	data := pattern(1, 256<<10)
 	pl := slice.NewPayload(data, slice.Checksum(data))
 	for _, end := range []string{"commit", "abort", "do-fails"} {

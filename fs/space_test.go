@@ -21,18 +21,7 @@ import (
 // system.)
 func TestSpaceReserve(t *testing.T) {
 	ctx := context.Background()
-	st, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: vfs.NewMem(), Dir: "slices"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var free atomic.Uint64
-	free.Store(100 << 20)
-	f, err := fs.Open(ctx, fs.Config{KV: memkv.New(), Slices: st, Reserve: 10 << 20,
-		Capacity: func() (uint64, uint64, error) { return 1 << 30, free.Load(), nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, free := openSpaceFS(t, fs.Config{})
 	// statfs: the reserve is free but not available.
 	if st, err := f.StatFS(ctx); err != nil || st.BlocksFree*uint64(st.BlockSize) != 100<<20 || st.BlocksAvail*uint64(st.BlockSize) != 90<<20 {
 		t.Fatalf("StatFS = %+v, %v; want 100 MiB free, 90 MiB available", st, err)
@@ -50,7 +39,7 @@ func TestSpaceReserve(t *testing.T) {
 	})
 	// The disk filled up: the next MiB would enter the reserve.
 	free.Store(10 << 20)
-	err = f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
+	err := f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
 		if err := tx.Write(ctx, ino, 0, make([]byte, 1<<20)); !errors.Is(err, fs.ErrNoSpace) {
 			t.Errorf("write into the reserve: %v, want ErrNoSpace", err)
 		}
@@ -89,18 +78,7 @@ func TestSpaceReserve(t *testing.T) {
 func TestSpaceShortWakesCollector(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: vfs.NewMem(), Dir: "slices"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var free atomic.Uint64
-	free.Store(100 << 20)
-	f, err := fs.Open(ctx, fs.Config{KV: memkv.New(), Slices: st, Reserve: 10 << 20, GCWait: time.Millisecond,
-		Capacity: func() (uint64, uint64, error) { return 1 << 30, free.Load(), nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, free := openSpaceFS(t, fs.Config{GCWait: time.Millisecond})
 	reports := make(chan fs.GCReport, 16)
 	go f.RunCollector(ctx, fs.GCSchedule{GarbageBytes: 1 << 40, Interval: time.Hour,
 		OnReport: func(r fs.GCReport, err error) {
@@ -117,7 +95,7 @@ func TestSpaceShortWakesCollector(t *testing.T) {
 	})
 	do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Unlink(ctx, fs.RootIno, "a") })
 	free.Store(10 << 20)
-	err = f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
+	err := f.Do(ctx, fs.RootCred, func(tx *fs.Txn) error {
 		a, _, err := tx.Create(ctx, fs.RootIno, "b", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
 		if err != nil {
 			return err
@@ -140,4 +118,27 @@ func TestSpaceShortWakesCollector(t *testing.T) {
 	if freed < 4<<20 {
 		t.Fatalf("the two collections freed %d bytes, want the removed file's 4 MiB", freed)
 	}
+}
+
+// openSpaceFS opens cfg over a fresh in-memory slice store on a 1 GiB
+// file system with a 10 MiB reserve, whose free space the test sets
+// through free (100 MiB to start). The store and the FS close with t.
+func openSpaceFS(t *testing.T, cfg fs.Config) (*fs.FS, *atomic.Uint64) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: vfs.NewMem(), Dir: "slices"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	free := new(atomic.Uint64)
+	free.Store(100 << 20)
+	cfg.KV, cfg.Slices, cfg.Reserve = memkv.New(), st, 10<<20
+	cfg.Capacity = func() (uint64, uint64, error) { return 1 << 30, free.Load(), nil }
+	f, err := fs.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, free
 }

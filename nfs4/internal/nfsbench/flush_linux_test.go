@@ -78,8 +78,6 @@ func BenchmarkFlushPatterns(b *testing.B) {
 		// setup returns the durable write of iteration i.
 		setup func(b *testing.B, dir string) func(i int)
 	}
-	var directPre func(flags int, sliceSync bool, pre int) func(b *testing.B, dir string) func(int)
-	var directWAL func(flags int, sliceSync bool, pre int, walFilled bool) func(b *testing.B, dir string) func(int)
 	// walFile opens the log: appended to (as pebble's new logs were before
 	// session 8), or overwriting zeros written ahead (datadir's logs now).
 	walFile := func(b *testing.B, dir string, filled bool) int {
@@ -95,20 +93,21 @@ func BenchmarkFlushPatterns(b *testing.B) {
 		*off += int64(len(rec))
 		must(b, unix.Fdatasync(w))
 	}
-	direct := func(flags int, sliceSync, prefilled bool) func(b *testing.B, dir string) func(int) {
-		return directPre(flags, sliceSync, map[bool]int{true: 1}[prefilled])
-	}
-	directPre = func(flags int, sliceSync bool, pre int) func(b *testing.B, dir string) func(int) {
-		return directWAL(flags, sliceSync, pre, false)
-	}
-	directWAL = func(flags int, sliceSync bool, pre int, walFilled bool) func(b *testing.B, dir string) func(int) {
+	// Where a durable put's 1 MiB lands in its slice file.
+	const (
+		appended      = iota // an allocating append
+		overZeros            // written blocks (zeros): an overwrite, as into reused space
+		overUnwritten        // fallocated (unwritten) blocks
+	)
+	direct := func(flags int, sliceSync bool, space int, walFilled bool) func(b *testing.B, dir string) func(int) {
 		return func(b *testing.B, dir string) func(int) {
 			var s int
-			if pre == 1 {
+			switch space {
+			case overZeros:
 				s = zeroFilled(b, dir, "slice", b.N, unix.O_DIRECT|flags)
-			} else if pre == 2 {
+			case overUnwritten:
 				s = fallocated(b, dir, "slice", b.N, unix.O_DIRECT|flags)
-			} else {
+			default:
 				s = open(b, dir, "slice", unix.O_DIRECT|flags)
 			}
 			w := walFile(b, dir, walFilled)
@@ -125,13 +124,13 @@ func BenchmarkFlushPatterns(b *testing.B) {
 		}
 	}
 	patterns := []pattern{
-		{"txnfs=direct-append+slice-sync+wal-sync", direct(0, true, false)},
-		{"direct-append+wal-sync", direct(0, false, false)},
-		{"direct-dsync-append+wal-sync", direct(unix.O_DSYNC, false, false)},
-		{"zero-filled=direct-overwrite+slice-sync+wal-sync", direct(0, true, true)},
-		{"zero-filled=direct-overwrite+wal-sync", direct(0, false, true)},
-		{"fallocated=direct-overwrite+slice-sync+wal-sync", directPre(0, true, 2)},
-		{"txnfs-s8=reused-overwrite+slice-sync+zero-filled-wal-sync", directWAL(0, true, 1, true)},
+		{"txnfs=direct-append+slice-sync+wal-sync", direct(0, true, appended, false)},
+		{"direct-append+wal-sync", direct(0, false, appended, false)},
+		{"direct-dsync-append+wal-sync", direct(unix.O_DSYNC, false, appended, false)},
+		{"zero-filled=direct-overwrite+slice-sync+wal-sync", direct(0, true, overZeros, false)},
+		{"zero-filled=direct-overwrite+wal-sync", direct(0, false, overZeros, false)},
+		{"fallocated=direct-overwrite+slice-sync+wal-sync", direct(0, true, overUnwritten, false)},
+		{"txnfs-s8=reused-overwrite+slice-sync+zero-filled-wal-sync", direct(0, true, overZeros, true)},
 		{"ganesha=buffered-overwrite+fsync", func(b *testing.B, dir string) func(int) {
 			s := open(b, dir, "file", 0)
 			if _, err := unix.Pwrite(s, buf, 0); err != nil {
