@@ -33,6 +33,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	gcGarbage := fl.Int64("gc-garbage", 64<<20, "also collect once commits made this many bytes of slice data unreachable")
 	reserve := fl.Int64("reserve", 0, "free bytes of the data directory's file system kept for metadata: writes get ENOSPC before using them (0: 2% of its size, 64 MiB-4 GiB; negative: none)")
 	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
+	sysmonSlack := fl.Duration("sysmon-slack", time.Millisecond, "timer slack of the Go runtime's monitor thread: its shortest tick (0: the system's default; see docs/nfs-server.md)")
 	if err := parse(fl, args); err != nil {
 		return err
 	}
@@ -41,6 +42,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	tuneGC()
+	if *sysmonSlack > 0 {
+		if err := slowSysmon(ctx, *sysmonSlack); err != nil {
+			log.Info("sysmon's timer slack unchanged", "err", err)
+		}
+	}
 	e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log, Reserve: *reserve,
 		// Every WRITE reply waits for its data to be written: aligned
 		// payloads go to disk from the request record (no staging copy).
