@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -70,5 +71,26 @@ func TestSlowSysmon(t *testing.T) {
 	}
 	if got := threadSlack(t, tid); got != 3e6 {
 		t.Fatalf("resetSlack changed sysmon's slack to %d", got)
+	}
+}
+
+// TestServeProcs checks that serveProcs sets GOMAXPROCS unless the
+// environment variable does, and doubles the current value by default.
+func TestServeProcs(t *testing.T) {
+	old := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(old)
+	t.Setenv("GOMAXPROCS", "5")
+	serveProcs(3)
+	if got := runtime.GOMAXPROCS(0); got != old {
+		t.Fatalf("with GOMAXPROCS set: %d Ps, want %d (unchanged)", got, old)
+	}
+	t.Setenv("GOMAXPROCS", "")
+	serveProcs(3)
+	if got := runtime.GOMAXPROCS(0); got != 3 {
+		t.Fatalf("serveProcs(3): %d Ps", got)
+	}
+	serveProcs(0)
+	if got := runtime.GOMAXPROCS(0); got != 6 {
+		t.Fatalf("serveProcs(0) after 3: %d Ps, want 6", got)
 	}
 }
