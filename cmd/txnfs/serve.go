@@ -156,9 +156,9 @@ func tuneGC() {
 	}
 }
 
-// serveProcs sets GOMAXPROCS to n, or with n <= 0 to twice its current
-// value (at startup the runtime's default: the CPUs available to the
-// process), unless the GOMAXPROCS environment variable is set. More Ps
+// serveProcs sets GOMAXPROCS to n, or with n <= 0 to twice the runtime's
+// default (defaultProcs: the CPUs available to the process), unless the
+// GOMAXPROCS environment variable is set. More Ps
 // than CPUs: a durable WRITE's
 // goroutine blocks in pwrite and fdatasync holding its P, and with sysmon
 // ticking at ~1 ms (slowSysmon) a P blocked so would be retaken late when
@@ -171,10 +171,13 @@ func serveProcs(n int) {
 		return
 	}
 	if n <= 0 {
-		n = 2 * runtime.GOMAXPROCS(0)
+		n = 2 * defaultProcs
 	}
 	runtime.GOMAXPROCS(n)
 }
+
+// defaultProcs is GOMAXPROCS as the process started with it.
+var defaultProcs = runtime.GOMAXPROCS(0)
 
 // startCollector runs the garbage collector of f (fs.RunCollector: paced
 // by garbage, at least every interval) until the returned stop is called,
