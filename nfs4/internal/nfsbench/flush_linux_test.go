@@ -24,8 +24,8 @@ import (
 // a file also writes its inode's block, synchronously (docs/nfs-server.md
 // "Session 9"); back to back, most writes fall in the same coarse clock
 // tick and leave mtime alone. Metrics: p50-ms and p90-ms per durable write
-// (ns/op is the mean, with the pauses). Linux only (O_DIRECT); skipped where O_DIRECT is refused
-// (tmpfs).
+// (ns/op is the mean, with the pauses). Linux only (O_DIRECT); skipped
+// where O_DIRECT is refused (tmpfs).
 //
 //	go test ./nfs4/internal/nfsbench -run XXX -bench FlushPatterns -benchtime 200x
 func BenchmarkFlushPatterns(b *testing.B) {
@@ -82,9 +82,9 @@ func BenchmarkFlushPatterns(b *testing.B) {
 		name string
 		// setup returns the durable write of iteration i.
 		setup func(b *testing.B, dir string) func(i int)
-		// tick: wait (untimed) before each write until the file system's
-		// coarse clock has moved, as between a server's WRITEs, so that
-		// every write changes the file's mtime (see pause).
+		// tick: wait 5 ms (untimed) before each write, as between a
+		// server's WRITEs, so that the file system's coarse clock has moved
+		// and every write changes the file's mtime.
 		tick bool
 	}
 	// walFile opens the log: appended to (as pebble's new logs were before
@@ -108,13 +108,7 @@ func BenchmarkFlushPatterns(b *testing.B) {
 		overZeros            // written blocks (zeros): an overwrite, as into reused space
 		overUnwritten        // fallocated (unwritten) blocks
 	)
-	// direct is txnfs's pattern: an O_DIRECT put into space, its
-	// fdatasync if sliceSync, the log record and its fdatasync. flushOnly
-	// replaces the slice file's fdatasync by one of a file that has
-	// nothing dirty: on ext4 (and XFS) a device cache flush alone, which
-	// does not write the slice file's inode (its mtime; docs/nfs-server.md
-	// "Session 9") — an experiment, not something txnfs does.
-	direct := func(flags int, sliceSync bool, space int, walFilled, flushOnly bool) func(b *testing.B, dir string) func(int) {
+	direct := func(flags int, sliceSync bool, space int, walFilled bool) func(b *testing.B, dir string) func(int) {
 		return func(b *testing.B, dir string) func(int) {
 			var s int
 			switch space {
@@ -126,16 +120,12 @@ func BenchmarkFlushPatterns(b *testing.B) {
 				s = open(b, dir, "slice", unix.O_DIRECT|flags)
 			}
 			w := walFile(b, dir, walFilled)
-			clean := open(b, dir, "clean", 0)
 			var off int64
 			return func(i int) {
 				if _, err := unix.Pwrite(s, buf, int64(i)*mib); err != nil {
 					b.Fatal(err)
 				}
-				switch {
-				case sliceSync && flushOnly:
-					must(b, unix.Fdatasync(clean))
-				case sliceSync:
+				if sliceSync {
 					must(b, unix.Fdatasync(s))
 				}
 				walWrite(b, w, &off)
@@ -156,35 +146,14 @@ func BenchmarkFlushPatterns(b *testing.B) {
 		}
 	}
 	patterns := []pattern{
-		{"txnfs=direct-append+slice-sync+wal-sync", direct(0, true, appended, false, false), false},
-		{"direct-append+wal-sync", direct(0, false, appended, false, false), false},
-		{"direct-dsync-append+wal-sync", direct(unix.O_DSYNC, false, appended, false, false), false},
-		{"zero-filled=direct-overwrite+slice-sync+wal-sync", direct(0, true, overZeros, false, false), false},
-		{"zero-filled=direct-overwrite+wal-sync", direct(0, false, overZeros, false, false), false},
-		{"fallocated=direct-overwrite+slice-sync+wal-sync", direct(0, true, overUnwritten, false, false), false},
-		{"txnfs-s8=reused-overwrite+slice-sync+zero-filled-wal-sync", direct(0, true, overZeros, true, false), false},
-		{"txnfs-s8-ticks=reused-overwrite+slice-sync+zero-filled-wal-sync", direct(0, true, overZeros, true, false), true},
-		{"reused-overwrite+flush-only+zero-filled-wal-sync-ticks", direct(0, true, overZeros, true, true), true},
-		{"reused-overwrite+flush-only+direct-wal+flush-only-ticks", func(b *testing.B, dir string) func(int) {
-			// Also the log's 4 KiB block with O_DIRECT over zeros, made
-			// durable by the clean file's fdatasync: no inode written at
-			// all (the experiment's best case).
-			s := zeroFilled(b, dir, "slice", b.N, unix.O_DIRECT)
-			w := zeroFilled(b, dir, "wal", 4, unix.O_DIRECT)
-			clean := open(b, dir, "clean", 0)
-			blk := alignedBuf(4096)
-			return func(i int) {
-				if _, err := unix.Pwrite(s, buf, int64(i)*mib); err != nil {
-					b.Fatal(err)
-				}
-				must(b, unix.Fdatasync(clean))
-				copy(blk, rec)
-				if _, err := unix.Pwrite(w, blk, int64(i%1024)*4096); err != nil {
-					b.Fatal(err)
-				}
-				must(b, unix.Fdatasync(clean))
-			}
-		}, true},
+		{"txnfs=direct-append+slice-sync+wal-sync", direct(0, true, appended, false), false},
+		{"direct-append+wal-sync", direct(0, false, appended, false), false},
+		{"direct-dsync-append+wal-sync", direct(unix.O_DSYNC, false, appended, false), false},
+		{"zero-filled=direct-overwrite+slice-sync+wal-sync", direct(0, true, overZeros, false), false},
+		{"zero-filled=direct-overwrite+wal-sync", direct(0, false, overZeros, false), false},
+		{"fallocated=direct-overwrite+slice-sync+wal-sync", direct(0, true, overUnwritten, false), false},
+		{"txnfs-s8=reused-overwrite+slice-sync+zero-filled-wal-sync", direct(0, true, overZeros, true), false},
+		{"txnfs-s8-ticks=reused-overwrite+slice-sync+zero-filled-wal-sync", direct(0, true, overZeros, true), true},
 		{"ganesha-ticks=buffered-overwrite+fsync", ganesha, true},
 		{"ganesha=buffered-overwrite+fsync", ganesha, false},
 		{"wal-sync-alone", func(b *testing.B, dir string) func(int) {
