@@ -111,21 +111,41 @@ utime_now = {}
 utimensat = {}
 
 [settings]
-naptime = 0.001
+naptime = %v
 allow_remount = %v
 `
+
+// pjdNaptime is pjdfstest's pause between two calls whose timestamps must
+// differ: longer than the file system's timestamp granularity. The
+// engine's clock has nanoseconds; with the writeback cache the kernel
+// owns regular files' mtime and ctime and takes them from its coarse
+// clock (one jiffy: 4 ms at HZ=250), so writeback mounts use
+// pjdNaptimeWriteback (docs/fuse.md "Kernel caching").
+const (
+	pjdNaptime          = 0.001
+	pjdNaptimeWriteback = 0.02
+)
 
 // TestPjdfstest runs the Rust pjdfstest suite against a local mount. The
 // EROFS cases (which remount the file system read-only) run first, on
 // their own: later cases leave files open for writing, which makes a
 // read-only remount fail with EBUSY on any file system.
 func TestPjdfstest(t *testing.T) {
-	pjdfstest(t, func() string { return mountOne(t) }, "testdata/pjdfstest.exclude")
+	pjdfstest(t, func() string { return mountOne(t) }, "testdata/pjdfstest.exclude", pjdNaptime)
+}
+
+// TestWritebackPjdfstest runs pjdfstest against a local mount with the
+// kernel writeback cache, with the same (empty) exclusions.
+func TestWritebackPjdfstest(t *testing.T) {
+	pjdfstest(t, func() string {
+		dir, _ := newEnv(t, envOptions{writeback: true}).mount()
+		return dir
+	}, "testdata/pjdfstest.exclude", pjdNaptimeWriteback)
 }
 
 // pjdfstest runs pjdfstest on the mount made by mount, with the failures
-// listed in the exclusion file allowed.
-func pjdfstest(t *testing.T, mount func() string, exclusions string) {
+// listed in the exclusion file allowed; naptime is pjdfstest's naptime.
+func pjdfstest(t *testing.T, mount func() string, exclusions string, naptime float64) {
 	bin := tool(t, "pjdfstest")
 	for _, u := range []string{"nobody", "tests", "pjdfstest"} {
 		if _, err := user.Lookup(u); err != nil {
@@ -143,8 +163,8 @@ func pjdfstest(t *testing.T, mount func() string, exclusions string) {
 	}
 	path := "PATH=" + shim + ":" + os.Getenv("PATH")
 	start := time.Now()
-	erofs := runPjdfstest(t, bin, dir, fmt.Sprintf(pjdConf, true), []string{path}, "erofs")
-	all := runPjdfstest(t, bin, dir, fmt.Sprintf(pjdConf, false), nil)
+	erofs := runPjdfstest(t, bin, dir, fmt.Sprintf(pjdConf, naptime, true), []string{path}, "erofs")
+	all := runPjdfstest(t, bin, dir, fmt.Sprintf(pjdConf, naptime, false), nil)
 	passed, failed := erofs.passed+all.passed, erofs.failed+all.failed
 	skipped := all.skipped - erofs.passed - erofs.failed // EROFS cases ran in the first pass
 	t.Logf("pjdfstest: %d passed, %d failed, %d skipped (%d cases) in %v",

@@ -3,9 +3,14 @@
 package fuse
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestWriteback runs the POSIX suite and the metamorphic test on a mount
@@ -43,4 +48,38 @@ func TestWriteback(t *testing.T) {
 		os.Mkdir(d, 0o755)
 		metamorphic(t, d)
 	})
+}
+
+// TestWritebackDirtyLimit checks the backing device settings of both
+// kinds of local mount: a writeback mount's dirty page limit is raised
+// to DefaultDirtyMaxRatio, with the kernel's strict per-device limit
+// kept; a write-through mount (whose pages are never dirty) keeps the
+// kernel's settings.
+func TestWritebackDirtyLimit(t *testing.T) {
+	wb, _ := newEnv(t, envOptions{writeback: true}).mount()
+	wt, _ := newEnv(t, envOptions{}).mount()
+	if got, want := bdiKnob(t, wb, "max_ratio"), strconv.Itoa(DefaultDirtyMaxRatio); got != want {
+		t.Errorf("writeback mount: max_ratio %s, want %s", got, want)
+	}
+	if got := bdiKnob(t, wb, "strict_limit"); got != "1" {
+		t.Errorf("writeback mount: strict_limit %s, want the kernel's 1 for FUSE", got)
+	}
+	if got := bdiKnob(t, wt, "max_ratio"); got == strconv.Itoa(DefaultDirtyMaxRatio) {
+		t.Errorf("write-through mount: max_ratio raised to %s", got)
+	}
+}
+
+// bdiKnob reads a setting of the backing device of the mount at dir.
+func bdiKnob(t *testing.T, dir, name string) string {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/%s", unix.Major(st.Dev), unix.Minor(st.Dev), name)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }
