@@ -21,6 +21,10 @@ var (
 	fsxOps    = flag.Int("fsx.ops", 100000, "operations of the fixed-seed fsx run")
 	fsxRandom = flag.Int("fsx.random-ops", 20000, "operations of the random-seed fsx run (0: skip)")
 	fsxSeed   = flag.Int64("fsx.seed", 0, "seed of the random-seed fsx run (0: random)")
+	// The writeback mount's runs are shorter by default (CI time); with
+	// TXNFS_FUSE_LONG=1 the random-seed run is 100,000 operations.
+	fsxWritebackOps    = flag.Int("fsx.writeback-ops", 20000, "operations of the fixed-seed fsx run on a --writeback mount")
+	fsxWritebackRandom = flag.Int("fsx.writeback-random-ops", 5000, "operations of the random-seed fsx run on a --writeback mount (0: skip)")
 	// A remote mount runs ~700-850 fsx operations/s here (100,000: about
 	// 2 min). (Running the fsx and program tests in parallel was slower:
 	// the local fsx run is CPU-bound, and 2 CPUs are shared.)
@@ -211,6 +215,17 @@ copy_file_range = 1.0
 // logged, to rerun with -fsx.seed).
 func TestFsx(t *testing.T) {
 	fsx(t, func() string { return mountOne(t) }, *fsxOps, randomOps(*fsxRandom))
+}
+
+// TestWritebackFsx runs fsx on a local mount with the kernel writeback
+// cache, where the kernel owns sizes and writes back pages it gathered:
+// fewer operations by default than TestFsx (-fsx.writeback-ops,
+// -fsx.writeback-random-ops, TXNFS_FUSE_LONG=1).
+func TestWritebackFsx(t *testing.T) {
+	fsx(t, func() string {
+		dir, _ := newEnv(t, envOptions{writeback: true}).mount()
+		return dir
+	}, *fsxWritebackOps, randomOps(*fsxWritebackRandom))
 }
 
 // fsx runs the fsx runs on the mount made by mount: fixedOps operations
