@@ -497,6 +497,13 @@ type handle struct {
 	// Server.Fsync).
 	sinceSync atomic.Int32
 	syncEach  atomic.Bool
+	// With the writeback cache the kernel sends a file's mtime and
+	// ctime (SETATTR) between the write it flushes for an fsync and the
+	// FSYNC: timesBeforeFsync says the handle's last fsync was preceded
+	// by one, and presyncAtTimes that the early Sync of the current
+	// synchronous write waits for it (see presync).
+	timesBeforeFsync atomic.Bool
+	presyncAtTimes   atomic.Bool
 }
 
 func (h *handleTable) init() { h.mu.m = map[uint64]*handle{} }

@@ -3,12 +3,14 @@
 package fuse
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -82,4 +84,49 @@ func bdiKnob(t *testing.T, dir, name string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// TestWritebackFsyncEach: a writer that fsyncs after every write through
+// the writeback cache; the kernel sends the file's times (SETATTR) between
+// each synchronous WRITE and its FSYNC, and the early Sync starts at that
+// SETATTR (after the first fsync showed one), so that the FSYNC finds
+// everything synced. The data is checked through a fresh descriptor.
+func TestWritebackFsyncEach(t *testing.T) {
+	dir, m := newEnv(t, envOptions{writeback: true}).mount()
+	p := filepath.Join(dir, "fsynced")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := bytes.Repeat([]byte("fsync-each "), 6000)
+	const n = 10
+	for i := range n {
+		// Two jiffies at least between writes: the kernel's times
+		// change, so its fsync sends them.
+		time.Sleep(10 * time.Millisecond)
+		if _, err := f.WriteAt(chunk, int64(i*len(chunk))); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started, atTimes := m.presync.started.Load(), m.presync.atTimes.Load()
+	t.Logf("%d early syncs, %d asked for at a SETATTR of times", started, atTimes)
+	// The first write is queued (write-behind), the second starts its
+	// early Sync itself (no SETATTR seen yet), the others at the SETATTR.
+	if atTimes < n-3 {
+		t.Errorf("%d early syncs asked for at a SETATTR of times for %d synchronous writes, want at least %d", atTimes, n-1, n-3)
+	}
+	if started > n-1 {
+		t.Errorf("%d early syncs for %d synchronous writes", started, n-1)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, bytes.Repeat(chunk, n)) {
+		t.Errorf("read back %d bytes, not the %d written", len(got), n*len(chunk))
+	}
 }
