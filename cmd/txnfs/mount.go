@@ -97,11 +97,14 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *server == "" && *dir == "":
 		return fmt.Errorf("%w: --data or --server is required", errUsage)
 	}
+	set := map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["dirty-max-ratio"] && !*writeback {
+		return fmt.Errorf("%w: --dirty-max-ratio is the writeback cache's limit: it needs --writeback", errUsage)
+	}
 	if *server != "" {
 		// Other clients change a remote server's files: short caches
 		// unless asked otherwise.
-		set := map[string]bool{}
-		fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		for name, d := range map[string]*time.Duration{"entry-timeout": entryTimeout, "attr-timeout": attrTimeout, "negative-timeout": negTimeout} {
 			if !set[name] {
 				*d = fuse.DefaultRemoteTimeout
