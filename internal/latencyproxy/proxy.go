@@ -145,12 +145,27 @@ func (p *Proxy) accept() {
 }
 
 type chunk struct {
-	data []byte
+	data []byte // a prefix of a buffer from bufs
 	due  time.Time
 }
 
-// pipe copies src to dst, delaying each chunk; fromTarget is the
+// pipeBuf is the size of the buffers a pipe reads into.
+const pipeBuf = 256 << 10
+
+// bufs recycles the buffers that chunks are read into: the writer
+// returns each once written, so bytes are copied only by the kernel
+// (read, then write) and no buffer is allocated per chunk.
+var bufs = sync.Pool{New: func() any { return new([pipeBuf]byte) }}
+
+// pipe forwards src to dst, delaying each chunk; fromTarget is the
 // direction of replies.
+//
+// Tried and not kept: splice(2) through kernel pipes (the bytes held in
+// a pipe until due, never copied to user space). BenchmarkBulk, process
+// CPU per byte through the proxy at 0.2 ms, 4 interleaved runs: 0.84–0.99
+// ns against 0.71–0.93 for these recycled buffers (and 0.36–0.41 for the
+// client and server alone): each splice moves a socket buffer's pages one
+// slot at a time, and loopback TCP copies them anyway.
 func (p *Proxy) pipe(src, dst net.Conn, fromTarget bool) {
 	defer p.wg.Done()
 	q := make(chan chunk, 1024)
@@ -161,23 +176,26 @@ func (p *Proxy) pipe(src, dst net.Conn, fromTarget bool) {
 		defer runtime.UnlockOSThread()
 		setTimerSlack(1000)
 		defer setTimerSlack(0)
+		failed := false
 		for ch := range q {
-			wait(ch.due)
-			if _, err := dst.Write(ch.data); err != nil {
-				for range q {
-				}
-				return
+			if !failed {
+				wait(ch.due)
+				_, err := dst.Write(ch.data)
+				failed = err != nil
 			}
+			bufs.Put((*[pipeBuf]byte)(ch.data[:pipeBuf]))
 		}
 	}()
-	buf := make([]byte, 256<<10)
 	for {
-		n, err := src.Read(buf)
+		buf := bufs.Get().(*[pipeBuf]byte)
+		n, err := src.Read(buf[:])
 		if n > 0 && fromTarget && p.takeDrop() {
 			n, err = 0, net.ErrClosed
 		}
 		if n > 0 {
-			q <- chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(time.Duration(p.delay.Load()))}
+			q <- chunk{data: buf[:n], due: time.Now().Add(time.Duration(p.delay.Load()))}
+		} else {
+			bufs.Put(buf)
 		}
 		if err != nil {
 			close(q)
