@@ -910,6 +910,7 @@ func (t *Txn) ReadDir(ctx context.Context, dir Ino, req ReadDirRequest) ([]DirEn
 			}
 		}
 		r.Entries = make([]DirEntry, 0, len(pairs))
+		var n meta.Inode
 		for i, p := range pairs {
 			_, cookie, err := meta.ParseCookieKey(p.Key)
 			if err != nil {
@@ -933,13 +934,12 @@ func (t *Txn) ReadDir(ctx context.Context, dir Ino, req ReadDirRequest) ([]DirEn
 				e.Ino, e.Type = Ino(de.Ino), FileType(de.Type)
 			}
 			if req.WithAttr || (req.WithGen && !ce.Full) {
-				n, err := t.loadInode(ctx, e.Ino)
-				if err != nil {
+				if err := t.readInode(ctx, e.Ino, &n); err != nil {
 					return nil, err
 				}
 				e.Gen = n.Gen
 				if req.WithAttr {
-					a := toAttr(e.Ino, n)
+					a := toAttr(e.Ino, &n)
 					e.Attr = &a
 				}
 			}
