@@ -342,7 +342,7 @@ func (f *FS) reclaimOrphan(ctx context.Context, ino Ino) error {
 			// Registered like dropLink's deletions, so that a Pin taken
 			// before the commit makes the commit replay (and skip).
 			t.dropped = append(t.dropped, ino)
-			return nil, t.deleteInode(ctx, ino)
+			return nil, t.deleteInode(ctx, ino, true)
 		})
 	})
 }
@@ -370,7 +370,7 @@ func (f *FS) reclaimOrphans(ctx context.Context) error {
 					if err != nil {
 						return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 					}
-					if err := t.deleteInode(ctx, Ino(ino)); err != nil {
+					if err := t.deleteInode(ctx, Ino(ino), true); err != nil {
 						return nil, err
 					}
 				}

@@ -29,6 +29,41 @@ func (t *Txn) HandleOf(ctx context.Context, ino Ino) (Handle, error) {
 	return handleResult(res, err)
 }
 
+// CheckHandle returns ino's handle like HandleOf, but its read of ino's
+// inode record does not join the transaction's read set (when the kv
+// store implements kv.UntrackedGetter): a concurrent change to the
+// inode's attributes — a directory's times, change counter and cookie
+// counter change with every name added or removed in it — does not make
+// this transaction conflict. It is for callers that validate a client's
+// file handle in a transaction whose operations may be linearized one by
+// one (an NFS plain COMPOUND's grouped run), not for atomic ones.
+//
+// Why that is sound: a handle's fields (number, generation, type) never
+// change while the inode exists, and inode numbers are never reused
+// (inoAllocator hands out increasing numbers), so the fact "ino exists
+// with this handle" holds from the inode's creation until its removal
+// and never again. Seen at the transaction's snapshot S, it holds at the
+// commit C too, unless ino was removed in between; then the check is
+// linearized at S as an operation of its own, and every later operation
+// of the transaction that needs more of the inode than its handle reads
+// the record with a tracked read (loadInode) at the same snapshot, which
+// conflicts at C. The check is logged like any operation: a replay after
+// a conflict runs it again on the fresh snapshot, so an inode removed
+// meanwhile (or, if numbers were ever reused, one with another
+// generation) makes the replay differ and Commit fail with ErrConflict
+// instead of applying the later operations to another inode
+// (TestCheckHandleReplay).
+func (t *Txn) CheckHandle(ctx context.Context, ino Ino) (Handle, error) {
+	res, err := t.do(ctx, "check-handle", func(ctx context.Context) (any, error) {
+		n, err := t.peekInode(ctx, ino)
+		if err != nil {
+			return nil, err
+		}
+		return Handle{Ino: ino, Gen: n.Gen, Type: FileType(n.Type)}, nil
+	})
+	return handleResult(res, err)
+}
+
 // Resolve finds name in directory dir, like Lookup, returning its handle.
 func (t *Txn) Resolve(ctx context.Context, dir Ino, name string) (Handle, error) {
 	res, err := t.do(ctx, "resolve", func(ctx context.Context) (any, error) {

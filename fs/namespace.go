@@ -109,6 +109,10 @@ func (t *Txn) removeEntry(ctx context.Context, dir Ino, name string, de *meta.Di
 // dropLink removes one link of n; at zero links the inode is deleted, or
 // kept as an orphan while it is pinned (open).
 func (t *Txn) dropLink(ctx context.Context, ino Ino, n *meta.Inode, now int64) error {
+	// An inode with links has no orphan record (those are written with
+	// Nlink 0, and a link to a tmpfile deletes its record; Check reports
+	// an orphan with links), so its deletion need not delete one.
+	linked := n.Nlink > 0
 	if n.Type == uint8(TypeDirectory) {
 		n.Nlink = 0
 	} else if n.Nlink > 0 {
@@ -125,7 +129,7 @@ func (t *Txn) dropLink(ctx context.Context, ino Ino, n *meta.Inode, now int64) e
 		return t.setRaw(ctx, meta.OrphanKey(uint64(ino)), nil)
 	}
 	t.dropped = append(t.dropped, ino)
-	return t.deleteInode(ctx, ino)
+	return t.deleteInode(ctx, ino, !linked)
 }
 
 // deleteInode removes an inode with all its span records and attributes. The
@@ -134,8 +138,10 @@ func (t *Txn) dropLink(ctx context.Context, ino Ino, n *meta.Inode, now int64) e
 // already), and SetXattr reads and rewrites that record after setting
 // FS.xattrs, so of a deletion that skipped the scan and a concurrent
 // SetXattr on the inode, the later commit conflicts and re-runs (the
-// deletion then scans, the SetXattr finds no inode).
-func (t *Txn) deleteInode(ctx context.Context, ino Ino) error {
+// deletion then scans, the SetXattr finds no inode). orphan says that
+// ino may have an orphan record, which is deleted too (a blind delete
+// otherwise costs a tombstone per removed file).
+func (t *Txn) deleteInode(ctx context.Context, ino Ino, orphan bool) error {
 	// The inode record says which span records there are when it counts
 	// them (layout 4, meta.Inode.Spans): none, or only the open one,
 	// deleted by key without a scan (ENGINE-REQUESTS 17). A concurrent
@@ -170,6 +176,9 @@ func (t *Txn) deleteInode(ctx context.Context, ino Ino) error {
 		}
 	}
 	t.putInode(ino, nil)
+	if !orphan {
+		return nil
+	}
 	return t.deleteRaw(ctx, meta.OrphanKey(uint64(ino)))
 }
 
@@ -901,6 +910,7 @@ func (t *Txn) ReadDir(ctx context.Context, dir Ino, req ReadDirRequest) ([]DirEn
 			}
 		}
 		r.Entries = make([]DirEntry, 0, len(pairs))
+		var n meta.Inode
 		for i, p := range pairs {
 			_, cookie, err := meta.ParseCookieKey(p.Key)
 			if err != nil {
@@ -924,13 +934,12 @@ func (t *Txn) ReadDir(ctx context.Context, dir Ino, req ReadDirRequest) ([]DirEn
 				e.Ino, e.Type = Ino(de.Ino), FileType(de.Type)
 			}
 			if req.WithAttr || (req.WithGen && !ce.Full) {
-				n, err := t.loadInode(ctx, e.Ino)
-				if err != nil {
+				if err := t.readInode(ctx, e.Ino, &n); err != nil {
 					return nil, err
 				}
 				e.Gen = n.Gen
 				if req.WithAttr {
-					a := toAttr(e.Ino, n)
+					a := toAttr(e.Ino, &n)
 					e.Attr = &a
 				}
 			}

@@ -408,6 +408,65 @@ func (t *Txn) loadInode(ctx context.Context, ino Ino) (*meta.Inode, error) {
 	return &cp, nil
 }
 
+// readInode decodes ino's inode record into dst, like loadInode, but
+// does not keep it in t.inodes when it is not there already: for reads
+// of many inodes that the transaction will not read again (a directory
+// page's attributes), where filling the map cost more than the reads
+// (its growth, an entry and two records per inode). The read is tracked
+// as loadInode's is; a later loadInode of ino reads the record again,
+// from the same snapshot.
+func (t *Txn) readInode(ctx context.Context, ino Ino, dst *meta.Inode) error {
+	if c, ok := t.inodes[ino]; ok {
+		if c.rec == nil {
+			return fmt.Errorf("%w: inode %d", ErrNotExist, ino)
+		}
+		*dst = *c.rec
+		return nil
+	}
+	b, err := t.getRaw(ctx, meta.InodeKey(uint64(ino)))
+	if errors.Is(err, ErrNotExist) {
+		return fmt.Errorf("%w: inode %d", ErrNotExist, ino)
+	} else if err != nil {
+		return err
+	}
+	*dst = meta.Inode{}
+	if err := meta.Unmarshal(b, dst); err != nil {
+		return fmt.Errorf("%w: inode %d: %v", ErrCorrupt, ino, err)
+	}
+	return nil
+}
+
+// peekInode returns ino's inode record like loadInode, but reads it
+// without adding it to the kv transaction's read set when the store can
+// (kv.UntrackedGetter), and without caching it in t.inodes: a later
+// loadInode of ino must still make the tracked read. Only for
+// CheckHandle (see there).
+func (t *Txn) peekInode(ctx context.Context, ino Ino) (*meta.Inode, error) {
+	if _, ok := t.inodes[ino]; ok {
+		return t.loadInode(ctx, ino)
+	}
+	kt, err := t.kvt(ctx)
+	if err != nil {
+		return nil, err
+	}
+	u, ok := kt.(kv.UntrackedGetter)
+	if !ok {
+		return t.loadInode(ctx, ino)
+	}
+	b, err := u.GetUntracked(ctx, meta.InodeKey(uint64(ino)))
+	if err != nil {
+		if err = kvErr(err); errors.Is(err, ErrNotExist) {
+			return nil, fmt.Errorf("%w: inode %d", ErrNotExist, ino)
+		}
+		return nil, err
+	}
+	rec := new(meta.Inode)
+	if err := meta.Unmarshal(b, rec); err != nil {
+		return nil, fmt.Errorf("%w: inode %d: %v", ErrCorrupt, ino, err)
+	}
+	return rec, nil
+}
+
 // markFresh records that this execution created inode ino (Txn.fresh).
 func (t *Txn) markFresh(ino Ino) {
 	if t.fresh == nil {

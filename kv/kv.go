@@ -136,3 +136,15 @@ type VersionedTxn interface {
 	// possibly later ones).
 	SnapshotVersion() uint64
 }
+
+// UntrackedGetter is implemented by transactions that can read a key
+// without adding it to their read set (memkv, pebblekv): the read sees the
+// transaction's snapshot and own writes like Get, but a concurrent commit
+// that changes the key does not make this transaction's Commit fail.
+// Such a read is not serializable with the rest of the transaction; a
+// caller may use it only for a fact it can show stays true, or is checked
+// again by a tracked read before anything depends on it (fs.Txn.CheckHandle
+// explains its case: an inode's number and generation).
+type UntrackedGetter interface {
+	GetUntracked(ctx context.Context, key []byte) ([]byte, error)
+}

@@ -147,13 +147,42 @@ func (p *Proxy) accept() {
 type chunk struct {
 	data []byte
 	due  time.Time
+	buf  *[pipeBuf]byte // data's buffer, to reuse; nil for a copy
 }
 
-// pipe copies src to dst, delaying each chunk; fromTarget is the
+const (
+	// pipeBuf is the size of the buffers a pipe reads into.
+	pipeBuf = 256 << 10
+	// pipeKeep is how many written buffers a pipe keeps for reuse.
+	pipeKeep = 8
+	// pipeCopyMax: chunks up to this size are copied out of the read
+	// buffer (an allocation of their size, not zeroed, and a copy cost
+	// less than a fresh zeroed buffer when many small ones are in
+	// flight); larger ones are queued in it.
+	pipeCopyMax = 32 << 10
+)
+
+// pipe forwards src to dst, delaying each chunk; fromTarget is the
 // direction of replies.
+//
+// BenchmarkBulk (process CPU per byte, client and server included, 256
+// KiB replies at 0.2 ms; 4 alternating runs): 1.09–1.20 ns with a copy
+// of every chunk into a new allocation, 0.67–0.74 with the recycled
+// buffers, 0.21–0.32 without the proxy. Tried and not kept: splice(2)
+// through kernel pipes (the bytes held in a pipe until due, never in user
+// space): 0.84–0.99 ns against 0.71–0.93 for recycled buffers in the same
+// runs; each splice moves a socket buffer's pages one pipe slot at a time,
+// and loopback TCP copies them anyway.
 func (p *Proxy) pipe(src, dst net.Conn, fromTarget bool) {
 	defer p.wg.Done()
 	q := make(chan chunk, 1024)
+	// Large chunks are queued in the buffer they were read into, which
+	// comes back from the writer once written: their bytes are copied
+	// only by the kernel (read, then write), and a buffer is allocated
+	// only while more than pipeKeep of them are in flight. (A sync.Pool
+	// would be emptied by every GC cycle, and a fresh 256 KiB buffer
+	// costs its zeroing.)
+	free := make(chan *[pipeBuf]byte, pipeKeep)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -161,23 +190,42 @@ func (p *Proxy) pipe(src, dst net.Conn, fromTarget bool) {
 		defer runtime.UnlockOSThread()
 		setTimerSlack(1000)
 		defer setTimerSlack(0)
+		failed := false
 		for ch := range q {
-			wait(ch.due)
-			if _, err := dst.Write(ch.data); err != nil {
-				for range q {
+			if !failed {
+				wait(ch.due)
+				_, err := dst.Write(ch.data)
+				failed = err != nil
+			}
+			if ch.buf != nil {
+				select {
+				case free <- ch.buf:
+				default:
 				}
-				return
 			}
 		}
 	}()
-	buf := make([]byte, 256<<10)
+	var buf *[pipeBuf]byte
 	for {
-		n, err := src.Read(buf)
+		if buf == nil {
+			select {
+			case buf = <-free:
+			default:
+				buf = new([pipeBuf]byte)
+			}
+		}
+		n, err := src.Read(buf[:])
 		if n > 0 && fromTarget && p.takeDrop() {
 			n, err = 0, net.ErrClosed
 		}
 		if n > 0 {
-			q <- chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(time.Duration(p.delay.Load()))}
+			ch := chunk{due: time.Now().Add(time.Duration(p.delay.Load()))}
+			if n <= pipeCopyMax {
+				ch.data = append([]byte(nil), buf[:n]...)
+			} else {
+				ch.data, ch.buf, buf = buf[:n], buf, nil
+			}
+			q <- ch
 		}
 		if err != nil {
 			close(q)

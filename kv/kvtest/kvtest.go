@@ -36,6 +36,7 @@ func Run(t *testing.T, open Opener) {
 		{"RealTime", testRealTime},
 		{"ReadWriteConflict", testReadWriteConflict},
 		{"ReadMissConflict", testReadMissConflict},
+		{"Untracked", testUntracked},
 		{"WriteSkew", testWriteSkew},
 		{"Phantom", testPhantom},
 		{"ScanLimitRule", testScanLimitRule},
@@ -467,6 +468,70 @@ func testReadMissConflict(t *testing.T, s kv.Store) {
 	wantConflict(t, t1)
 	if v, _ := getOK(t, s, "lock"); v != "t2" {
 		t.Fatalf("lock = %q, want t2", v)
+	}
+}
+
+// testUntracked checks kv.UntrackedGetter, for stores that implement it:
+// an untracked read sees the snapshot and the transaction's own writes,
+// and a concurrent change to the key does not fail the commit, while a
+// tracked read of the same key would.
+func testUntracked(t *testing.T, s kv.Store) {
+	t1 := begin(t, s, false)
+	_, ok := t1.(kv.UntrackedGetter)
+	t1.Rollback()
+	if !ok {
+		t.Skip("transactions do not implement kv.UntrackedGetter")
+	}
+	untracked := func(txn kv.Txn, key, want string) {
+		t.Helper()
+		v, err := txn.(kv.UntrackedGetter).GetUntracked(context.Background(), []byte(key))
+		got := string(v)
+		if errors.Is(err, kv.ErrNotFound) {
+			got = del
+		} else if err != nil {
+			t.Fatalf("GetUntracked %q: %v", key, err)
+		}
+		if got != want {
+			t.Fatalf("GetUntracked %q = %q, want %q", key, got, want)
+		}
+	}
+	put(t, s, "u", "1")
+	t2 := begin(t, s, false)
+	untracked(t2, "u", "1")
+	untracked(t2, "missing", del)
+	if err := t2.Set([]byte("w"), []byte("own")); err != nil {
+		t.Fatal(err)
+	}
+	if err := t2.Delete([]byte("u")); err != nil {
+		t.Fatal(err)
+	}
+	untracked(t2, "w", "own")
+	untracked(t2, "u", del)
+	t2.Rollback()
+
+	t3 := begin(t, s, false)
+	untracked(t3, "u", "1")
+	untracked(t3, "missing", del)
+	if err := t3.Set([]byte("y"), []byte("t3")); err != nil {
+		t.Fatal(err)
+	}
+	put(t, s, "u", "2", "missing", "now")
+	untracked(t3, "u", "1") // still the snapshot
+	commit(t, t3)
+	if v, _ := getOK(t, s, "y"); v != "t3" {
+		t.Fatalf("y = %q, want t3", v)
+	}
+	// The same with a tracked read conflicts.
+	t4 := begin(t, s, false)
+	wantGet(t, t4, "u", "2")
+	if err := t4.Set([]byte("y"), []byte("t4")); err != nil {
+		t.Fatal(err)
+	}
+	put(t, s, "u", "3")
+	wantConflict(t, t4)
+	// Ended transactions refuse untracked reads too.
+	if _, err := t4.(kv.UntrackedGetter).GetUntracked(context.Background(), []byte("u")); !errors.Is(err, kv.ErrTxnDone) {
+		t.Fatalf("GetUntracked after Commit: %v, want ErrTxnDone", err)
 	}
 }
 

@@ -32,9 +32,10 @@ type store struct {
 }
 
 var (
-	_ kv.Store        = (*store)(nil)
-	_ kv.Versioned    = (*store)(nil)
-	_ kv.VersionedTxn = (*txn)(nil)
+	_ kv.Store           = (*store)(nil)
+	_ kv.Versioned       = (*store)(nil)
+	_ kv.VersionedTxn    = (*txn)(nil)
+	_ kv.UntrackedGetter = (*txn)(nil)
 )
 
 // Version implements kv.Versioned: the sequence of the last commit.
@@ -137,6 +138,30 @@ func (t *txn) Get(ctx context.Context, key []byte) ([]byte, error) {
 			return append([]byte{}, e.Value...), nil
 		}
 		t.reads.AddKey(key)
+	}
+	it, ok := t.snap.Get(item{key: key})
+	if !ok {
+		return nil, kv.ErrNotFound
+	}
+	return append([]byte{}, it.value...), nil
+}
+
+// GetUntracked implements kv.UntrackedGetter: Get without adding key to
+// the transaction's read set.
+func (t *txn) GetUntracked(ctx context.Context, key []byte) ([]byte, error) {
+	if err := t.check(ctx, "get"); err != nil {
+		return nil, err
+	}
+	if err := occ.CheckKey("memkv: get", key); err != nil {
+		return nil, err
+	}
+	if t.buf != nil {
+		if e, ok := t.buf.Get(key); ok {
+			if e.Deleted {
+				return nil, kv.ErrNotFound
+			}
+			return append([]byte{}, e.Value...), nil
+		}
 	}
 	it, ok := t.snap.Get(item{key: key})
 	if !ok {

@@ -127,9 +127,10 @@ type store struct {
 }
 
 var (
-	_ kv.Store        = (*store)(nil)
-	_ kv.Versioned    = (*store)(nil)
-	_ kv.VersionedTxn = (*txn)(nil)
+	_ kv.Store           = (*store)(nil)
+	_ kv.Versioned       = (*store)(nil)
+	_ kv.VersionedTxn    = (*txn)(nil)
+	_ kv.UntrackedGetter = (*txn)(nil)
 )
 
 // Version implements kv.Versioned: the sequence of the last applied
@@ -421,6 +422,27 @@ func (t *txn) Get(ctx context.Context, key []byte) ([]byte, error) {
 			return append([]byte{}, e.Value...), nil
 		}
 		t.reads.AddKey(key)
+	}
+	return t.pointGet(key)
+}
+
+// GetUntracked implements kv.UntrackedGetter: Get without adding key to
+// the transaction's read set.
+func (t *txn) GetUntracked(ctx context.Context, key []byte) ([]byte, error) {
+	if err := t.enter(ctx, "get"); err != nil {
+		return nil, err
+	}
+	defer t.s.closeMu.RUnlock()
+	if err := occ.CheckKey("pebblekv: get", key); err != nil {
+		return nil, err
+	}
+	if t.buf != nil {
+		if e, ok := t.buf.Get(key); ok {
+			if e.Deleted {
+				return nil, kv.ErrNotFound
+			}
+			return append([]byte{}, e.Value...), nil
+		}
 	}
 	return t.pointGet(key)
 }

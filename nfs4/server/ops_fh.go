@@ -89,7 +89,14 @@ func (c *compound) putFH(b []byte) nfsv4.Nfsstat4 {
 	}
 	var a fs.Handle
 	err = c.view(func(t *fs.Txn) (err error) {
-		a, err = t.HandleOf(c.ctx, fs.Ino(h.Ino))
+		if c.plainRun() {
+			// Not in the run's read set (fs.Txn.CheckHandle): PUTFH
+			// of a directory that a concurrent run changes would
+			// otherwise make this run conflict and replay whole.
+			a, err = t.CheckHandle(c.ctx, fs.Ino(h.Ino))
+		} else {
+			a, err = t.HandleOf(c.ctx, fs.Ino(h.Ino))
+		}
 		return err
 	})
 	if err != nil {
@@ -101,6 +108,15 @@ func (c *compound) putFH(b []byte) nfsv4.Nfsstat4 {
 	c.setCurHandle(a)
 	c.cur.fh = b
 	return nfsv4.NFS4_OK
+}
+
+// plainRun reports whether the compound's operations run in a grouped
+// run of a plain compound (runGrouped): each operation could have
+// committed alone, so a file handle's check may be linearized apart from
+// the operations after it (fs.Txn.CheckHandle). Not in transactional
+// compounds, whose operations are atomic together.
+func (c *compound) plainRun() bool {
+	return c.txn != nil && c.plain && !c.userTxn
 }
 
 func (c *compound) getFH() (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
