@@ -124,6 +124,18 @@ func (t *txn) check(ctx context.Context, op string) error {
 }
 
 func (t *txn) Get(ctx context.Context, key []byte) ([]byte, error) {
+	return t.get(ctx, key, true)
+}
+
+// GetUntracked implements kv.UntrackedGetter: Get without adding key to
+// the transaction's read set.
+func (t *txn) GetUntracked(ctx context.Context, key []byte) ([]byte, error) {
+	return t.get(ctx, key, false)
+}
+
+// get reads key; track adds it to the read set (when the transaction
+// keeps one).
+func (t *txn) get(ctx context.Context, key []byte, track bool) ([]byte, error) {
 	if err := t.check(ctx, "get"); err != nil {
 		return nil, err
 	}
@@ -137,30 +149,8 @@ func (t *txn) Get(ctx context.Context, key []byte) ([]byte, error) {
 			}
 			return append([]byte{}, e.Value...), nil
 		}
-		t.reads.AddKey(key)
-	}
-	it, ok := t.snap.Get(item{key: key})
-	if !ok {
-		return nil, kv.ErrNotFound
-	}
-	return append([]byte{}, it.value...), nil
-}
-
-// GetUntracked implements kv.UntrackedGetter: Get without adding key to
-// the transaction's read set.
-func (t *txn) GetUntracked(ctx context.Context, key []byte) ([]byte, error) {
-	if err := t.check(ctx, "get"); err != nil {
-		return nil, err
-	}
-	if err := occ.CheckKey("memkv: get", key); err != nil {
-		return nil, err
-	}
-	if t.buf != nil {
-		if e, ok := t.buf.Get(key); ok {
-			if e.Deleted {
-				return nil, kv.ErrNotFound
-			}
-			return append([]byte{}, e.Value...), nil
+		if track {
+			t.reads.AddKey(key)
 		}
 	}
 	it, ok := t.snap.Get(item{key: key})

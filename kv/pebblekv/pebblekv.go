@@ -407,6 +407,18 @@ func (t *txn) enter(ctx context.Context, op string) error {
 }
 
 func (t *txn) Get(ctx context.Context, key []byte) ([]byte, error) {
+	return t.get(ctx, key, true)
+}
+
+// GetUntracked implements kv.UntrackedGetter: Get without adding key to
+// the transaction's read set.
+func (t *txn) GetUntracked(ctx context.Context, key []byte) ([]byte, error) {
+	return t.get(ctx, key, false)
+}
+
+// get reads key; track adds it to the read set (when the transaction
+// keeps one).
+func (t *txn) get(ctx context.Context, key []byte, track bool) ([]byte, error) {
 	if err := t.enter(ctx, "get"); err != nil {
 		return nil, err
 	}
@@ -421,27 +433,8 @@ func (t *txn) Get(ctx context.Context, key []byte) ([]byte, error) {
 			}
 			return append([]byte{}, e.Value...), nil
 		}
-		t.reads.AddKey(key)
-	}
-	return t.pointGet(key)
-}
-
-// GetUntracked implements kv.UntrackedGetter: Get without adding key to
-// the transaction's read set.
-func (t *txn) GetUntracked(ctx context.Context, key []byte) ([]byte, error) {
-	if err := t.enter(ctx, "get"); err != nil {
-		return nil, err
-	}
-	defer t.s.closeMu.RUnlock()
-	if err := occ.CheckKey("pebblekv: get", key); err != nil {
-		return nil, err
-	}
-	if t.buf != nil {
-		if e, ok := t.buf.Get(key); ok {
-			if e.Deleted {
-				return nil, kv.ErrNotFound
-			}
-			return append([]byte{}, e.Value...), nil
+		if track {
+			t.reads.AddKey(key)
 		}
 	}
 	return t.pointGet(key)
