@@ -52,7 +52,7 @@ func (t *Txn) HandleOf(ctx context.Context, ino Ino) (Handle, error) {
 // meanwhile (or, if numbers were ever reused, one with another
 // generation) makes the replay differ and Commit fail with ErrConflict
 // instead of applying the later operations to another inode
-// (TestCheckHandleReplay).
+// (TestCheckHandle).
 func (t *Txn) CheckHandle(ctx context.Context, ino Ino) (Handle, error) {
 	res, err := t.do(ctx, "check-handle", func(ctx context.Context) (any, error) {
 		n, err := t.peekInode(ctx, ino)
