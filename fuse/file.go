@@ -309,7 +309,11 @@ func (m *Server) Write(cancel <-chan struct{}, in *raw.WriteIn, data []byte) (ui
 		return 0, m.status("write", err)
 	}
 	if fsyncNext {
-		m.presync.start(m)
+		if m.cfg.Writeback && h.timesBeforeFsync.Load() {
+			h.presyncAtTimes.Store(true) // SetAttr starts it
+		} else {
+			m.presync.start(m)
+		}
 	}
 	return uint32(len(data)), raw.OK
 }
@@ -374,6 +378,11 @@ func (m *Server) Fsync(_ <-chan struct{}, in *raw.FsyncIn) raw.Status {
 		// at most one write, the next write commits before it is
 		// answered (the ones after it are queued again).
 		h.syncEach.Store(h.sinceSync.Swap(0) <= 1)
+		if h.presyncAtTimes.Swap(false) {
+			// The times did not change (the kernel's clock ticks
+			// every few ms): start the next early Sync at the write.
+			h.timesBeforeFsync.Store(false)
+		}
 		h.dirty.Store(false)
 		if werr := h.takeErr(); werr != nil {
 			err = werr

@@ -25,9 +25,9 @@ type mountLife struct {
 
 // serve mounts fsys on l.dir with opts and serves it in the background.
 // started runs once the go-fuse server exists, before the first request
-// (the kernel notifier needs it); read-ahead is raised to readAheadKB
-// (if positive) once the mount exists.
-func (l *mountLife) serve(fsys raw.RawFileSystem, opts *raw.MountOptions, readAheadKB int, log *slog.Logger, started func(*raw.Server)) error {
+// (the kernel notifier needs it); the mount's backing device is set up
+// as bdi says once the mount exists.
+func (l *mountLife) serve(fsys raw.RawFileSystem, opts *raw.MountOptions, bdi bdiSettings, log *slog.Logger, started func(*raw.Server)) error {
 	srv, err := raw.NewServer(fsys, l.dir, opts)
 	if err != nil {
 		return fmt.Errorf("fuse: mounting %s: %w", l.dir, err)
@@ -46,10 +46,22 @@ func (l *mountLife) serve(fsys raw.RawFileSystem, opts *raw.MountOptions, readAh
 		srv.Unmount()
 		return fmt.Errorf("fuse: mounting %s: %w", l.dir, err)
 	}
-	if readAheadKB > 0 {
-		l.setReadAhead(readAheadKB, log)
-	}
+	l.setBDI(bdi, log)
 	return nil
+}
+
+// bdiSettings are the mount's backing device settings (the kernel's
+// /sys/class/bdi/MAJOR:MINOR of the mount, which lives and dies with the
+// mount, so nothing needs restoring at unmount). Fields that are 0 or
+// negative are left as the kernel set them.
+type bdiSettings struct {
+	// readAheadKB is the read-ahead (read_ahead_kb).
+	readAheadKB int
+	// maxRatio is the share (percent) of the kernel's dirty page
+	// threshold the mount's dirty pages may use (max_ratio; the kernel
+	// gives FUSE 1% and a strict limit, which throttles writers through
+	// the writeback cache after a few tens of MiB).
+	maxRatio int
 }
 
 // Dir returns the mount point.

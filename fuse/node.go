@@ -205,7 +205,33 @@ func (m *Server) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.AttrOut)
 	// The kernel truncates its own pages with the size.
 	m.nodes.wrote(ino, before.Change, a.Change)
 	m.attrOut(out, &a)
+	m.timesFlushed(in)
 	return raw.OK
+}
+
+// timesFlushed starts the early Sync of an fsync-each writer at the
+// SETATTR of its file's times, under the writeback cache. The kernel
+// owns mtime and ctime then, and its fsync writes the pages back (the
+// synchronous WRITE), sends the times it set as a SETATTR, then the FSYNC:
+// an early Sync begun at the WRITE (as on a write-through mount) would
+// miss the SETATTR's commit, and the FSYNC would sync a second time. So
+// once a handle's fsync was preceded by such a SETATTR, its synchronous
+// writes leave the early Sync to the next one (Write; Fsync goes back to
+// starting it at the write when none came).
+func (m *Server) timesFlushed(in *raw.SetAttrIn) {
+	const times = raw.FATTR_MTIME | raw.FATTR_CTIME | raw.FATTR_FH | raw.FATTR_LOCKOWNER
+	if !m.cfg.Writeback || in.Valid&^times != 0 || in.Valid&raw.FATTR_MTIME == 0 || in.Valid&raw.FATTR_FH == 0 {
+		return
+	}
+	h := m.handles.get(in.Fh)
+	if h == nil {
+		return
+	}
+	h.timesBeforeFsync.Store(true)
+	if h.presyncAtTimes.Swap(false) {
+		m.presync.start(m)
+		m.presync.atTimes.Add(1)
+	}
 }
 
 func setTime(now bool, sec uint64, nsec uint32) *fs.SetTime {

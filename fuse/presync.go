@@ -17,12 +17,17 @@ import (
 // error is not lost either: a failed WAL sync fails the store, and the
 // FSYNC's own Sync reports it.
 //
+// With the writeback cache the kernel sends the file's times (SETATTR)
+// between that WRITE and the FSYNC; the early Sync then starts at the
+// SETATTR instead, so that it covers its commit too (Server.timesFlushed).
+//
 // At most one early Sync runs at a time (per mount); one asked for while
 // another runs is skipped (the FSYNC's own Sync covers what it missed).
 type presync struct {
 	mu      sync.Mutex
 	done    chan struct{} // closed when the Sync in flight returned; nil if none
 	started atomic.Int64  // early Syncs begun (tests)
+	atTimes atomic.Int64  // asked for at a SETATTR of times (tests; Server.timesFlushed)
 }
 
 // start begins an early Sync unless one is running or a sandbox is active

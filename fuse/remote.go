@@ -319,7 +319,7 @@ func MountRemote(ctx context.Context, dir string, cfg Config) (*RemoteServer, er
 	// HANDLE_KILLPRIV: the server clears setuid/setgid on write.
 	// IOCTL_DIR: the sandbox control ioctl on the root.
 	opts.ExtraCapabilities = raw.CAP_HANDLE_KILLPRIV | raw.CAP_IOCTL_DIR | raw.CAP_DIRECT_IO_ALLOW_MMAP
-	if err := m.serve(m, opts, cfg.ReadAheadKB, cfg.Logger, func(srv *raw.Server) {
+	if err := m.serve(m, opts, bdiSettings{readAheadKB: cfg.ReadAheadKB}, cfg.Logger, func(srv *raw.Server) {
 		m.notify.start(srv, cfg.Logger)
 		// After a server restart the client reclaims the mount's
 		// opens and locks (remote_reclaim.go).

@@ -128,7 +128,7 @@ func TestRemotePOSIX(t *testing.T) {
 // TestRemotePjdfstest runs pjdfstest on a remote mount
 // (testdata/pjdfstest-remote.exclude lists the allowed failures).
 func TestRemotePjdfstest(t *testing.T) {
-	pjdfstest(t, func() string { return mountRemoteOne(t) }, "testdata/pjdfstest-remote.exclude")
+	pjdfstest(t, func() string { return mountRemoteOne(t) }, "testdata/pjdfstest-remote.exclude", pjdNaptime)
 }
 
 // TestRemoteFsx runs fsx on a remote mount: -fsx.remote-ops operations

@@ -21,6 +21,10 @@ var (
 	fsxOps    = flag.Int("fsx.ops", 100000, "operations of the fixed-seed fsx run")
 	fsxRandom = flag.Int("fsx.random-ops", 20000, "operations of the random-seed fsx run (0: skip)")
 	fsxSeed   = flag.Int64("fsx.seed", 0, "seed of the random-seed fsx run (0: random)")
+	// The writeback mount's runs are shorter by default (CI time); with
+	// TXNFS_FUSE_LONG=1 the random-seed run is 100,000 operations.
+	fsxWritebackOps    = flag.Int("fsx.writeback-ops", 20000, "operations of the fixed-seed fsx run on a --writeback mount")
+	fsxWritebackRandom = flag.Int("fsx.writeback-random-ops", 5000, "operations of the random-seed fsx run on a --writeback mount (0: skip)")
 	// A remote mount runs ~700-850 fsx operations/s here (100,000: about
 	// 2 min). (Running the fsx and program tests in parallel was slower:
 	// the local fsx run is CPU-bound, and 2 CPUs are shared.)
@@ -111,21 +115,41 @@ utime_now = {}
 utimensat = {}
 
 [settings]
-naptime = 0.001
+naptime = %v
 allow_remount = %v
 `
+
+// pjdNaptime is pjdfstest's pause between two calls whose timestamps must
+// differ: longer than the file system's timestamp granularity. The
+// engine's clock has nanoseconds; with the writeback cache the kernel
+// owns regular files' mtime and ctime and takes them from its coarse
+// clock (one jiffy: 4 ms at HZ=250), so writeback mounts use
+// pjdNaptimeWriteback (docs/fuse.md "Kernel caching").
+const (
+	pjdNaptime          = 0.001
+	pjdNaptimeWriteback = 0.02
+)
 
 // TestPjdfstest runs the Rust pjdfstest suite against a local mount. The
 // EROFS cases (which remount the file system read-only) run first, on
 // their own: later cases leave files open for writing, which makes a
 // read-only remount fail with EBUSY on any file system.
 func TestPjdfstest(t *testing.T) {
-	pjdfstest(t, func() string { return mountOne(t) }, "testdata/pjdfstest.exclude")
+	pjdfstest(t, func() string { return mountOne(t) }, "testdata/pjdfstest.exclude", pjdNaptime)
+}
+
+// TestWritebackPjdfstest runs pjdfstest against a local mount with the
+// kernel writeback cache, with the same (empty) exclusions.
+func TestWritebackPjdfstest(t *testing.T) {
+	pjdfstest(t, func() string {
+		dir, _ := newEnv(t, envOptions{writeback: true}).mount()
+		return dir
+	}, "testdata/pjdfstest.exclude", pjdNaptimeWriteback)
 }
 
 // pjdfstest runs pjdfstest on the mount made by mount, with the failures
-// listed in the exclusion file allowed.
-func pjdfstest(t *testing.T, mount func() string, exclusions string) {
+// listed in the exclusion file allowed; naptime is pjdfstest's naptime.
+func pjdfstest(t *testing.T, mount func() string, exclusions string, naptime float64) {
 	bin := tool(t, "pjdfstest")
 	for _, u := range []string{"nobody", "tests", "pjdfstest"} {
 		if _, err := user.Lookup(u); err != nil {
@@ -143,8 +167,8 @@ func pjdfstest(t *testing.T, mount func() string, exclusions string) {
 	}
 	path := "PATH=" + shim + ":" + os.Getenv("PATH")
 	start := time.Now()
-	erofs := runPjdfstest(t, bin, dir, fmt.Sprintf(pjdConf, true), []string{path}, "erofs")
-	all := runPjdfstest(t, bin, dir, fmt.Sprintf(pjdConf, false), nil)
+	erofs := runPjdfstest(t, bin, dir, fmt.Sprintf(pjdConf, naptime, true), []string{path}, "erofs")
+	all := runPjdfstest(t, bin, dir, fmt.Sprintf(pjdConf, naptime, false), nil)
 	passed, failed := erofs.passed+all.passed, erofs.failed+all.failed
 	skipped := all.skipped - erofs.passed - erofs.failed // EROFS cases ran in the first pass
 	t.Logf("pjdfstest: %d passed, %d failed, %d skipped (%d cases) in %v",
@@ -191,6 +215,17 @@ copy_file_range = 1.0
 // logged, to rerun with -fsx.seed).
 func TestFsx(t *testing.T) {
 	fsx(t, func() string { return mountOne(t) }, *fsxOps, randomOps(*fsxRandom))
+}
+
+// TestWritebackFsx runs fsx on a local mount with the kernel writeback
+// cache, where the kernel owns sizes and writes back pages it gathered:
+// fewer operations by default than TestFsx (-fsx.writeback-ops,
+// -fsx.writeback-random-ops, TXNFS_FUSE_LONG=1).
+func TestWritebackFsx(t *testing.T) {
+	fsx(t, func() string {
+		dir, _ := newEnv(t, envOptions{writeback: true}).mount()
+		return dir
+	}, *fsxWritebackOps, randomOps(*fsxWritebackRandom))
 }
 
 // fsx runs the fsx runs on the mount made by mount: fixedOps operations

@@ -153,19 +153,40 @@ func Unmount(dir string, force bool) error {
 	return nil
 }
 
-// setReadAhead sets the mount's read-ahead through its backing device
-// info (best effort: it needs root).
-func (l *mountLife) setReadAhead(kb int, log *slog.Logger) {
-	abs, err := filepath.Abs(l.dir)
-	if err != nil {
+// setBDI applies bdi to the mount's backing device info (best effort:
+// it needs root). A dirty limit that cannot be raised is logged as a
+// warning (writes through the writeback cache are then throttled at the
+// kernel's 1%); a read-ahead that cannot be set only at debug level.
+func (l *mountLife) setBDI(bdi bdiSettings, log *slog.Logger) {
+	if bdi.readAheadKB <= 0 && bdi.maxRatio <= 0 {
 		return
 	}
-	mi, err := findMount(filepath.Clean(abs))
-	if err != nil {
-		return
+	dev := ""
+	if abs, err := filepath.Abs(l.dir); err == nil {
+		if mi, err := findMount(filepath.Clean(abs)); err == nil {
+			dev = mi.dev
+		}
 	}
-	p := filepath.Join("/sys/class/bdi", mi.dev, "read_ahead_kb")
-	if err := os.WriteFile(p, []byte(strconv.Itoa(kb)), 0); err != nil {
-		log.Debug("cannot set read-ahead", "path", p, "err", err)
+	if bdi.readAheadKB > 0 {
+		p := filepath.Join("/sys/class/bdi", dev, "read_ahead_kb")
+		if err := writeBDI(dev, p, bdi.readAheadKB); err != nil {
+			log.Debug("cannot set read-ahead", "path", p, "err", err)
+		}
 	}
+	if bdi.maxRatio > 0 {
+		p := filepath.Join("/sys/class/bdi", dev, "max_ratio")
+		if err := writeBDI(dev, p, bdi.maxRatio); err != nil {
+			log.Warn("cannot raise the writeback cache's dirty page limit; writers will be throttled early", "path", p, "max_ratio", bdi.maxRatio, "err", err)
+		} else {
+			log.Debug("dirty page limit raised", "path", p, "max_ratio", bdi.maxRatio)
+		}
+	}
+}
+
+// writeBDI writes v to the sysfs file p of the backing device dev.
+func writeBDI(dev, p string, v int) error {
+	if dev == "" {
+		return errors.New("the mount's device was not found in /proc/self/mountinfo")
+	}
+	return os.WriteFile(p, []byte(strconv.Itoa(v)), 0)
 }

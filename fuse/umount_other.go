@@ -27,5 +27,5 @@ func Unmount(dir string, force bool) error {
 	return nil
 }
 
-// setReadAhead: Linux only (the mount's backing device info in sysfs).
-func (l *mountLife) setReadAhead(kb int, log *slog.Logger) {}
+// setBDI: Linux only (the mount's backing device info in sysfs).
+func (l *mountLife) setBDI(bdi bdiSettings, log *slog.Logger) {}

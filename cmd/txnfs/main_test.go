@@ -105,7 +105,8 @@ func TestFsckReportsCorruptSlice(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{}, {"nosuch"}, {"fsck"}, {"gc", "--data"}, {"fsck", "--data", "x", "extra"}} {
+	for _, args := range [][]string{{}, {"nosuch"}, {"fsck"}, {"gc", "--data"}, {"fsck", "--data", "x", "extra"},
+		{"mount", "--dirty-max-ratio", "5", "--data", "x", "mnt"}} {
 		if code, out := runCmd(t, args...); code != 2 {
 			t.Errorf("%q: exit %d, want 2: %s", args, code, out)
 		}

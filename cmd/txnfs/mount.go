@@ -71,6 +71,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	attrTimeout := fl.Duration("attr-timeout", fuse.DefaultTimeout, "kernel cache lifetime of attributes (0: none)")
 	negTimeout := fl.Duration("negative-timeout", fuse.DefaultTimeout, "kernel cache lifetime of failed lookups (0: none)")
 	writeback := fl.Bool("writeback", false, "use the kernel writeback cache (faster small writes; only for a mount that is its files' only writer; no sandbox)")
+	dirtyMaxRatio := fl.Int("dirty-max-ratio", fuse.DefaultDirtyMaxRatio, "with --writeback: percent of the kernel's dirty page threshold the mount's dirty pages may use before writers are throttled (needs root; negative: the kernel's 1% for FUSE)")
 	writeBehind := fl.Int("write-behind", fuse.DefaultWriteBehindBytes, "bytes of writes answered before they commit (local mounts; 0 or negative: every write commits first)")
 	writeBehindDelay := fl.Duration("write-behind-delay", fuse.DefaultWriteBehindDelay, "longest an answered write waits for its commit when nothing asks for it (0: commit at once)")
 	debug := fl.Bool("debug", false, "log every FUSE request")
@@ -96,11 +97,14 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *server == "" && *dir == "":
 		return fmt.Errorf("%w: --data or --server is required", errUsage)
 	}
+	set := map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["dirty-max-ratio"] && !*writeback {
+		return fmt.Errorf("%w: --dirty-max-ratio is the writeback cache's limit: it needs --writeback", errUsage)
+	}
 	if *server != "" {
 		// Other clients change a remote server's files: short caches
 		// unless asked otherwise.
-		set := map[string]bool{}
-		fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		for name, d := range map[string]*time.Duration{"entry-timeout": entryTimeout, "attr-timeout": attrTimeout, "negative-timeout": negTimeout} {
 			if !set[name] {
 				*d = fuse.DefaultRemoteTimeout
@@ -155,6 +159,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		DirectMount:      *direct,
 		Debug:            *debug,
 		Writeback:        *writeback,
+		DirtyMaxRatio:    *dirtyMaxRatio,
 		WriteBehindBytes: *writeBehind,
 		WriteBehindDelay: *writeBehindDelay,
 	}

@@ -162,6 +162,9 @@ type side struct {
 	n    int64
 	dur  time.Duration
 	cpu  time.Duration // the server process's CPU time during the rounds
+	// switches counts the times the server's threads were switched onto
+	// a CPU during the rounds (see processCPU).
+	switches int64
 }
 
 func newSide(b *testing.B, tg *target, clients int, w *workload) *side {
@@ -181,7 +184,7 @@ func newSide(b *testing.B, tg *target, clients int, w *workload) *side {
 func (s *side) round(b *testing.B, perClient int, ops func(r *run, id int, i int64) []nfsv4.NfsArgop4) {
 	var wg sync.WaitGroup
 	var failed atomic.Value
-	cpu0 := processCPU(s.pid)
+	cpu0, runs0 := processCPU(s.pid)
 	start := time.Now()
 	for id, c := range s.r.cs {
 		wg.Add(1)
@@ -197,7 +200,9 @@ func (s *side) round(b *testing.B, perClient int, ops func(r *run, id int, i int
 	}
 	wg.Wait()
 	s.dur += time.Since(start)
-	s.cpu += processCPU(s.pid) - cpu0
+	cpu1, runs1 := processCPU(s.pid)
+	s.cpu += cpu1 - cpu0
+	s.switches += runs1 - runs0
 	s.n += int64(perClient * len(s.r.cs))
 	if f := failed.Load(); f != nil {
 		b.Fatal(f)
@@ -235,6 +240,9 @@ func interleave(b *testing.B, sides []*side, perClient int, w *workload) {
 			// Server CPU per compound: less sensitive to the load of
 			// a shared machine than throughput.
 			b.ReportMetric(float64(s.cpu.Microseconds())/float64(s.n), s.name+"-cpu-us/op")
+			// Thread switches per compound: each costs the server a
+			// scheduler round (and, on a VM, more).
+			b.ReportMetric(float64(s.switches)/float64(s.n), s.name+"-switches/op")
 		}
 	}
 }

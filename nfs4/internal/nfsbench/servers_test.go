@@ -30,28 +30,32 @@ type target struct {
 
 // processCPU returns the CPU time the threads of process pid have run so
 // far (the sum of /proc/PID/task/*/schedstat, nanosecond resolution; a
-// thread that exits takes its time with it), or 0 if it cannot be read.
-func processCPU(pid int) time.Duration {
+// thread that exits takes its time with it) and how many times they were
+// switched onto a CPU (schedstat's third field: one per context switch
+// into the thread, voluntary or not), or zeros if it cannot be read.
+func processCPU(pid int) (time.Duration, int64) {
 	if pid <= 0 {
-		return 0
+		return 0, 0
 	}
 	dir := fmt.Sprintf("/proc/%d/task", pid)
 	tasks, err := os.ReadDir(dir)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	var sum time.Duration
+	var runs int64
 	for _, t := range tasks {
 		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
 		if err != nil {
 			continue // exited meanwhile
 		}
-		var ns int64
-		if _, err := fmt.Sscan(string(b), &ns); err == nil {
+		var ns, wait, n int64
+		if _, err := fmt.Sscan(string(b), &ns, &wait, &n); err == nil {
 			sum += time.Duration(ns)
+			runs += n
 		}
 	}
-	return sum
+	return sum, runs
 }
 
 // freeAddr returns a loopback address with a port that was free.
