@@ -109,6 +109,11 @@ type compound struct {
 	// runStart is the directory locks' release clock before it began.
 	runDone  int
 	runStart uint64
+	// runChanged is set once an operation of the current grouped run
+	// that may change the file system (not readOnlyOp) succeeded: a
+	// later PUTFH of the run then checks its handle in the run's read
+	// set (plainRun).
+	runChanged bool
 	// cinfoFix re-sets the change_info of the current grouped run's
 	// results from their ChangeMarks once it committed (setCinfo).
 	cinfoFix []func()
@@ -531,6 +536,9 @@ func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			return results, st
 		}
 		c.runDone++
+		if c.txn != nil && !readOnlyOp(op) {
+			c.runChanged = true
+		}
 	}
 	return results, nfsv4.NFS4_OK
 }

@@ -156,7 +156,7 @@ func (c *compound) tookDir(i int) bool {
 
 // startRun notes the release clock before a grouped run begins.
 func (c *compound) startRun() {
-	c.runDone = 0
+	c.runDone, c.runChanged = 0, false
 	if c.s.dirLocks != nil {
 		c.runStart = c.s.dirLocks.clock.Load()
 	}

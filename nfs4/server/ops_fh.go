@@ -114,9 +114,15 @@ func (c *compound) putFH(b []byte) nfsv4.Nfsstat4 {
 // run of a plain compound (runGrouped): each operation could have
 // committed alone, so a file handle's check may be linearized apart from
 // the operations after it (fs.Txn.CheckHandle). Not in transactional
-// compounds, whose operations are atomic together.
+// compounds, whose operations are atomic together, nor after an
+// operation of the run that changed something: the check is linearized
+// at the run's snapshot, before the run's changes, which take effect at
+// its commit, and a PUTFH after a change must not be ordered before it
+// (a PUTFH of a directory removed between the two would succeed after a
+// CREATE that a reader saw not yet done while the directory was already
+// gone; TestPutFHAfterChange).
 func (c *compound) plainRun() bool {
-	return c.txn != nil && c.plain && !c.userTxn
+	return c.txn != nil && c.plain && !c.userTxn && !c.runChanged
 }
 
 func (c *compound) getFH() (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
