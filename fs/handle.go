@@ -36,7 +36,11 @@ func (t *Txn) HandleOf(ctx context.Context, ino Ino) (Handle, error) {
 // counter change with every name added or removed in it — does not make
 // this transaction conflict. It is for callers that validate a client's
 // file handle in a transaction whose operations may be linearized one by
-// one (an NFS plain COMPOUND's grouped run), not for atomic ones.
+// one (an NFS plain COMPOUND's grouped run), not for atomic ones, and only
+// while the transaction has changed nothing: the check is linearized at
+// the snapshot, before changes that take effect at the commit, so a check
+// after a change would be ordered before that change (the NFS server uses
+// HandleOf there; nfs4/server TestPutFHAfterChange).
 //
 // Why that is sound: a handle's fields (number, generation, type) never
 // change while the inode exists, and inode numbers are never reused
