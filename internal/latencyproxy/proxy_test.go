@@ -17,31 +17,18 @@ import (
 // TestRTT checks that a ping-pong through the proxy takes the configured
 // round-trip time.
 func TestRTT(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
+	addr := serveTCP(t, func(c net.Conn) {
+		r := bufio.NewReader(c)
 		for {
-			c, err := l.Accept()
+			b, err := r.ReadByte()
 			if err != nil {
 				return
 			}
-			go func() {
-				r := bufio.NewReader(c)
-				for {
-					b, err := r.ReadByte()
-					if err != nil {
-						return
-					}
-					c.Write([]byte{b})
-				}
-			}()
+			c.Write([]byte{b})
 		}
-	}()
+	})
 	for _, rtt := range []time.Duration{0, 200 * time.Microsecond, 2 * time.Millisecond} {
-		p, err := New(l.Addr().String(), rtt)
+		p, err := New(addr, rtt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,31 +60,18 @@ func TestRTT(t *testing.T) {
 // TestDropNextReply: an armed proxy forwards the request, discards the
 // reply and resets the connection; the next connection works normally.
 func TestDropNextReply(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	got := make(chan byte, 10)
-	go func() {
+	addr := serveTCP(t, func(c net.Conn) {
+		b := make([]byte, 1)
 		for {
-			c, err := l.Accept()
-			if err != nil {
+			if _, err := c.Read(b); err != nil {
 				return
 			}
-			go func() {
-				b := make([]byte, 1)
-				for {
-					if _, err := c.Read(b); err != nil {
-						return
-					}
-					got <- b[0]
-					c.Write(b)
-				}
-			}()
+			got <- b[0]
+			c.Write(b)
 		}
-	}()
-	p, err := New(l.Addr().String(), 0)
+	})
+	p, err := New(addr, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,39 +110,26 @@ func TestDropNextReply(t *testing.T) {
 // the same work whatever the proxy does) in ns per byte.
 func BenchmarkBulk(b *testing.B) {
 	const reply, window = 256 << 10, 8
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
+	addr := serveTCP(b, func(c net.Conn) {
+		data := make([]byte, reply)
+		req := make([]byte, 1)
 		for {
-			c, err := l.Accept()
-			if err != nil {
+			if _, err := c.Read(req); err != nil {
 				return
 			}
-			go func() {
-				data := make([]byte, reply)
-				req := make([]byte, 1)
-				for {
-					if _, err := c.Read(req); err != nil {
-						return
-					}
-					if _, err := c.Write(data); err != nil {
-						return
-					}
-				}
-			}()
+			if _, err := c.Write(data); err != nil {
+				return
+			}
 		}
-	}()
-	p, err := New(l.Addr().String(), 200*time.Microsecond)
+	})
+	p, err := New(addr, 200*time.Microsecond)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer p.Close()
 	b.Run("proxy", func(b *testing.B) { benchBulk(b, p.Addr()) })
 	// The same without the proxy: the client's and server's share.
-	b.Run("direct", func(b *testing.B) { benchBulk(b, l.Addr().String()) })
+	b.Run("direct", func(b *testing.B) { benchBulk(b, addr) })
 }
 
 func benchBulk(b *testing.B, addr string) {
@@ -216,30 +177,17 @@ func TestBulkIntegrity(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewSource(seed))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
+	addr := serveTCP(t, func(c net.Conn) {
+		defer c.Close()
+		b := make([]byte, 64<<10)
 		for {
-			c, err := l.Accept()
-			if err != nil {
+			n, err := c.Read(b)
+			if _, werr := c.Write(b[:n]); werr != nil || err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				b := make([]byte, 64<<10)
-				for {
-					n, err := c.Read(b)
-					if _, werr := c.Write(b[:n]); werr != nil || err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
-	p, err := New(l.Addr().String(), 200*time.Microsecond)
+	})
+	p, err := New(addr, 200*time.Microsecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,4 +247,25 @@ func TestBulkIntegrity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// serveTCP listens on a loopback port until the test ends, running handle
+// in a goroutine for each connection; it returns the address.
+func serveTCP(tb testing.TB, handle func(net.Conn)) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go handle(c)
+		}
+	}()
+	return l.Addr().String()
 }
