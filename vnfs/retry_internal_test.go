@@ -51,12 +51,29 @@ func startServer(t *testing.T) string {
 // refuser makes the server appear to refuse, with NFS4ERR_DELAY, a random
 // REMOVE or CREATE of some COMPOUNDs: the COMPOUND is sent only up to that
 // operation, and the reply ends with it failed, as a server that could not
-// serialize the operation answers.
+// serialize the operation answers. A name is refused at most maxRefusals
+// times (fewer than the client's retries): an item resent alone would
+// otherwise be refused more often than maxDelayRetries once in ~1,000
+// runs, and the call would fail as it should.
 type refuser struct {
 	c       *client.Client
 	mu      sync.Mutex
 	r       *rand.Rand
 	refused int
+	byName  map[string]int
+}
+
+const maxRefusals = 4
+
+// refusedName is the name a REMOVE or CREATE acts on.
+func refusedName(op nfsv4.NfsArgop4) string {
+	switch op := op.(type) {
+	case *nfsv4.NfsArgop4_OP_REMOVE:
+		return op.Opremove.Target
+	case *nfsv4.NfsArgop4_OP_CREATE:
+		return op.Opcreate.Objname
+	}
+	return ""
 }
 
 func (f *refuser) do(ctx context.Context, cp *client.Compound) (*client.Reply, error) {
@@ -72,7 +89,15 @@ func (f *refuser) do(ctx context.Context, cp *client.Compound) (*client.Reply, e
 	k := -1
 	if len(cand) > 0 && f.r.IntN(2) == 0 {
 		k = cand[f.r.IntN(len(cand))]
-		f.refused++
+		if f.byName == nil {
+			f.byName = map[string]int{}
+		}
+		if name := refusedName(ops[k]); f.byName[name] < maxRefusals {
+			f.byName[name]++
+			f.refused++
+		} else {
+			k = -1
+		}
 	}
 	f.mu.Unlock()
 	if k < 0 {
