@@ -168,6 +168,18 @@ func pjdfstest(t *testing.T, mount func() string, exclusions string, naptime flo
 	path := "PATH=" + shim + ":" + os.Getenv("PATH")
 	start := time.Now()
 	erofs := runPjdfstest(t, bin, dir, fmt.Sprintf(pjdConf, naptime, true), []string{path}, "erofs")
+	if erofs.failed > 0 && strings.Contains(erofs.output, "busy") {
+		// A read-only remount fails with EBUSY while the kernel still
+		// holds an unlinked inode (sb_prepare_remount_readonly checks
+		// s_remove_count): an earlier case's file whose last reference
+		// goes with an asynchronous FUSE RELEASE, or with writeback of
+		// its pages under the writeback cache. Seen once in 36 runs
+		// under heavy load (docs/testing.md, session 9); the EROFS
+		// cases run once more after a pause, and the retry is logged.
+		t.Logf("pjdfstest EROFS cases got EBUSY from the remount (%v); running them again:\n%s", erofs.failures, erofs.output)
+		time.Sleep(time.Second)
+		erofs = runPjdfstest(t, bin, dir, fmt.Sprintf(pjdConf, naptime, true), []string{path}, "erofs")
+	}
 	all := runPjdfstest(t, bin, dir, fmt.Sprintf(pjdConf, naptime, false), nil)
 	passed, failed := erofs.passed+all.passed, erofs.failed+all.failed
 	skipped := all.skipped - erofs.passed - erofs.failed // EROFS cases ran in the first pass
