@@ -370,6 +370,21 @@ func (f *FS) reclaimOrphans(ctx context.Context) error {
 					if err != nil {
 						return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 					}
+					// An orphan record names an inode without links
+					// (unlinked while open, or an unlinked tmpfile).
+					// One with links is damage, not garbage: drop the
+					// record, keep the file (Check reports it).
+					n, err := t.loadInode(ctx, Ino(ino))
+					if err != nil && !errors.Is(err, ErrNotExist) {
+						return nil, err
+					}
+					if n != nil && n.Nlink > 0 {
+						f.log.Warn("orphan record of an inode with links: record dropped, inode kept", "ino", ino, "nlink", n.Nlink)
+						if err := t.deleteRaw(ctx, meta.OrphanKey(ino)); err != nil {
+							return nil, err
+						}
+						continue
+					}
 					if err := t.deleteInode(ctx, Ino(ino), true); err != nil {
 						return nil, err
 					}

@@ -1,6 +1,7 @@
 package fs_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/txnfs/txnfs/fs"
 	"github.com/txnfs/txnfs/kv"
 	"github.com/txnfs/txnfs/kv/faultkv"
+	"github.com/txnfs/txnfs/meta"
 )
 
 // TestOrphanUnpinnedBeforeCommit: a long-lived transaction unlinks a file
@@ -318,4 +320,57 @@ func TestRepinDuringReclaim(t *testing.T) {
 	}
 	t.Logf("%d of 20 pins raced the reclaim", raced)
 	requireCheckClean(t, f.FS)
+}
+
+// TestOrphanRecordWithLinks: an orphan record that names an inode with
+// links (damage: orphan records are written for inodes without links) is
+// dropped at Open, and the file and its data stay.
+func TestOrphanRecordWithLinks(t *testing.T) {
+	ctx := context.Background()
+	f := newTestFS(t, fsOpts{})
+	data := pattern(7, 50_000)
+	var ino fs.Ino
+	do(t, f.FS, func(ctx context.Context, tx *fs.Txn) error {
+		a, _, err := tx.Create(ctx, fs.RootIno, "keep", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+		ino = a.Ino
+		if err != nil {
+			return err
+		}
+		return tx.Write(ctx, ino, 0, data)
+	})
+	tx, err := f.KV.Begin(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Set(meta.OrphanKey(uint64(ino)), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := f.FS.Check(ctx); err != nil || rep.OK() {
+		t.Fatalf("Check with the damaged record: %v %+v, want a problem reported", err, rep)
+	}
+	fsys, err := fs.Open(ctx, fs.Config{KV: f.KV, Slices: f.Slices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = fsys.View(ctx, fs.RootCred, func(tx *fs.Txn) error {
+		a, err := tx.Lookup(ctx, fs.RootIno, "keep")
+		if err != nil {
+			return err
+		}
+		got, err := readAll(ctx, tx, a.Ino, a.Size)
+		if err != nil {
+			return err
+		}
+		if a.Nlink != 1 || !bytes.Equal(got, data) {
+			return fmt.Errorf("nlink %d, data equal %v", a.Nlink, bytes.Equal(got, data))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the linked file after Open: %v", err)
+	}
+	requireCheckClean(t, fsys)
 }
