@@ -393,8 +393,8 @@ func (t *Txn) loadInode(ctx context.Context, ino Ino) (*meta.Inode, error) {
 			// layout's records without reflection, faster than a lookup
 			// in the cache's large map (docs/vnfs.md "Trees, session 8").
 			c.rec = new(meta.Inode)
-			if err := meta.Unmarshal(b, c.rec); err != nil {
-				return nil, fmt.Errorf("%w: inode %d: %v", ErrCorrupt, ino, err)
+			if err := decodeInode(ino, b, c.rec); err != nil {
+				return nil, err
 			}
 		} else if !errors.Is(err, ErrNotExist) {
 			return nil, err
@@ -402,7 +402,7 @@ func (t *Txn) loadInode(ctx context.Context, ino Ino) (*meta.Inode, error) {
 		t.inodes[ino] = c
 	}
 	if c.rec == nil {
-		return nil, fmt.Errorf("%w: inode %d", ErrNotExist, ino)
+		return nil, noInode(ino)
 	}
 	cp := *c.rec
 	return &cp, nil
@@ -418,22 +418,18 @@ func (t *Txn) loadInode(ctx context.Context, ino Ino) (*meta.Inode, error) {
 func (t *Txn) readInode(ctx context.Context, ino Ino, dst *meta.Inode) error {
 	if c, ok := t.inodes[ino]; ok {
 		if c.rec == nil {
-			return fmt.Errorf("%w: inode %d", ErrNotExist, ino)
+			return noInode(ino)
 		}
 		*dst = *c.rec
 		return nil
 	}
 	b, err := t.getRaw(ctx, meta.InodeKey(uint64(ino)))
 	if errors.Is(err, ErrNotExist) {
-		return fmt.Errorf("%w: inode %d", ErrNotExist, ino)
+		return noInode(ino)
 	} else if err != nil {
 		return err
 	}
-	*dst = meta.Inode{}
-	if err := meta.Unmarshal(b, dst); err != nil {
-		return fmt.Errorf("%w: inode %d: %v", ErrCorrupt, ino, err)
-	}
-	return nil
+	return decodeInode(ino, b, dst)
 }
 
 // peekInode returns ino's inode record like loadInode, but reads it
@@ -456,16 +452,28 @@ func (t *Txn) peekInode(ctx context.Context, ino Ino) (*meta.Inode, error) {
 	b, err := u.GetUntracked(ctx, meta.InodeKey(uint64(ino)))
 	if err != nil {
 		if err = kvErr(err); errors.Is(err, ErrNotExist) {
-			return nil, fmt.Errorf("%w: inode %d", ErrNotExist, ino)
+			return nil, noInode(ino)
 		}
 		return nil, err
 	}
 	rec := new(meta.Inode)
-	if err := meta.Unmarshal(b, rec); err != nil {
-		return nil, fmt.Errorf("%w: inode %d: %v", ErrCorrupt, ino, err)
+	if err := decodeInode(ino, b, rec); err != nil {
+		return nil, err
 	}
 	return rec, nil
 }
+
+// decodeInode decodes inode ino's record b into dst.
+func decodeInode(ino Ino, b []byte, dst *meta.Inode) error {
+	*dst = meta.Inode{}
+	if err := meta.Unmarshal(b, dst); err != nil {
+		return fmt.Errorf("%w: inode %d: %v", ErrCorrupt, ino, err)
+	}
+	return nil
+}
+
+// noInode is the error for an inode that does not exist.
+func noInode(ino Ino) error { return fmt.Errorf("%w: inode %d", ErrNotExist, ino) }
 
 // markFresh records that this execution created inode ino (Txn.fresh).
 func (t *Txn) markFresh(ino Ino) {
