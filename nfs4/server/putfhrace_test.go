@@ -191,6 +191,21 @@ func TestPutFHRaces(t *testing.T) {
 				putfhs      []int  // indices of PUTFH ops, with their handles
 				hs          [][]byte
 			}
+			// apply records in names (name -> directory handle) where
+			// step s leaves its names.
+			apply := func(names map[string]string, s step) {
+				switch s.kind {
+				case "create":
+					names[s.name] = string(s.fh)
+				case "remove":
+					delete(names, s.name)
+				case "rename":
+					delete(names, s.name)
+					names[s.to] = string(s.fh)
+				case "link":
+					names[s.to] = string(s.fh)
+				}
+			}
 			for i := 0; i < perCreator; i++ {
 				var ops []nfsv4.NfsArgop4
 				var steps []step
@@ -231,18 +246,7 @@ func TestPutFHRaces(t *testing.T) {
 						ops = append(ops, link(s.to))
 					}
 					s.last = len(ops) - 1
-					// Later steps plan with this one done.
-					switch s.kind {
-					case "create":
-						pending[s.name] = string(s.fh)
-					case "link":
-						pending[s.to] = string(s.fh)
-					case "remove":
-						delete(pending, s.name)
-					case "rename":
-						delete(pending, s.name)
-						pending[s.to] = string(s.fh)
-					}
+					apply(pending, s) // later steps plan with this one done
 					steps = append(steps, s)
 				}
 				sent := time.Now()
@@ -290,17 +294,7 @@ func TestPutFHRaces(t *testing.T) {
 						return
 					}
 					done[s.kind].Add(1)
-					switch s.kind {
-					case "create":
-						live[s.name] = string(s.fh)
-					case "remove":
-						delete(live, s.name)
-					case "rename":
-						delete(live, s.name)
-						live[s.to] = string(s.fh)
-					case "link":
-						live[s.to] = string(s.fh)
-					}
+					apply(live, s)
 				}
 				if rep.Status == nfsv4.NFS4_OK && len(rep.Results) != len(ops) {
 					errs <- fmt.Errorf("seed %d creator %d compound %d: OK with %d of %d results", seed, w, i, len(rep.Results), len(ops))
