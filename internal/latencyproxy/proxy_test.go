@@ -269,3 +269,50 @@ func serveTCP(tb testing.TB, handle func(net.Conn)) string {
 	}()
 	return l.Addr().String()
 }
+
+// TestHalfClose: a client that shuts down its sending side (FIN) still
+// gets the replies the target sends after seeing the end of the request,
+// and both connections are closed once both directions have ended.
+func TestHalfClose(t *testing.T) {
+	addr := serveTCP(t, func(c net.Conn) {
+		defer c.Close()
+		req, err := io.ReadAll(c) // until the client's FIN
+		if err != nil {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // the reply comes after the FIN has passed the proxy
+		c.Write(bytes.ToUpper(req))
+	})
+	p, err := New(addr, 200*time.Microsecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("request"))
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != "REQUEST" {
+		t.Fatalf("reply after half-close: %q, %v (want \"REQUEST\")", got, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.mu.Lock()
+		n := len(p.conns)
+		p.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d proxied connections still open after both directions ended", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
