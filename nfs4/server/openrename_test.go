@@ -283,3 +283,66 @@ func TestSetattrSizeThroughWriteOpen(t *testing.T) {
 	rep, err = setSize(rd, 1)
 	wantStatus(t, rep, err, nfsv4.NFS4ERR_OPENMODE)
 }
+
+// TestAnonCopyCloneSeekAccess: COPY, CLONE and SEEK under anonymous
+// stateids check the credential like READ and WRITE do — the source must
+// be readable and the destination writable — so a user cannot get the
+// bytes (or the data layout) of a file it may not read. Before the fix a
+// uid-1000 client copied and cloned a mode-0600 root file (found by Q10
+// through `txnfs cp`).
+func TestAnonCopyCloneSeekAccess(t *testing.T) {
+	ts := startServer(t)
+	c := ts.session(t, 2, "anoncopy")
+	mode := func(m uint32) nfsv4.Fattr4 {
+		return nfsv4.Fattr4{Attrmask: bmOf(nfsv4.FATTR4_MODE), AttrVals: []byte{0, 0, byte(m >> 8), byte(m)}}
+	}
+	create := func(name string, m uint32) {
+		t.Helper()
+		okT(t)(c.Compound(putroot(), lookup("pub"),
+			openWith(c, name, "o", nfsv4.OPEN4_SHARE_ACCESS_BOTH, nfsv4.OPEN4_SHARE_DENY_NONE, &nfsv4.Createhow4_UNCHECKED4{Createattrs: mode(0o600)}),
+			write(current, 0, []byte("secret bytes")),
+			&nfsv4.NfsArgop4_OP_SETATTR{Opsetattr: nfsv4.Setattr4args{Stateid: anon, ObjAttributes: mode(m)}},
+			closeOp(current)))
+	}
+	okT(t)(c.Compound(putroot(), &nfsv4.NfsArgop4_OP_CREATE{Opcreate: nfsv4.Create4args{
+		Objtype: &nfsv4.Createtype4_NF4DIR{}, Objname: "pub", Createattrs: mode(0o777)}}))
+	create("secret", 0o600)   // root's, unreadable to others
+	create("readable", 0o644) // root's, readable, not writable by others
+	create("open", 0o666)     // writable by all
+	copyOp := &nfsv4.NfsArgop4_OP_COPY{Opcopy: nfsv4.Copy4args{CaCount: 6, CaSynchronous: true}}
+	cloneOp := &nfsv4.NfsArgop4_OP_CLONE{Opclone: nfsv4.Clone4args{ClCount: 6}}
+	seekOp := &nfsv4.NfsArgop4_OP_SEEK{Opseek: nfsv4.Seek4args{SaWhat: nfsv4.NFS4_CONTENT_DATA}}
+	from := func(src, dst string, op nfsv4.NfsArgop4) (*testclient.Reply, error) {
+		return c.Compound(putroot(), lookup("pub"), lookup(src), savefh(), putroot(), lookup("pub"), lookup(dst), op)
+	}
+	c.Uid, c.Gid = 1000, 1000
+	for _, tc := range []struct {
+		src, dst string
+		op       nfsv4.NfsArgop4
+		want     nfsv4.Nfsstat4
+	}{
+		{"secret", "open", copyOp, nfsv4.NFS4ERR_ACCESS},
+		{"secret", "open", cloneOp, nfsv4.NFS4ERR_ACCESS},
+		{"readable", "secret", copyOp, nfsv4.NFS4ERR_ACCESS},
+		{"readable", "readable", cloneOp, nfsv4.NFS4ERR_ACCESS},
+		{"readable", "open", copyOp, nfsv4.NFS4_OK},
+		{"readable", "open", cloneOp, nfsv4.NFS4_OK},
+	} {
+		rep, err := from(tc.src, tc.dst, tc.op)
+		if tc.want == nfsv4.NFS4_OK {
+			okT(t)(rep, err)
+			continue
+		}
+		wantStatus(t, rep, err, tc.want)
+	}
+	rep, err := c.Compound(putroot(), lookup("pub"), lookup("secret"), seekOp)
+	wantStatus(t, rep, err, nfsv4.NFS4ERR_ACCESS)
+	okT(t)(c.Compound(putroot(), lookup("pub"), lookup("readable"), seekOp))
+	// The secret is unchanged in "open" only by the copies that were
+	// allowed: it holds "secret" from the readable file, never more.
+	c.Uid, c.Gid = 0, 0
+	rep = okT(t)(c.Compound(putroot(), lookup("pub"), lookup("secret"), read(anon, 0, 100)))
+	if d, _ := readData(t, rep.Results[3]); string(d) != "secret bytes" {
+		t.Fatalf("secret after refused copies: %q", d)
+	}
+}

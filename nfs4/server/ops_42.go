@@ -6,41 +6,54 @@ import (
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
 	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/nfs4/internal/state"
 )
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
 
 // twoFiles checks the saved (source) and current (destination) handles of
-// COPY and CLONE and their stateids.
-func (c *compound) twoFiles(srcSid, dstSid nfsv4.Stateid4) nfsv4.Nfsstat4 {
+// COPY and CLONE and their stateids, and returns the source's and the
+// destination's states (nil for an anonymous stateid, whose access
+// copyRange checks against the credential).
+func (c *compound) twoFiles(srcSid, dstSid nfsv4.Stateid4) (src, dst *state.State, st nfsv4.Nfsstat4) {
 	if !c.saved.set || !c.cur.set {
-		return nfsv4.NFS4ERR_NOFILEHANDLE
+		return nil, nil, nfsv4.NFS4ERR_NOFILEHANDLE
 	}
 	if c.saved.typ == fs.TypeDirectory || c.cur.typ == fs.TypeDirectory {
-		return nfsv4.NFS4ERR_ISDIR
+		return nil, nil, nfsv4.NFS4ERR_ISDIR
 	}
 	if c.saved.typ != fs.TypeRegular || c.cur.typ != fs.TypeRegular {
-		return nfsv4.NFS4ERR_WRONG_TYPE
+		return nil, nil, nfsv4.NFS4ERR_WRONG_TYPE
 	}
 	if st := c.needFile(); st != nfsv4.NFS4_OK {
-		return st
+		return nil, nil, st
 	}
-	srcSid, st := c.resolveSid(srcSid)
+	srcSid, st = c.resolveSid(srcSid)
 	if st != nfsv4.NFS4_OK {
-		return st
+		return nil, nil, st
 	}
-	if _, st := c.s.st.CheckIO(srcSid, c.minor, uint64(c.saved.ino), false); st != nfsv4.NFS4_OK {
-		return st
+	if src, st = c.s.st.CheckIO(srcSid, c.minor, uint64(c.saved.ino), false); st != nfsv4.NFS4_OK {
+		return nil, nil, st
 	}
-	if _, st := c.checkStateid(dstSid, true); st != nfsv4.NFS4_OK {
-		return st
+	if dst, st = c.checkStateid(dstSid, true); st != nfsv4.NFS4_OK {
+		return nil, nil, st
 	}
-	return nfsv4.NFS4_OK
+	return src, dst, nfsv4.NFS4_OK
 }
 
-func (c *compound) copyRange(op string, srcOff, dstOff, n uint64) (uint64, nfsv4.Nfsstat4) {
+// copyRange copies (COPY) or clones (CLONE) a range of the saved file into
+// the current one. Under an anonymous stateid the credential must be
+// allowed to read the source and write the destination, as for READ and
+// WRITE.
+func (c *compound) copyRange(op string, srcState, dstState *state.State, srcOff, dstOff, n uint64) (uint64, nfsv4.Nfsstat4) {
 	var copied uint64
 	err := c.update(func(t *fs.Txn) (err error) {
+		if err := c.checkAnonAccessTo(t, srcState, c.saved.ino, fs.AccessRead); err != nil {
+			return err
+		}
+		if err := c.checkAnonAccessTo(t, dstState, c.cur.ino, fs.AccessWrite); err != nil {
+			return err
+		}
 		src, err := t.GetAttr(c.ctx, c.saved.ino)
 		if err != nil {
 			return err
@@ -66,7 +79,8 @@ func (c *compound) copy(a *nfsv4.Copy4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	if len(a.CaSourceServer) > 0 {
 		return fail(nfsv4.NFS4ERR_OFFLOAD_DENIED)
 	}
-	if st := c.twoFiles(a.CaSrcStateid, a.CaDstStateid); st != nfsv4.NFS4_OK {
+	srcState, dstState, st := c.twoFiles(a.CaSrcStateid, a.CaDstStateid)
+	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
 	if c.saved.ino == c.cur.ino {
@@ -75,7 +89,7 @@ func (c *compound) copy(a *nfsv4.Copy4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			return fail(nfsv4.NFS4ERR_INVAL)
 		}
 	}
-	n, st := c.copyRange("COPY", a.CaSrcOffset, a.CaDstOffset, a.CaCount)
+	n, st := c.copyRange("COPY", srcState, dstState, a.CaSrcOffset, a.CaDstOffset, a.CaCount)
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
@@ -89,10 +103,11 @@ func (c *compound) clone(a *nfsv4.Clone4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 	res := func(st nfsv4.Nfsstat4) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 		return &nfsv4.NfsResop4_OP_CLONE{Opclone: nfsv4.Clone4res{ClStatus: st}}, st
 	}
-	if st := c.twoFiles(a.ClSrcStateid, a.ClDstStateid); st != nfsv4.NFS4_OK {
+	srcState, dstState, st := c.twoFiles(a.ClSrcStateid, a.ClDstStateid)
+	if st != nfsv4.NFS4_OK {
 		return res(st)
 	}
-	_, st := c.copyRange("CLONE", a.ClSrcOffset, a.ClDstOffset, a.ClCount)
+	_, st = c.copyRange("CLONE", srcState, dstState, a.ClSrcOffset, a.ClDstOffset, a.ClCount)
 	return res(st)
 }
 
@@ -137,7 +152,8 @@ func (c *compound) seek(a *nfsv4.Seek4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	if st := c.needFile(); st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
-	if _, st := c.checkStateid(a.SaStateid, false); st != nfsv4.NFS4_OK {
+	s, st := c.checkStateid(a.SaStateid, false)
+	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
 	whence := fs.SeekData
@@ -152,6 +168,11 @@ func (c *compound) seek(a *nfsv4.Seek4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	var eof bool
 	var size uint64
 	err := c.view(func(t *fs.Txn) (err error) {
+		// The data layout is the file's content too: an anonymous
+		// stateid needs read access, as for READ.
+		if err := c.checkAnonAccess(t, s, fs.AccessRead); err != nil {
+			return err
+		}
 		attr, err := t.GetAttr(c.ctx, c.cur.ino)
 		if err != nil {
 			return err

@@ -524,10 +524,15 @@ func (c *compound) openDowngrade(a *nfsv4.OpenDowngrade4args) (nfsv4.NfsResop4, 
 
 // checkAnonAccess enforces mode bits for I/O with an anonymous stateid.
 func (c *compound) checkAnonAccess(t *fs.Txn, s *state.State, mask uint32) error {
+	return c.checkAnonAccessTo(t, s, c.cur.ino, mask)
+}
+
+// checkAnonAccessTo is checkAnonAccess for the file ino.
+func (c *compound) checkAnonAccessTo(t *fs.Txn, s *state.State, ino fs.Ino, mask uint32) error {
 	if s != nil {
 		return nil
 	}
-	allowed, err := t.Access(c.ctx, c.cur.ino, mask)
+	allowed, err := t.Access(c.ctx, ino, mask)
 	if err != nil {
 		return err
 	}
