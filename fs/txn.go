@@ -261,6 +261,14 @@ func (t *Txn) Commit(ctx context.Context) error {
 				return storeErr("writing slices", err)
 			}
 		}
+		described := false
+		if len(t.written) > 0 && t.kvTxn != nil {
+			var err error
+			if described, err = t.describeCovered(t.kvTxn); err != nil {
+				t.reset()
+				return err
+			}
+		}
 		dropped := t.dropped
 		if len(dropped) > 0 && !t.fs.startDeleting(dropped) {
 			// An inode it deletes was pinned since: replay, which makes
@@ -278,6 +286,9 @@ func (t *Txn) Commit(ctx context.Context) error {
 		if err == nil {
 			committed = true
 			t.kvTxn = nil
+			if described {
+				t.fs.committedCovered()
+			}
 			t.fs.pacer.add(t.garbage)
 			orphaned, tmpfiles := t.orphaned, t.tmpfiles
 			t.reset()

@@ -124,6 +124,16 @@ type LocalOptions struct {
 	// mount 0.62 of a local directory staged, 0.43 unstaged, in the same
 	// run; docs/slice.md "Unstaged direct puts").
 	Unstaged bool
+	// Covered: a direct put into reused space (written, allocated blocks
+	// below the file's synced watermark) is a covered put: Sync and
+	// SyncAll wait for its O_DIRECT write to complete and do not
+	// fdatasync its file for it. The caller promises a device cache flush
+	// on the same device (the metadata log's fdatasync, see datadir)
+	// before it relies on the put being durable, and records the covered
+	// puts it commits (Covered) so that recovery can check them
+	// (docs/engine.md "Durability", "Covered puts"). Everything else
+	// (appends, buffered writes) is synced as without it.
+	Covered bool
 }
 
 // Validate reports whether o can be used (after defaults are applied).
@@ -221,6 +231,7 @@ type Local struct {
 	directWG   sync.WaitGroup // asynchronous direct writes; Close waits
 
 	unstaged bool  // LocalOptions.Unstaged
+	covered  bool  // LocalOptions.Covered
 	reuseMax int64 // bound of the reuse pool in bytes; <= 0: no pool
 	reuseMin int   // puts of at least this many bytes may reuse; <= 0: never
 	reuse    reusePool
@@ -335,7 +346,7 @@ func OpenLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 	}
 	l := &Local{fs: o.FS, dir: o.Dir, log: o.Logger.With("component", "slice.local", "dir", o.Dir), byID: map[uint32]*backing{},
 		directMin: o.DirectMin, directBufs: make(chan *[]byte, maxDirectInflight),
-		reuseMax: o.ReuseMax, reuseMin: o.ReuseMin, unstaged: o.Unstaged}
+		reuseMax: o.ReuseMax, reuseMin: o.ReuseMin, unstaged: o.Unstaged, covered: o.Covered}
 	ok := false
 	defer func() {
 		if !ok {
@@ -673,10 +684,12 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 	b.dmu.Lock()
 	b.dmu.writes = append(b.dmu.writes, w)
 	b.dmu.Unlock()
+	var dw *dirtyWrite
 	if reused {
 		// Below the synced watermark: Sync must see it (kick).
+		dw = &dirtyWrite{off: off, end: off + n, done: w.done, covered: l.covered}
 		b.smu.Lock()
-		b.smu.dirty = append(b.smu.dirty, &dirtyWrite{off: off, end: off + n, done: w.done})
+		b.smu.dirty = append(b.smu.dirty, dw)
 		b.smu.Unlock()
 	} else {
 		b.size.Store(off + n) // after listing w: see written
@@ -697,6 +710,9 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 	if (ab == nil && !lent) || !b.directOK.Load() {
 		defer finish()
 		err := writeDirect(b.dfd, buf, off)
+		if err != nil && dw != nil {
+			dw.uncover(b)
+		}
 		if err == nil {
 			b.directOK.Store(true)
 			if ab == nil && !lent {
@@ -710,6 +726,10 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 		defer l.directWG.Done()
 		defer finish()
 		err := writeDirect(b.dfd, buf, off)
+		if err != nil && dw != nil {
+			// Redone buffered, or failed: not a completed direct write.
+			dw.uncover(b)
+		}
 		if err != nil && directRefused(err) {
 			if !b.directOff.Swap(true) {
 				l.log.Warn("O_DIRECT write refused; this backing file falls back to buffered writes", "backing", b.id, "err", err)
@@ -989,10 +1009,19 @@ func (l *Local) kick(t syncTarget) (c *syncCall, leader bool, err error) {
 	defer b.smu.Unlock()
 	dirty := false
 	var unwritten chan struct{}
+	// Completed covered puts need no SyncData: the caller's device flush
+	// makes them durable (LocalOptions.Covered). They stay listed (so
+	// Covered reports them) until a SyncData covers them; past
+	// maxCovered listed, one does.
+	skipCovered := len(b.smu.dirty) <= maxCovered
 	for _, d := range b.smu.dirty {
 		if t.all || slices.ContainsFunc(t.ranges, func(r Range) bool { return r.Start < d.end && d.off < r.End }) {
+			written := d.written()
+			if written && d.covered && skipCovered {
+				continue
+			}
 			dirty = true
-			if !d.written() {
+			if !written {
 				unwritten = d.done
 			}
 		}
@@ -1024,6 +1053,38 @@ func (l *Local) kick(t syncTarget) (c *syncCall, leader bool, err error) {
 	}
 	b.smu.inflight = c
 	return c, true, nil
+}
+
+// maxCovered bounds the dirty writes a file lists: past it, Sync and
+// SyncAll fdatasync the file even for covered puts alone, which empties
+// the list (one extra flush per maxCovered covered puts to a file that
+// takes no other).
+const maxCovered = 1024
+
+// Covered returns the pointers among ptrs that may be covered puts
+// (LocalOptions.Covered): direct puts into reused space that no completed
+// SyncData covers yet, which Sync and SyncAll do not fdatasync for. A
+// pointer not returned is durable once Sync or SyncAll returns. The
+// caller records the returned ones with its commit (recovery checks them,
+// see docs/engine.md "Covered puts"); a pointer returned that turns out
+// synced after all costs only that record.
+func (l *Local) Covered(ptrs []Pointer) []Pointer {
+	if !l.covered {
+		return nil
+	}
+	var out []Pointer
+	for _, p := range ptrs {
+		b := l.byID[p.Backing]
+		if b == nil {
+			continue
+		}
+		b.smu.Lock()
+		if slices.ContainsFunc(b.smu.dirty, func(d *dirtyWrite) bool { return d.covered && d.off < p.End() && p.Offset < d.end }) {
+			out = append(out, p)
+		}
+		b.smu.Unlock()
+	}
+	return out
 }
 
 // runSync performs one SyncData. Close waits for it (via smu.inflight).
