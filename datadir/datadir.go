@@ -76,6 +76,9 @@ type Options struct {
 	// one device; otherwise ignored (logged).
 	Covered bool
 	Logger  *slog.Logger
+
+	// directVFS (tests): slice.LocalOptions.DirectVFS, and Covered on FS.
+	directVFS bool
 }
 
 // BigMemTable is the memtable size DefaultMemTable picks on a large file
@@ -157,14 +160,14 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		}
 	}
 	covered := o.Covered
-	if covered {
+	if covered && !o.directVFS {
 		if err := sameDevice(o.FS, filepath.Join(o.Dir, "slices"), filepath.Join(o.Dir, "meta")); err != nil {
 			o.Logger.Warn("covered puts off", "err", err)
 			covered = false
 		}
 	}
 	local, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: disk, Dir: filepath.Join(o.Dir, "slices"),
-		ReuseMin: o.SliceReuseMin, ReuseMax: o.SliceReuseMax, Unstaged: o.SliceUnstaged, Covered: covered,
+		ReuseMin: o.SliceReuseMin, ReuseMax: o.SliceReuseMax, Unstaged: o.SliceUnstaged, Covered: covered, DirectVFS: o.directVFS,
 		Logger: o.Logger.With("component", "slices")})
 	if err != nil {
 		return nil, fmt.Errorf("datadir: opening slices: %w", err)

@@ -134,6 +134,12 @@ type LocalOptions struct {
 	// (docs/engine.md "Durability", "Covered puts"). Everything else
 	// (appends, buffered writes) is synced as without it.
 	Covered bool
+	// DirectVFS (tests only): direct puts also when FS is not
+	// vfs.Default, written with the FS's File.WriteAt standing in for an
+	// O_DIRECT pwrite (a write the device completed when it returns): how
+	// a model of a device with a volatile cache (datadir's power-cut
+	// test) sees covered puts.
+	DirectVFS bool
 }
 
 // Validate reports whether o can be used (after defaults are applied).
@@ -161,7 +167,7 @@ func (o *LocalOptions) withDefaults() LocalOptions {
 	if r.DirectMin == 0 {
 		r.DirectMin = DefaultDirectMin
 	}
-	if r.FS != vfs.Default {
+	if r.FS != vfs.Default && !r.DirectVFS {
 		r.DirectMin = -1
 	}
 	if r.ReuseMax == 0 {
@@ -266,6 +272,9 @@ type backing struct {
 	// (disabled, not an OS file, refused at open). Set at open, closed by
 	// Close.
 	dfd int
+	// dvfs: direct writes go through f (LocalOptions.DirectVFS); dfd is
+	// then vfsDirectFD.
+	dvfs bool
 	// directOff is set when the file system refused a direct write: the
 	// file takes buffered writes only from then on.
 	directOff atomic.Bool
@@ -395,7 +404,9 @@ func OpenLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 			return nil, fmt.Errorf("slice: stat %s: %w", b.name, err)
 		}
 		b.size.Store(uint64(st.Size()))
-		if b.writable && l.directMin > 0 && b.fd != vfs.InvalidFd {
+		if b.writable && l.directMin > 0 && o.DirectVFS && o.FS != vfs.Default {
+			b.dfd, b.dvfs = vfsDirectFD, true
+		} else if b.writable && l.directMin > 0 && b.fd != vfs.InvalidFd {
 			if dfd, err := openDirect(b.name); err == nil {
 				b.dfd = dfd
 			} else {
@@ -709,7 +720,7 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 	}
 	if (ab == nil && !lent) || !b.directOK.Load() {
 		defer finish()
-		err := writeDirect(b.dfd, buf, off)
+		err := b.writeDirect(buf, off)
 		if err != nil && dw != nil {
 			dw.uncover(b)
 		}
@@ -725,7 +736,7 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 	go func() {
 		defer l.directWG.Done()
 		defer finish()
-		err := writeDirect(b.dfd, buf, off)
+		err := b.writeDirect(buf, off)
 		if err != nil && dw != nil {
 			// Redone buffered, or failed: not a completed direct write.
 			dw.uncover(b)
@@ -781,10 +792,21 @@ func (l *Local) getStaging() *[]byte {
 	return <-l.directBufs
 }
 
-// writeDirect writes all of buf at off through the O_DIRECT descriptor fd.
-func writeDirect(fd int, buf []byte, off uint64) error {
+// vfsDirectFD stands for the descriptor of direct writes through the vfs
+// (LocalOptions.DirectVFS).
+const vfsDirectFD = 1 << 30
+
+// writeDirect writes all of buf at off through b's O_DIRECT descriptor
+// (or, with LocalOptions.DirectVFS, through b.f).
+func (b *backing) writeDirect(buf []byte, off uint64) error {
 	for done := 0; done < len(buf); {
-		k, err := pwriteDirect(fd, buf[done:], int64(off)+int64(done))
+		var k int
+		var err error
+		if b.dvfs {
+			k, err = b.f.WriteAt(buf[done:], int64(off)+int64(done))
+		} else {
+			k, err = pwriteDirect(b.dfd, buf[done:], int64(off)+int64(done))
+		}
 		if err != nil {
 			if done > 0 && directRefused(err) {
 				err = fmt.Errorf("after %d bytes: %w", done, io.ErrShortWrite)
@@ -1297,10 +1319,10 @@ func (l *Local) closeFiles() error {
 			errs = append(errs, b.f.Close())
 			b.f = nil
 		}
-		if b.dfd >= 0 {
+		if b.dfd >= 0 && !b.dvfs {
 			errs = append(errs, closeDirect(b.dfd))
-			b.dfd = -1
 		}
+		b.dfd = -1
 	}
 	if l.lock != nil {
 		errs = append(errs, l.lock.Close())
