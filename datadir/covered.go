@@ -38,8 +38,8 @@ import (
 
 // maxCuts bounds the check-and-cut rounds of recoverCovered: a cut
 // removes every failing descriptor that is in the log; one that is not
-// (it reached an sstable, which its commit's flush would have covered) is
-// damage, reported, not cut.
+// (it reached an sstable, whose sync flushed its commit's slices too) is
+// damage: logged, not cut, and the store opens.
 const maxCuts = 3
 
 // recoverCovered checks the covered-put descriptors of the data directory
@@ -68,11 +68,23 @@ func recoverCovered(disk vfs.FS, dir string, log *slog.Logger) error {
 			return nil
 		}
 		if round == maxCuts {
-			return fmt.Errorf("covered puts: %d descriptors still name missing slice bytes after %d log cuts (damage, not an unfinished commit): %s",
-				len(bad), round, describeBad(bad))
+			// Unreachable unless cutLog misjudged a record: open anyway.
+			log.Error("covered puts: descriptors still name missing slice bytes after log cuts; opening with them (reads of those slices fail, fsck reports them)",
+				"cuts", round, "bad", describeBad(bad))
+			return nil
 		}
-		if err := cutLog(disk, metaDir, bad, flushed, log); err != nil {
+		cut, err := cutLog(disk, metaDir, bad, flushed, log)
+		if err != nil {
 			return err
+		}
+		if !cut {
+			// The records are not in the log the store replays: their
+			// commits were flushed (an sstable's sync flushed their
+			// slices too), so the bytes were lost or changed since —
+			// damage, which cutting would not undo.
+			log.Error("covered puts: descriptors name slice bytes that are not on disk, but their commits are not in the metadata log's unflushed tail: damage, not an unfinished commit; opening (reads of those slices fail, fsck reports them)",
+				"bad", describeBad(bad))
+			return nil
 		}
 	}
 }
@@ -187,16 +199,17 @@ func verifyDescriptor(disk vfs.FS, dir string, files map[uint32]vfs.File, v []by
 	return "", nil
 }
 
-// cutLog finds, with pebble's log reader, the record of each bad
+// cutLog reports whether it cut the log: it finds, with pebble's log
+// reader, the record of each bad
 // descriptor (the one that set its key to its value; keys are not
 // reused), truncates the log holding the earliest of them just before it
 // and deletes the later logs. A record whose batch sequence number is at
 // most flushed is in an sstable too (its commit's data was flushed then):
 // never cut.
-func cutLog(disk vfs.FS, metaDir string, bad map[string]badDescriptor, flushed uint64, log *slog.Logger) error {
+func cutLog(disk vfs.FS, metaDir string, bad map[string]badDescriptor, flushed uint64, log *slog.Logger) (bool, error) {
 	logs, err := wal.Scan(wal.Dir{FS: disk, Dirname: metaDir})
 	if err != nil {
-		return fmt.Errorf("covered puts: listing the metadata logs: %w", err)
+		return false, fmt.Errorf("covered puts: listing the metadata logs: %w", err)
 	}
 	type pos struct {
 		log  int // index in logs
@@ -244,32 +257,31 @@ func cutLog(disk vfs.FS, metaDir string, bad map[string]badDescriptor, flushed u
 		}
 	}
 	if first == nil {
-		return fmt.Errorf("covered puts: %d descriptors name missing slice bytes but none is in the metadata log (damage, not an unfinished commit): %s",
-			len(bad), describeBad(bad))
+		return false, nil
 	}
 	if first.off.PreviousFilesBytes != 0 || logs[first.log].NumSegments() != 1 {
-		return fmt.Errorf("covered puts: the record to cut is in a log of %d segments (WAL failover): not supported", logs[first.log].NumSegments())
+		return false, fmt.Errorf("covered puts: the record to cut is in a log of %d segments (WAL failover): not supported", logs[first.log].NumSegments())
 	}
 	var removed []string
 	for _, ll := range logs[first.log+1:] {
 		for s := 0; s < ll.NumSegments(); s++ {
 			fs, name := ll.SegmentLocation(s)
 			if err := fs.Remove(name); err != nil {
-				return fmt.Errorf("covered puts: removing %s: %w", name, err)
+				return false, fmt.Errorf("covered puts: removing %s: %w", name, err)
 			}
 			removed = append(removed, name)
 		}
 	}
 	if err := truncateFile(disk, first.off.PhysicalFile, first.off.Physical); err != nil {
-		return fmt.Errorf("covered puts: cutting %s at %d: %w", first.off.PhysicalFile, first.off.Physical, err)
+		return false, fmt.Errorf("covered puts: cutting %s at %d: %w", first.off.PhysicalFile, first.off.Physical, err)
 	}
 	if err := syncDir(disk, metaDir); err != nil {
-		return err
+		return false, err
 	}
 	log.Warn("covered puts: a commit's log record reached the disk without its slice data (power cut during its flush); it and every later commit were never acknowledged: cut from the metadata log",
 		"descriptor", fmt.Sprintf("%x", firstKey), "why", bad[firstKey].why, "log", first.off.PhysicalFile,
 		"offset", first.off.Physical, "record", first.recs, "later_logs_removed", removed, "bad_descriptors", len(bad))
-	return nil
+	return true, nil
 }
 
 // truncateFile cuts name to size bytes (copying the prefix into a new file

@@ -27,13 +27,16 @@ import (
 // recycles (Collect), and dropCovered also runs in the background every
 // coveredCleanupEvery descriptors, so they stay few.
 
-// coveredCleanupEvery is how many descriptors commits write between two
-// background cleanups.
-const coveredCleanupEvery = 256
+// coveredCleanupEvery is how many covered slices commits describe between
+// two background cleanups: it bounds what Open reads to check them
+// (about 128 MiB of 1 MiB slices, plus what commits add while a cleanup
+// runs) at the cost of one Sync and one small durable commit per that
+// many covered slices.
+const coveredCleanupEvery = 128
 
 type coveredState struct {
 	seq     atomic.Uint64 // the last descriptor sequence handed out
-	pending atomic.Int64  // descriptors written since the last cleanup began
+	pending atomic.Int64  // slices described since the last cleanup began
 	running atomic.Bool   // a background cleanup is running
 	wg      sync.WaitGroup
 }
@@ -55,24 +58,24 @@ func (f *FS) initCovered(ctx context.Context) error {
 }
 
 // describeCovered adds to kt the descriptor of t's covered slices, if
-// any (after the slices were synced or waited for), and reports whether
-// it did.
-func (t *Txn) describeCovered(kt kv.Txn) (bool, error) {
+// any (after the slices were synced or waited for), and returns how many
+// it described.
+func (t *Txn) describeCovered(kt kv.Txn) (int, error) {
 	cov := slice.Covered(t.fs.slices, t.written)
 	if len(cov) == 0 {
-		return false, nil
+		return 0, nil
 	}
 	v := make([]byte, 0, len(cov)*slice.PointerSize)
 	for _, p := range cov {
 		v = p.AppendBinary(v)
 	}
-	return true, kvErr(kt.Set(meta.CoveredKey(t.fs.covered.seq.Add(1)), v))
+	return len(cov), kvErr(kt.Set(meta.CoveredKey(t.fs.covered.seq.Add(1)), v))
 }
 
-// committedCovered notes a committed descriptor and starts a background
-// cleanup every coveredCleanupEvery of them.
-func (f *FS) committedCovered() {
-	if f.covered.pending.Add(1) < coveredCleanupEvery || !f.covered.running.CompareAndSwap(false, true) {
+// committedCovered notes a committed descriptor of n slices and starts a
+// background cleanup every coveredCleanupEvery slices.
+func (f *FS) committedCovered(n int) {
+	if f.covered.pending.Add(int64(n)) < coveredCleanupEvery || !f.covered.running.CompareAndSwap(false, true) {
 		return
 	}
 	f.covered.wg.Add(1)

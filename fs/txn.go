@@ -261,7 +261,7 @@ func (t *Txn) Commit(ctx context.Context) error {
 				return storeErr("writing slices", err)
 			}
 		}
-		described := false
+		described := 0
 		if len(t.written) > 0 && t.kvTxn != nil {
 			var err error
 			if described, err = t.describeCovered(t.kvTxn); err != nil {
@@ -286,8 +286,8 @@ func (t *Txn) Commit(ctx context.Context) error {
 		if err == nil {
 			committed = true
 			t.kvTxn = nil
-			if described {
-				t.fs.committedCovered()
+			if described > 0 {
+				t.fs.committedCovered(described)
 			}
 			t.fs.pacer.add(t.garbage)
 			orphaned, tmpfiles := t.orphaned, t.tmpfiles
