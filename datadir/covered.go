@@ -2,6 +2,7 @@ package datadir
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -57,7 +58,7 @@ func recoverCovered(disk vfs.FS, dir string, log *slog.Logger) error {
 		return nil // a new store
 	}
 	for round := 0; ; round++ {
-		bad, total, flushed, err := checkCovered(disk, dir)
+		bad, total, flushed, acked, err := checkCovered(disk, dir)
 		if err != nil {
 			return err
 		}
@@ -73,7 +74,7 @@ func recoverCovered(disk vfs.FS, dir string, log *slog.Logger) error {
 				"cuts", round, "bad", describeBad(bad))
 			return nil
 		}
-		cut, err := cutLog(disk, metaDir, bad, flushed, log)
+		cut, err := cutLog(disk, metaDir, bad, flushed, acked, log)
 		if err != nil {
 			return err
 		}
@@ -113,18 +114,27 @@ func (pebbleQuiet) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format
 
 // checkCovered opens the metadata store read-only and checks every
 // descriptor's slices against the backing files; it returns the failing
-// descriptors by key, the number checked, and the largest sequence number
-// in the store's sstables (every log record up to it was flushed: not in
-// the log that the store replays, and not to be cut).
-func checkCovered(disk vfs.FS, dir string) (bad map[string]badDescriptor, total int, flushed uint64, err error) {
+// descriptors by key, the number checked, the largest sequence number in
+// the store's sstables (every log record up to it was flushed: not in the
+// log that the store replays, and not to be cut) and the store's
+// acknowledgement watermark (meta.CoveredAckedKey; 0 if none).
+func checkCovered(disk vfs.FS, dir string) (bad map[string]badDescriptor, total int, flushed, acked uint64, err error) {
 	db, err := pebble.Open(filepath.Join(dir, "meta"), &pebble.Options{FS: disk, ReadOnly: true, Logger: pebbleQuiet{}})
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("opening the metadata read-only to check covered puts: %w", err)
+		return nil, 0, 0, 0, fmt.Errorf("opening the metadata read-only to check covered puts: %w", err)
 	}
 	defer db.Close()
+	if v, closer, err := db.Get(meta.MiscKey(meta.CoveredAckedKey)); err == nil {
+		if len(v) == 8 {
+			acked = binary.BigEndian.Uint64(v)
+		}
+		closer.Close()
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return nil, 0, 0, 0, err
+	}
 	levels, err := db.SSTables()
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, 0, err
 	}
 	for _, l := range levels {
 		for _, t := range l {
@@ -133,7 +143,7 @@ func checkCovered(disk vfs.FS, dir string) (bad map[string]badDescriptor, total 
 	}
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: meta.CoveredPrefix(), UpperBound: kv.PrefixEnd(meta.CoveredPrefix())})
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, 0, err
 	}
 	defer it.Close()
 	files := map[uint32]vfs.File{}
@@ -149,13 +159,13 @@ func checkCovered(disk vfs.FS, dir string) (bad map[string]badDescriptor, total 
 		v := it.Value()
 		why, err := verifyDescriptor(disk, dir, files, v, &buf)
 		if err != nil {
-			return nil, 0, 0, err
+			return nil, 0, 0, 0, err
 		}
 		if why != "" {
 			bad[string(it.Key())] = badDescriptor{value: bytes.Clone(v), why: why}
 		}
 	}
-	return bad, total, flushed, it.Error()
+	return bad, total, flushed, acked, it.Error()
 }
 
 // verifyDescriptor checks the slices of one descriptor value; it returns
@@ -205,8 +215,11 @@ func verifyDescriptor(disk vfs.FS, dir string, files map[uint32]vfs.File, v []by
 // reused), truncates the log holding the earliest of them just before it
 // and deletes the later logs. A record whose batch sequence number is at
 // most flushed is in an sstable too (its commit's data was flushed then):
-// never cut.
-func cutLog(disk vfs.FS, metaDir string, bad map[string]badDescriptor, flushed uint64, log *slog.Logger) (bool, error) {
+// never cut; nor is one of a descriptor whose sequence is at most the
+// acknowledgement watermark (acked, or a larger one a log record holds):
+// its commit was acknowledged before that record was built, so its
+// slices were durable and the failure is damage.
+func cutLog(disk vfs.FS, metaDir string, bad map[string]badDescriptor, flushed, acked uint64, log *slog.Logger) (bool, error) {
 	logs, err := wal.Scan(wal.Dir{FS: disk, Dirname: metaDir})
 	if err != nil {
 		return false, fmt.Errorf("covered puts: listing the metadata logs: %w", err)
@@ -217,6 +230,7 @@ func cutLog(disk vfs.FS, metaDir string, bad map[string]badDescriptor, flushed u
 		recs int // records from the start of the log (for the report)
 	}
 	found := map[string]pos{}
+	ackedKey := string(meta.MiscKey(meta.CoveredAckedKey))
 	for i, ll := range logs {
 		r := ll.OpenForRead()
 		for recs := 0; ; recs++ {
@@ -241,12 +255,20 @@ func cutLog(disk vfs.FS, metaDir string, bad map[string]badDescriptor, flushed u
 				if kind != pebble.InternalKeyKindSet {
 					continue
 				}
+				if string(k) == ackedKey && len(v) == 8 {
+					acked = max(acked, binary.BigEndian.Uint64(v))
+				}
 				if d, isBad := bad[string(k)]; isBad && bytes.Equal(v, d.value) {
 					found[string(k)] = pos{log: i, off: off, recs: recs}
 				}
 			}
 		}
 		r.Close()
+	}
+	for k := range found {
+		if len(k) >= 9 && binary.BigEndian.Uint64([]byte(k[1:9])) <= acked {
+			delete(found, k) // acknowledged: damage
+		}
 	}
 	var first *pos
 	var firstKey string

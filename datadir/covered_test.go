@@ -89,11 +89,16 @@ func (c *coveredEnv) data() []byte {
 	return b
 }
 
-// write creates name with data in one durable commit and returns the
-// pointers of the slices it wrote.
+// write creates name with data in one durable commit.
 func (c *coveredEnv) write(name string, data []byte) {
 	c.t.Helper()
-	err := c.e.FS.Do(c.ctx, fs.RootCred, func(tx *fs.Txn) error {
+	c.writeOpts(name, data, false)
+}
+
+// writeOpts creates name with data in one commit, NoSync if noSync.
+func (c *coveredEnv) writeOpts(name string, data []byte, noSync bool) {
+	c.t.Helper()
+	err := c.e.FS.DoOpts(c.ctx, fs.RootCred, fs.TxnOptions{NoSync: noSync}, func(tx *fs.Txn) error {
 		a, _, err := tx.Create(c.ctx, fs.RootIno, name, fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644, Exclusive: true})
 		if err != nil {
 			return err
@@ -212,13 +217,15 @@ func (c *coveredEnv) clobber(ptrs []slice.Pointer) {
 	}
 }
 
-// TestCoveredRecoverCutsUnflushedCommit: durable commits of 1 MiB files
-// into reused space are covered puts (no slice fdatasync, one descriptor
-// each). The model of a power cut during the third commit's log flush:
-// its log record reached the disk, its slice bytes did not. Open must cut
-// that commit and the later ones (never acknowledged: any later flush
-// would have covered the data) and keep every earlier one, and the store
-// must pass fsck. Without the recovery the third file reads corrupt.
+// TestCoveredRecoverCutsUnflushedCommit: commits of 1 MiB files into
+// reused space are covered puts (no slice fdatasync, one descriptor each):
+// two durable, then three NoSync ones never synced (not acknowledged as
+// durable; their records reach the log file at Close). The model of a
+// power cut during the log flush that would have acknowledged them: the
+// records reached the disk, the third commit's slice bytes did not. Open
+// must cut that commit and the later ones and keep the two acknowledged
+// ones, and the store must pass fsck. Without the recovery the third file
+// reads corrupt.
 func TestCoveredRecoverCutsUnflushedCommit(t *testing.T) {
 	c := newCoveredEnv(t)
 	c.pool(8)
@@ -228,7 +235,7 @@ func TestCoveredRecoverCutsUnflushedCommit(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		d0 := c.descriptors()
 		data := c.data()
-		c.write(fmt.Sprintf("f%d", i), data)
+		c.writeOpts(fmt.Sprintf("f%d", i), data, i >= 2)
 		files = append(files, data)
 		descs = append(descs, c.newDescriptor(d0, c.descriptors()))
 	}
@@ -311,5 +318,49 @@ func TestCoveredStaleDescriptorNotCut(t *testing.T) {
 	}
 	if strings.Contains(c.logs.String(), "cut from the metadata log") {
 		t.Errorf("Open cut the log:\n%s", c.logs)
+	}
+}
+
+// TestCoveredDamageNotCut: an acknowledged covered commit's slice bytes
+// change on disk while its descriptor is still live (damage, not a power
+// cut). Open must not cut the log — later acknowledged commits stay — and
+// must open, logging the damage: live, because later commits recorded the
+// acknowledgement watermark past it (meta.CoveredAckedKey); reopened,
+// because a reopen flushed its log record to an sstable.
+func TestCoveredDamageNotCut(t *testing.T) {
+	for _, reopen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reopen=%v", reopen), func(t *testing.T) {
+			c := newCoveredEnv(t)
+			c.pool(4)
+			d0 := c.descriptors()
+			c.write("damaged", c.data())
+			desc := c.newDescriptor(d0, c.descriptors())
+			if reopen {
+				c.close()
+				c.open()
+			}
+			files := map[string][]byte{}
+			for i := 0; i < 3; i++ {
+				name := fmt.Sprintf("later%d", i)
+				files[name] = c.data()
+				c.write(name, files[name])
+			}
+			c.close()
+			c.clobber(desc)
+			c.open()
+			defer c.close()
+			for name, want := range files {
+				if got, err := c.read(name); err != nil || !bytes.Equal(got, want) {
+					t.Errorf("%s (acknowledged after the damaged commit): err %v, equal %v", name, err, bytes.Equal(got, want))
+				}
+			}
+			if _, err := c.read("damaged"); err == nil {
+				t.Errorf("the damaged file reads back whole")
+			}
+			logs := c.logs.String()
+			if strings.Contains(logs, "cut from the metadata log") || !strings.Contains(logs, "damage, not an unfinished commit") {
+				t.Errorf("want the damage logged and no cut:\n%s", logs)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,9 +36,17 @@ import (
 const coveredCleanupEvery = 128
 
 type coveredState struct {
-	seq     atomic.Uint64 // the last descriptor sequence handed out
-	pending atomic.Int64  // slices described since the last cleanup began
-	running atomic.Bool   // a background cleanup is running
+	mu  sync.Mutex
+	seq uint64 // the last descriptor sequence handed out
+	// outstanding are the sequences of descriptors whose commits are not
+	// yet acknowledged durable: in flight (false), or applied NoSync and
+	// waiting for an FS.Sync (true).
+	outstanding map[uint64]bool
+	acked       uint64        // the watermark: every sequence <= acked is not outstanding
+	recorded    atomic.Uint64 // the largest watermark a committed batch holds
+
+	pending atomic.Int64 // slices described since the last cleanup began
+	running atomic.Bool  // a background cleanup is running
 	wg      sync.WaitGroup
 }
 
@@ -53,23 +62,121 @@ func (f *FS) initCovered(ctx context.Context) error {
 	if n := len(keys); n > 0 {
 		seq = max(seq, binary.BigEndian.Uint64(keys[n-1][1:]))
 	}
-	f.covered.seq.Store(seq)
+	c := &f.covered
+	c.seq, c.acked, c.outstanding = seq, seq, map[uint64]bool{}
 	return nil
 }
 
-// describeCovered adds to kt the descriptor of t's covered slices, if
-// any (after the slices were synced or waited for), and returns how many
-// it described.
-func (t *Txn) describeCovered(kt kv.Txn) (int, error) {
-	cov := slice.Covered(t.fs.slices, t.written)
+// updateAckedLocked recomputes the watermark (c.mu held).
+func (c *coveredState) updateAckedLocked() {
+	w := c.seq
+	for s := range c.outstanding {
+		w = min(w, s-1)
+	}
+	c.acked = max(c.acked, w)
+}
+
+// describeCovered adds to kt, right before its commit, the descriptor of
+// t's covered slices, if any (after the slices were synced or waited
+// for), and the acknowledgement watermark if it advanced since a commit
+// last recorded it. It returns the descriptor's sequence (0: none), how
+// many slices it describes and the watermark written (0: none); the
+// caller reports the commit's outcome to endCovered.
+func (t *Txn) describeCovered(kt kv.Txn) (seq uint64, n int, acked uint64, err error) {
+	c := &t.fs.covered
+	var cov []slice.Pointer
+	if len(t.written) > 0 {
+		cov = slice.Covered(t.fs.slices, t.written)
+	}
+	c.mu.Lock()
+	if len(cov) > 0 {
+		c.seq++
+		seq = c.seq
+		c.outstanding[seq] = false
+	}
+	if c.acked > c.recorded.Load() && (t.mutations > 0 || seq > 0) {
+		// Only in a commit that writes anyway: a commit without changes
+		// costs no log write.
+		acked = c.acked
+	}
+	c.mu.Unlock()
+	if acked > 0 {
+		if err := kt.Set(meta.MiscKey(meta.CoveredAckedKey), encodeUint64(acked)); err != nil {
+			t.fs.endCovered(seq, kv.ErrConflict, false, 0)
+			return 0, 0, 0, kvErr(err)
+		}
+	}
 	if len(cov) == 0 {
-		return 0, nil
+		return 0, 0, acked, nil
 	}
 	v := make([]byte, 0, len(cov)*slice.PointerSize)
 	for _, p := range cov {
 		v = p.AppendBinary(v)
 	}
-	return len(cov), kvErr(kt.Set(meta.CoveredKey(t.fs.covered.seq.Add(1)), v))
+	if err := kt.Set(meta.CoveredKey(seq), v); err != nil {
+		t.fs.endCovered(seq, kv.ErrConflict, false, 0)
+		return 0, 0, 0, kvErr(err)
+	}
+	return seq, len(cov), acked, nil
+}
+
+// endCovered records the outcome err of the commit that wrote descriptor
+// seq (0: none) and watermark acked (0: none). A commit not applied
+// (kv.ErrConflict, or the descriptor never reached the commit) releases
+// its sequence; a durable one is acknowledged; a NoSync one waits for an
+// FS.Sync. Any other error leaves the sequence outstanding for good: the
+// outcome is unknown (the store has failed).
+func (f *FS) endCovered(seq uint64, err error, noSync bool, acked uint64) {
+	c := &f.covered
+	if err == nil && acked > 0 {
+		for {
+			r := c.recorded.Load()
+			if r >= acked || c.recorded.CompareAndSwap(r, acked) {
+				break
+			}
+		}
+	}
+	if seq == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err == nil && noSync:
+		c.outstanding[seq] = true
+		return
+	case err == nil, errors.Is(err, kv.ErrConflict):
+		delete(c.outstanding, seq)
+	default:
+		return
+	}
+	c.updateAckedLocked()
+}
+
+// syncCovered runs sync (the kv store's Sync) and then acknowledges the
+// NoSync commits with descriptors that were applied before it began.
+func (f *FS) syncCovered(sync func() error) error {
+	c := &f.covered
+	c.mu.Lock()
+	var waiting []uint64
+	for s, w := range c.outstanding {
+		if w {
+			waiting = append(waiting, s)
+		}
+	}
+	c.mu.Unlock()
+	if err := sync(); err != nil {
+		return err
+	}
+	if len(waiting) > 0 {
+		c.mu.Lock()
+		for _, s := range waiting {
+			delete(c.outstanding, s)
+		}
+		c.updateAckedLocked()
+		c.mu.Unlock()
+	}
+	return nil
 }
 
 // committedCovered notes a committed descriptor of n slices and starts a

@@ -261,14 +261,6 @@ func (t *Txn) Commit(ctx context.Context) error {
 				return storeErr("writing slices", err)
 			}
 		}
-		described := 0
-		if len(t.written) > 0 && t.kvTxn != nil {
-			var err error
-			if described, err = t.describeCovered(t.kvTxn); err != nil {
-				t.reset()
-				return err
-			}
-		}
 		dropped := t.dropped
 		if len(dropped) > 0 && !t.fs.startDeleting(dropped) {
 			// An inode it deletes was pinned since: replay, which makes
@@ -279,7 +271,16 @@ func (t *Txn) Commit(ctx context.Context) error {
 			}
 			continue
 		}
-		err := t.kvTxn.Commit(ctx)
+		cseq, described, acked, err := t.describeCovered(t.kvTxn)
+		if err != nil {
+			if len(dropped) > 0 {
+				t.fs.endDeleting(dropped)
+			}
+			t.reset()
+			return err
+		}
+		err = t.kvTxn.Commit(ctx)
+		t.fs.endCovered(cseq, err, t.opts.NoSync, acked)
 		if len(dropped) > 0 {
 			t.fs.endDeleting(dropped)
 		}
@@ -319,7 +320,7 @@ func (t *Txn) Commit(ctx context.Context) error {
 // with concurrent commits and Syncs). Their slice data was flushed when
 // they committed.
 func (f *FS) Sync(ctx context.Context) error {
-	return kvErr(f.kv.Sync(ctx))
+	return f.syncCovered(func() error { return kvErr(f.kv.Sync(ctx)) })
 }
 
 // replay re-executes the log on a fresh kv transaction.

@@ -161,6 +161,15 @@ func OrphanPrefix() []byte { return []byte{prefixOrphan} }
 // (docs/engine.md "Covered puts").
 func CoveredKey(seq uint64) []byte { return key(prefixCovered, seq, nil) }
 
+// CoveredAckedKey names the misc record (MiscKey) holding the covered-put
+// acknowledgement watermark, a big-endian uint64: every descriptor with a
+// sequence at most it belongs to a commit that was acknowledged durable
+// (or never applied) before the batch that wrote the value was built.
+// Commits write it (blindly) when it has advanced; recovery takes the
+// largest value the log and the store hold and never cuts for a
+// descriptor under it (that is damage, not an unfinished commit).
+const CoveredAckedKey = "covered-acked"
+
 // CoveredPrefix covers every covered-put descriptor.
 func CoveredPrefix() []byte { return []byte{prefixCovered} }
 
