@@ -1081,7 +1081,7 @@ func (l *Local) kick(t syncTarget) (c *syncCall, leader bool, err error) {
 // SyncAll fdatasync the file even for covered puts alone, which empties
 // the list (one extra flush per maxCovered covered puts to a file that
 // takes no other).
-const maxCovered = 1024
+const maxCovered = 256
 
 // Covered returns the pointers among ptrs that may be covered puts
 // (LocalOptions.Covered): direct puts into reused space that no completed
