@@ -9,9 +9,10 @@ import (
 )
 
 // TestCoveredSkipsSync: with LocalOptions.Covered, a direct put into
-// reused space is reported by Covered and needs no fdatasync from Sync or
-// SyncAll; an append still gets one and is not reported; past maxCovered
-// listed covered puts one fdatasync empties the list. Without Covered the
+// reused space below the synced watermark is reported by Covered and needs
+// no fdatasync from Sync or SyncAll; an append still gets one and is not
+// reported, and so does a put into reused space that was never synced;
+// past maxCovered listed covered puts one fdatasync empties the list. Without Covered the
 // reused put is synced (TestSyncAfterReuseFsyncs) and never reported.
 func TestCoveredSkipsSync(t *testing.T) {
 	for _, covered := range []bool{false, true} {
@@ -86,6 +87,28 @@ func TestCoveredSkipsSync(t *testing.T) {
 			}
 			if n := l.Stats().Fsyncs - before; n != 1 {
 				t.Fatalf("300 covered puts and Syncs: %d fdatasyncs, want 1 (when the list passed its bound)", n)
+			}
+		}
+		if covered {
+			// A pooled range never synced (the put that appended it was
+			// not): a put there is not covered — the file's size and
+			// allocation there may not be durable — and Sync
+			// fdatasyncs for it.
+			x := slicetest.MustPut(t, l, 0, slicetest.RandomData(900, 1<<20))
+			mustRecycle(t, l, nil, x.Backing, x.Offset, uint64(x.Length))
+			y := slicetest.MustPut(t, l, 0, slicetest.RandomData(901, 1<<20))
+			if y.Offset != x.Offset {
+				t.Fatalf("put %v did not reuse %v", y, x)
+			}
+			if got := l.Covered([]slice.Pointer{y}); len(got) != 0 {
+				t.Fatalf("a put into never-synced reused space reported covered: %v", got)
+			}
+			before = l.Stats().Fsyncs
+			if err := l.Sync(ctx, []slice.Pointer{y}); err != nil {
+				t.Fatal(err)
+			}
+			if n := l.Stats().Fsyncs - before; n != 1 {
+				t.Fatalf("a put into never-synced reused space: %d fdatasyncs, want 1", n)
 			}
 		}
 		if err := l.Close(); err != nil {

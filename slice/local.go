@@ -124,8 +124,9 @@ type LocalOptions struct {
 	// mount 0.62 of a local directory staged, 0.43 unstaged, in the same
 	// run; docs/slice.md "Unstaged direct puts").
 	Unstaged bool
-	// Covered: a direct put into reused space (written, allocated blocks
-	// below the file's synced watermark) is a covered put: Sync and
+	// Covered: a direct put into reused space below the file's synced
+	// watermark (written, allocated blocks, the file's size durable) is a
+	// covered put: Sync and
 	// SyncAll wait for its O_DIRECT write to complete and do not
 	// fdatasync its file for it. The caller promises a device cache flush
 	// on the same device (the metadata log's fdatasync, see datadir)
@@ -697,9 +698,13 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 	b.dmu.Unlock()
 	var dw *dirtyWrite
 	if reused {
-		// Below the synced watermark: Sync must see it (kick).
-		dw = &dirtyWrite{off: off, end: off + n, done: w.done, covered: l.covered}
+		// Below the size: Sync must see it (kick). Covered only below
+		// the synced watermark: there the file's size and allocation are
+		// durable (a pooled range may come from a put that was never
+		// synced, or from before a restart).
+		dw = &dirtyWrite{off: off, end: off + n, done: w.done}
 		b.smu.Lock()
+		dw.covered = l.covered && off+n <= b.smu.synced
 		b.smu.dirty = append(b.smu.dirty, dw)
 		b.smu.Unlock()
 	} else {
