@@ -19,11 +19,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,6 +35,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/kv"
+	"github.com/txnfs/txnfs/meta"
 	"github.com/txnfs/txnfs/slice"
 )
 
@@ -47,6 +51,9 @@ type directCrashMode struct {
 	// syncPct is the share (of 100) of durable commits; the others are
 	// NoSync, followed by an FS.Sync every third one of a worker.
 	syncPct int
+	// covered opens with Options.Covered (large puts into reused space
+	// skip their fdatasync; Open checks their descriptors).
+	covered bool
 }
 
 var directCrashModes = map[string]directCrashMode{
@@ -55,6 +62,9 @@ var directCrashModes = map[string]directCrashMode{
 	// Many concurrent large puts with NoSync commits: Put returns while
 	// the direct write runs, so kills land with writes in flight.
 	"inflight": {name: "inflight", workers: 8, small: 0, syncPct: 10},
+	// "mixed" with covered puts: a kill loses no completed direct write,
+	// so Open must find every descriptor whole and cut nothing.
+	"covered": {name: "covered", workers: 3, small: 3, syncPct: 40, covered: true},
 }
 
 // crashVersion is file (w, k)'s content at version v of n bytes: a header
@@ -173,7 +183,7 @@ func TestDirectCrashChild(t *testing.T) {
 		os.Exit(2)
 	}
 	ctx := context.Background()
-	e, err := Open(ctx, Options{Dir: dir, CacheBytes: -1})
+	e, err := Open(ctx, Options{Dir: dir, CacheBytes: -1, Covered: m.covered})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		os.Exit(2)
@@ -293,10 +303,14 @@ func TestDirectCrashKill9(t *testing.T) {
 		}
 		budget, iterations = time.Duration(n)*time.Second, 100000
 	}
-	for _, name := range []string{"mixed", "inflight"} {
+	for _, name := range []string{"mixed", "inflight", "covered"} {
 		t.Run(name, func(t *testing.T) {
 			t.Logf("TXNFS_CRASH_SEED=%d", seed)
-			directCrashKill9(t, directCrashModes[name], seed, budget, iterations)
+			b := budget
+			if name == "covered" && os.Getenv("TXNFS_DCRASH_SECONDS") == "" {
+				b = 10 * time.Second
+			}
+			directCrashKill9(t, directCrashModes[name], seed, b, iterations)
 		})
 	}
 }
@@ -309,7 +323,7 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 	// durable (or found after a kill); 0: none.
 	durable := make([][directCrashFiles]uint64, m.workers)
 	start := time.Now()
-	var directPuts, killsInFlight, acks, synceds uint64
+	var directPuts, killsInFlight, acks, synceds, described uint64
 	it := 0
 	for ; it < iterations && (it < 2 || time.Since(start) < budget); it++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestDirectCrashChild$", "-test.count=1", "-test.timeout=2m")
@@ -396,9 +410,17 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 			killsInFlight++
 		}
 
-		e, err := Open(ctx, Options{Dir: dir, CacheBytes: -1})
+		logs := &logBuf{}
+		e, err := Open(ctx, Options{Dir: dir, CacheBytes: -1, Covered: m.covered, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 		if err != nil {
 			t.Fatalf("seed %d iteration %d: reopening after kill -9: %v", seed, it, err)
+		}
+		if strings.Contains(logs.String(), "covered puts:") {
+			e.Close()
+			t.Fatalf("seed %d iteration %d: a kill -9 loses no completed write, yet Open found bad covered-put descriptors:\n%s", seed, it, logs)
+		}
+		if n := countDescriptors(t, e); n > 0 {
+			described++
 		}
 		fatal := func(format string, args ...any) {
 			e.Close()
@@ -425,14 +447,31 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 		t.Logf("iteration %d: killed after %d of %d (commits, or samples with >= 4 in flight) waited for; %d direct puts, %d in flight at the last sample; %d slices checked",
 			it, seen, waitFor, lastDirect, lastInFlight, rep.Slices)
 	}
-	t.Logf("%s: %d iterations in %v: %d commits acknowledged, %d Syncs, %d direct puts, %d kills with direct writes in flight",
-		m.name, it, time.Since(start).Round(time.Millisecond), acks, synceds, directPuts, killsInFlight)
+	t.Logf("%s: %d iterations in %v: %d commits acknowledged, %d Syncs, %d direct puts, %d kills with direct writes in flight, %d reopens with covered-put descriptors",
+		m.name, it, time.Since(start).Round(time.Millisecond), acks, synceds, directPuts, killsInFlight, described)
 	if directPuts == 0 {
 		t.Fatalf("seed %d: no put went direct (O_DIRECT works here: the engine stopped using it?)", seed)
+	}
+	if m.covered && described == 0 {
+		t.Fatalf("seed %d: no reopen found a covered-put descriptor (no covered puts?)", seed)
 	}
 	if m.name == "inflight" && killsInFlight == 0 {
 		t.Fatalf("seed %d: no kill landed while direct writes were in flight", seed)
 	}
+}
+
+// countDescriptors returns the number of covered-put descriptors in e.
+func countDescriptors(t *testing.T, e *Engine) int {
+	tx, err := e.KV.Begin(context.Background(), kv.TxnOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	pairs, err := tx.Scan(context.Background(), meta.CoveredPrefix(), kv.PrefixEnd(meta.CoveredPrefix()), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(pairs)
 }
 
 // sscan reports whether line parses as format.

@@ -68,7 +68,17 @@ type Options struct {
 	// the size is unknown, i.e. with FS set), negative means Pebble's
 	// default (4 MiB).
 	MemTableBytes int64
-	Logger        *slog.Logger
+	// Covered sets slice.LocalOptions.Covered: a durable commit whose
+	// slices were all written with O_DIRECT into reused space issues one
+	// device flush (the metadata log's), not two; the commit records
+	// those slices and Open checks them (docs/engine.md "Covered puts").
+	// Only with the real disk (FS nil) and the slices and the metadata on
+	// one device; otherwise ignored (logged).
+	Covered bool
+	Logger  *slog.Logger
+
+	// directVFS (tests): slice.LocalOptions.DirectVFS, and Covered on FS.
+	directVFS bool
 }
 
 // BigMemTable is the memtable size DefaultMemTable picks on a large file
@@ -149,10 +159,25 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 				o.Dir, free, minOpenFree)
 		}
 	}
+	covered := o.Covered
+	if covered && !o.directVFS {
+		if err := sameDevice(o.FS, filepath.Join(o.Dir, "slices"), filepath.Join(o.Dir, "meta")); err != nil {
+			o.Logger.Warn("covered puts off", "err", err)
+			covered = false
+		}
+	}
 	local, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: disk, Dir: filepath.Join(o.Dir, "slices"),
-		ReuseMin: o.SliceReuseMin, ReuseMax: o.SliceReuseMax, Unstaged: o.SliceUnstaged, Logger: o.Logger.With("component", "slices")})
+		ReuseMin: o.SliceReuseMin, ReuseMax: o.SliceReuseMax, Unstaged: o.SliceUnstaged, Covered: covered, DirectVFS: o.directVFS,
+		Logger: o.Logger.With("component", "slices")})
 	if err != nil {
 		return nil, fmt.Errorf("datadir: opening slices: %w", err)
+	}
+	// With the slice directory locked, before anything opens the metadata
+	// store for writing (which would flush the replayed log into
+	// sstables): cut commits whose covered slices are not on disk.
+	if err := recoverCovered(disk, o.Dir, o.Logger.With("component", "recovery")); err != nil {
+		local.Close()
+		return nil, fmt.Errorf("datadir: %w", err)
 	}
 	// Metadata bytes reach the OS only after the slice bytes put before
 	// them are durable (orderedFS), so fs NoSync commits flush no slices;
@@ -200,6 +225,25 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		return nil, fmt.Errorf("datadir: %w", err)
 	}
 	return &Engine{FS: f, KV: store, Slices: slices, local: local, memTable: memTable}, nil
+}
+
+// sameDevice returns nil if the directories a and b are on one device of
+// the real disk (fs nil), where one device flush covers both.
+func sameDevice(fs vfs.FS, a, b string) error {
+	if fs != nil {
+		return errors.New("not the real disk")
+	}
+	var sa, sb unix.Stat_t
+	if err := unix.Stat(a, &sa); err != nil {
+		return err
+	}
+	if err := unix.Stat(b, &sb); err != nil {
+		return err
+	}
+	if sa.Dev != sb.Dev {
+		return fmt.Errorf("%s and %s are on different devices", a, b)
+	}
+	return nil
 }
 
 // mkdirSynced creates dir and any missing parents, syncing the parent of

@@ -90,6 +90,7 @@ type FS struct {
 	space                 *spaceGuard // see space.go; nil: no reserve
 	decoded               decodeCache
 	hints                 spanHints
+	covered               coveredState // see covered.go
 	// xattrs is false while the store holds no extended attribute at all
 	// (probed at Open, set before any transaction writes one): deleting
 	// an inode then skips the scan of its attributes, one of the four kv
@@ -145,6 +146,9 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if err := f.reclaimOrphans(ctx); err != nil {
 		return nil, err
 	}
+	if err := f.initCovered(ctx); err != nil {
+		return nil, err
+	}
 	return f, nil
 }
 
@@ -166,8 +170,12 @@ func (f *FS) probeXattrs(ctx context.Context) error {
 	return nil
 }
 
-// Close releases the FS. It does not close the kv or slice stores.
-func (f *FS) Close() error { return nil }
+// Close releases the FS (waiting for a background cleanup of covered-put
+// descriptors). It does not close the kv or slice stores.
+func (f *FS) Close() error {
+	f.covered.wg.Wait()
+	return nil
+}
 
 func (f *FS) now() time.Time { return f.cfg.Clock() }
 

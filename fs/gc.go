@@ -223,8 +223,12 @@ func (f *FS) CollectGarbage(ctx context.Context) (GCReport, error) {
 	if canFree {
 		// The scans saw NoSync commits that a crash could still lose,
 		// bringing back pointers to what we free: make them durable
-		// first, so durable metadata never names freed bytes.
-		if err := f.Sync(ctx); err != nil {
+		// first, so durable metadata never names freed bytes. Then
+		// delete the covered-put descriptors (dropCovered): none that
+		// names a range freed below may outlive this Sync (those of
+		// commits after the scan name no such range: they began after
+		// the snapshot, or are late commits, excluded).
+		if err := f.dropCovered(ctx); err != nil {
 			return rep, err
 		}
 	}

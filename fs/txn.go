@@ -271,13 +271,25 @@ func (t *Txn) Commit(ctx context.Context) error {
 			}
 			continue
 		}
-		err := t.kvTxn.Commit(ctx)
+		cseq, described, acked, err := t.describeCovered(t.kvTxn)
+		if err != nil {
+			if len(dropped) > 0 {
+				t.fs.endDeleting(dropped)
+			}
+			t.reset()
+			return err
+		}
+		err = t.kvTxn.Commit(ctx)
+		t.fs.endCovered(cseq, err, t.opts.NoSync, acked)
 		if len(dropped) > 0 {
 			t.fs.endDeleting(dropped)
 		}
 		if err == nil {
 			committed = true
 			t.kvTxn = nil
+			if described > 0 {
+				t.fs.committedCovered(described)
+			}
 			t.fs.pacer.add(t.garbage)
 			orphaned, tmpfiles := t.orphaned, t.tmpfiles
 			t.reset()
@@ -308,7 +320,7 @@ func (t *Txn) Commit(ctx context.Context) error {
 // with concurrent commits and Syncs). Their slice data was flushed when
 // they committed.
 func (f *FS) Sync(ctx context.Context) error {
-	return kvErr(f.kv.Sync(ctx))
+	return f.syncCovered(func() error { return kvErr(f.kv.Sync(ctx)) })
 }
 
 // replay re-executes the log on a fresh kv transaction.

@@ -16,6 +16,9 @@ const (
 	prefixXattr  = 'x'
 	prefixOrphan = 'o'
 	prefixMisc   = 'm'
+	// prefixCovered: covered-put descriptors, "v" + sequence (u64). See
+	// CoveredKey.
+	prefixCovered = 'v'
 )
 
 // RegionSize is the size of the file regions that each had one slice list
@@ -148,6 +151,27 @@ func OrphanKey(ino uint64) []byte { return key(prefixOrphan, ino, nil) }
 
 // OrphanPrefix covers all orphans.
 func OrphanPrefix() []byte { return []byte{prefixOrphan} }
+
+// CoveredKey is the key of covered-put descriptor seq: the value is the
+// concatenated 20-byte encodings (slice.Pointer.AppendBinary) of the
+// slices a commit wrote with O_DIRECT into reused space without syncing
+// their backing files (datadir Options.Covered). The commit that writes
+// them sets it in its own batch; the garbage collector deletes it once a
+// Sync made that commit durable; datadir.Open checks every one left
+// (docs/engine.md "Covered puts").
+func CoveredKey(seq uint64) []byte { return key(prefixCovered, seq, nil) }
+
+// CoveredAckedKey names the misc record (MiscKey) holding the covered-put
+// acknowledgement watermark, a big-endian uint64: every descriptor with a
+// sequence at most it belongs to a commit that was acknowledged durable
+// (or never applied) before the batch that wrote the value was built.
+// Commits write it (blindly) when it has advanced; recovery takes the
+// largest value the log and the store hold and never cuts for a
+// descriptor under it (that is damage, not an unfinished commit).
+const CoveredAckedKey = "covered-acked"
+
+// CoveredPrefix covers every covered-put descriptor.
+func CoveredPrefix() []byte { return []byte{prefixCovered} }
 
 // MiscKey is engine bookkeeping key name.
 func MiscKey(name string) []byte { return append([]byte{prefixMisc}, name...) }

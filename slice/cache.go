@@ -189,6 +189,9 @@ func (c *Cache) Sync(ctx context.Context, ptrs []Pointer) error {
 	return c.next.Sync(ctx, ptrs)
 }
 
+// Covered passes through to the next Store (see slice.Covered).
+func (c *Cache) Covered(ptrs []Pointer) []Pointer { return Covered(c.next, ptrs) }
+
 // WaitWritten passes through to the next Store (see slice.WaitWritten).
 func (c *Cache) WaitWritten(ctx context.Context, ptrs []Pointer) error {
 	return WaitWritten(ctx, c.next, ptrs)

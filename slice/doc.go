@@ -195,6 +195,15 @@
 // Recycle with a watch leaves those alone (the collector's guard against
 // freeing the slices of a transaction that began after its scan).
 //
+// With LocalOptions.Covered (datadir Options.Covered) a direct put into
+// reused space below the synced watermark is a covered put: once its
+// write completed, Sync and SyncAll do not fdatasync for it — the caller
+// issues a device flush (the metadata log's) before relying on it, and
+// records the pointers Covered reports with its commit so that recovery
+// can check them (docs/engine.md "Covered puts"). Covered puts stay listed
+// as dirty until some SyncData covers them; past maxCovered listed, one
+// does.
+//
 // # Concurrency
 //
 // All methods of Local and Cache may be called concurrently. Close waits

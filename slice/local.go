@@ -124,6 +124,23 @@ type LocalOptions struct {
 	// mount 0.62 of a local directory staged, 0.43 unstaged, in the same
 	// run; docs/slice.md "Unstaged direct puts").
 	Unstaged bool
+	// Covered: a direct put into reused space below the file's synced
+	// watermark (written, allocated blocks, the file's size durable) is a
+	// covered put: Sync and
+	// SyncAll wait for its O_DIRECT write to complete and do not
+	// fdatasync its file for it. The caller promises a device cache flush
+	// on the same device (the metadata log's fdatasync, see datadir)
+	// before it relies on the put being durable, and records the covered
+	// puts it commits (Covered) so that recovery can check them
+	// (docs/engine.md "Durability", "Covered puts"). Everything else
+	// (appends, buffered writes) is synced as without it.
+	Covered bool
+	// DirectVFS (tests only): direct puts also when FS is not
+	// vfs.Default, written with the FS's File.WriteAt standing in for an
+	// O_DIRECT pwrite (a write the device completed when it returns): how
+	// a model of a device with a volatile cache (datadir's power-cut
+	// test) sees covered puts.
+	DirectVFS bool
 }
 
 // Validate reports whether o can be used (after defaults are applied).
@@ -151,7 +168,7 @@ func (o *LocalOptions) withDefaults() LocalOptions {
 	if r.DirectMin == 0 {
 		r.DirectMin = DefaultDirectMin
 	}
-	if r.FS != vfs.Default {
+	if r.FS != vfs.Default && !r.DirectVFS {
 		r.DirectMin = -1
 	}
 	if r.ReuseMax == 0 {
@@ -221,6 +238,7 @@ type Local struct {
 	directWG   sync.WaitGroup // asynchronous direct writes; Close waits
 
 	unstaged bool  // LocalOptions.Unstaged
+	covered  bool  // LocalOptions.Covered
 	reuseMax int64 // bound of the reuse pool in bytes; <= 0: no pool
 	reuseMin int   // puts of at least this many bytes may reuse; <= 0: never
 	reuse    reusePool
@@ -255,6 +273,9 @@ type backing struct {
 	// (disabled, not an OS file, refused at open). Set at open, closed by
 	// Close.
 	dfd int
+	// dvfs: direct writes go through f (LocalOptions.DirectVFS); dfd is
+	// then vfsDirectFD.
+	dvfs bool
 	// directOff is set when the file system refused a direct write: the
 	// file takes buffered writes only from then on.
 	directOff atomic.Bool
@@ -335,7 +356,7 @@ func OpenLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 	}
 	l := &Local{fs: o.FS, dir: o.Dir, log: o.Logger.With("component", "slice.local", "dir", o.Dir), byID: map[uint32]*backing{},
 		directMin: o.DirectMin, directBufs: make(chan *[]byte, maxDirectInflight),
-		reuseMax: o.ReuseMax, reuseMin: o.ReuseMin, unstaged: o.Unstaged}
+		reuseMax: o.ReuseMax, reuseMin: o.ReuseMin, unstaged: o.Unstaged, covered: o.Covered}
 	ok := false
 	defer func() {
 		if !ok {
@@ -384,7 +405,9 @@ func OpenLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 			return nil, fmt.Errorf("slice: stat %s: %w", b.name, err)
 		}
 		b.size.Store(uint64(st.Size()))
-		if b.writable && l.directMin > 0 && b.fd != vfs.InvalidFd {
+		if b.writable && l.directMin > 0 && o.DirectVFS && o.FS != vfs.Default {
+			b.dfd, b.dvfs = vfsDirectFD, true
+		} else if b.writable && l.directMin > 0 && b.fd != vfs.InvalidFd {
 			if dfd, err := openDirect(b.name); err == nil {
 				b.dfd = dfd
 			} else {
@@ -673,10 +696,16 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 	b.dmu.Lock()
 	b.dmu.writes = append(b.dmu.writes, w)
 	b.dmu.Unlock()
+	var dw *dirtyWrite
 	if reused {
-		// Below the synced watermark: Sync must see it (kick).
+		// Below the size: Sync must see it (kick). Covered only below
+		// the synced watermark: there the file's size and allocation are
+		// durable (a pooled range may come from a put that was never
+		// synced, or from before a restart).
+		dw = &dirtyWrite{off: off, end: off + n, done: w.done}
 		b.smu.Lock()
-		b.smu.dirty = append(b.smu.dirty, &dirtyWrite{off: off, end: off + n, done: w.done})
+		dw.covered = l.covered && off+n <= b.smu.synced
+		b.smu.dirty = append(b.smu.dirty, dw)
 		b.smu.Unlock()
 	} else {
 		b.size.Store(off + n) // after listing w: see written
@@ -696,7 +725,10 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 	}
 	if (ab == nil && !lent) || !b.directOK.Load() {
 		defer finish()
-		err := writeDirect(b.dfd, buf, off)
+		err := b.writeDirect(buf, off)
+		if err != nil && dw != nil {
+			dw.uncover(b)
+		}
 		if err == nil {
 			b.directOK.Store(true)
 			if ab == nil && !lent {
@@ -709,7 +741,11 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 	go func() {
 		defer l.directWG.Done()
 		defer finish()
-		err := writeDirect(b.dfd, buf, off)
+		err := b.writeDirect(buf, off)
+		if err != nil && dw != nil {
+			// Redone buffered, or failed: not a completed direct write.
+			dw.uncover(b)
+		}
 		if err != nil && directRefused(err) {
 			if !b.directOff.Swap(true) {
 				l.log.Warn("O_DIRECT write refused; this backing file falls back to buffered writes", "backing", b.id, "err", err)
@@ -761,10 +797,21 @@ func (l *Local) getStaging() *[]byte {
 	return <-l.directBufs
 }
 
-// writeDirect writes all of buf at off through the O_DIRECT descriptor fd.
-func writeDirect(fd int, buf []byte, off uint64) error {
+// vfsDirectFD stands for the descriptor of direct writes through the vfs
+// (LocalOptions.DirectVFS).
+const vfsDirectFD = 1 << 30
+
+// writeDirect writes all of buf at off through b's O_DIRECT descriptor
+// (or, with LocalOptions.DirectVFS, through b.f).
+func (b *backing) writeDirect(buf []byte, off uint64) error {
 	for done := 0; done < len(buf); {
-		k, err := pwriteDirect(fd, buf[done:], int64(off)+int64(done))
+		var k int
+		var err error
+		if b.dvfs {
+			k, err = b.f.WriteAt(buf[done:], int64(off)+int64(done))
+		} else {
+			k, err = pwriteDirect(b.dfd, buf[done:], int64(off)+int64(done))
+		}
 		if err != nil {
 			if done > 0 && directRefused(err) {
 				err = fmt.Errorf("after %d bytes: %w", done, io.ErrShortWrite)
@@ -989,10 +1036,19 @@ func (l *Local) kick(t syncTarget) (c *syncCall, leader bool, err error) {
 	defer b.smu.Unlock()
 	dirty := false
 	var unwritten chan struct{}
+	// Completed covered puts need no SyncData: the caller's device flush
+	// makes them durable (LocalOptions.Covered). They stay listed (so
+	// Covered reports them) until a SyncData covers them; past
+	// maxCovered listed, one does.
+	skipCovered := len(b.smu.dirty) <= maxCovered
 	for _, d := range b.smu.dirty {
 		if t.all || slices.ContainsFunc(t.ranges, func(r Range) bool { return r.Start < d.end && d.off < r.End }) {
+			written := d.written()
+			if written && d.covered && skipCovered {
+				continue
+			}
 			dirty = true
-			if !d.written() {
+			if !written {
 				unwritten = d.done
 			}
 		}
@@ -1024,6 +1080,38 @@ func (l *Local) kick(t syncTarget) (c *syncCall, leader bool, err error) {
 	}
 	b.smu.inflight = c
 	return c, true, nil
+}
+
+// maxCovered bounds the dirty writes a file lists: past it, Sync and
+// SyncAll fdatasync the file even for covered puts alone, which empties
+// the list (one extra flush per maxCovered covered puts to a file that
+// takes no other).
+const maxCovered = 256
+
+// Covered returns the pointers among ptrs that may be covered puts
+// (LocalOptions.Covered): direct puts into reused space that no completed
+// SyncData covers yet, which Sync and SyncAll do not fdatasync for. A
+// pointer not returned is durable once Sync or SyncAll returns. The
+// caller records the returned ones with its commit (recovery checks them,
+// see docs/engine.md "Covered puts"); a pointer returned that turns out
+// synced after all costs only that record.
+func (l *Local) Covered(ptrs []Pointer) []Pointer {
+	if !l.covered {
+		return nil
+	}
+	var out []Pointer
+	for _, p := range ptrs {
+		b := l.byID[p.Backing]
+		if b == nil {
+			continue
+		}
+		b.smu.Lock()
+		if slices.ContainsFunc(b.smu.dirty, func(d *dirtyWrite) bool { return d.covered && d.off < p.End() && p.Offset < d.end }) {
+			out = append(out, p)
+		}
+		b.smu.Unlock()
+	}
+	return out
 }
 
 // runSync performs one SyncData. Close waits for it (via smu.inflight).
@@ -1236,10 +1324,10 @@ func (l *Local) closeFiles() error {
 			errs = append(errs, b.f.Close())
 			b.f = nil
 		}
-		if b.dfd >= 0 {
+		if b.dfd >= 0 && !b.dvfs {
 			errs = append(errs, closeDirect(b.dfd))
-			b.dfd = -1
 		}
+		b.dfd = -1
 	}
 	if l.lock != nil {
 		errs = append(errs, l.lock.Close())

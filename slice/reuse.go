@@ -324,6 +324,18 @@ func (l *Local) poolAdd(b *backing, r Range) (added uint64, ok bool) {
 type dirtyWrite struct {
 	off, end uint64
 	done     chan struct{} // closed when its direct write returned; nil: written
+	// covered: a direct write with LocalOptions.Covered, which needs no
+	// SyncData once written (cleared under smu, before done is closed,
+	// if the write failed or was redone buffered).
+	covered bool
+}
+
+// uncover makes d an ordinary dirty write (its direct write failed or
+// was redone buffered): Sync then fdatasyncs for it.
+func (d *dirtyWrite) uncover(b *backing) {
+	b.smu.Lock()
+	d.covered = false
+	b.smu.Unlock()
 }
 
 func (d *dirtyWrite) written() bool {

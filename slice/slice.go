@@ -90,6 +90,24 @@ func WaitWritten(ctx context.Context, s Store, ptrs []Pointer) error {
 	return nil
 }
 
+// CoveredReporter is implemented by stores that may leave some slices to
+// a device flush the caller issues (Local with LocalOptions.Covered, and
+// Cache in front of one).
+type CoveredReporter interface {
+	// Covered returns the pointers among ptrs that Sync and SyncAll may
+	// not fdatasync for (see Local.Covered).
+	Covered(ptrs []Pointer) []Pointer
+}
+
+// Covered returns s's covered pointers among ptrs (none if s is not a
+// CoveredReporter).
+func Covered(s Store, ptrs []Pointer) []Pointer {
+	if c, ok := s.(CoveredReporter); ok {
+		return c.Covered(ptrs)
+	}
+	return nil
+}
+
 // Store keeps immutable slices. All methods are safe for concurrent use.
 type Store interface {
 	// Put stores data (1..MaxSize bytes) as a new slice and returns its

@@ -81,6 +81,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	gcEvery := fl.Duration("gc-interval", 10*time.Minute, "local mounts: garbage collection interval, at least (0: off)")
 	gcGarbage := fl.Int64("gc-garbage", 64<<20, "local mounts: also collect once commits made this many bytes of slice data unreachable")
 	reserve := fl.Int64("reserve", 0, "local mounts: free bytes of the data directory's file system kept for metadata: writes get ENOSPC before using them (0: 2% of its size, 64 MiB-4 GiB; negative: none)")
+	covered := fl.Bool("covered", coveredDefault == "true", "local mounts: one device flush per durable commit whose slices went into reused space (docs/engine.md \"Covered puts\")")
 	pos, err := parsePositional(fl, args)
 	if err != nil {
 		return err
@@ -188,7 +189,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		log.Info("txnfs mounted", "mountpoint", mnt, "server", *server)
 	} else {
-		e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log, Reserve: *reserve})
+		e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log, Reserve: *reserve, Covered: *covered})
 		if err != nil {
 			return fail(err)
 		}

@@ -22,6 +22,13 @@ import (
 	"github.com/txnfs/txnfs/nfs4/server"
 )
 
+// coveredDefault is the default of serve's and mount's --covered
+// ("true" or not; a variable so that a build can set it with -ldflags -X
+// for A/B benchmarks, whose harnesses pass fixed flags). On since session
+// 10, with the recovery that keeps the guarantee (docs/engine.md
+// "Covered puts").
+var coveredDefault = "true"
+
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("serve", stderr)
 	dir := fl.String("data", "txnfs-data", "data directory (created if missing)")
@@ -35,6 +42,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	reserve := fl.Int64("reserve", 0, "free bytes of the data directory's file system kept for metadata: writes get ENOSPC before using them (0: 2% of its size, 64 MiB-4 GiB; negative: none)")
 	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
 	sysmonSlack := fl.Duration("sysmon-slack", time.Millisecond, "timer slack of the Go runtime's monitor thread: its shortest tick (0: the system's default; see docs/nfs-server.md)")
+	covered := fl.Bool("covered", coveredDefault == "true", "one device flush per durable commit whose slices went into reused space (docs/engine.md \"Covered puts\")")
 	procs := fl.Int("procs", 0, "Go scheduler Ps (GOMAXPROCS) unless the GOMAXPROCS variable is set (0: twice the runtime's default, the CPUs available)")
 	if err := parse(fl, args); err != nil {
 		return err
@@ -53,7 +61,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log, Reserve: *reserve,
 		// Every WRITE reply waits for its data to be written: aligned
 		// payloads go to disk from the request record (no staging copy).
-		SliceUnstaged: true})
+		SliceUnstaged: true, Covered: *covered})
 	if err != nil {
 		return err
 	}

@@ -155,7 +155,34 @@ func BenchmarkFlushPatterns(b *testing.B) {
 		{"txnfs-s8=reused-overwrite+slice-sync+zero-filled-wal-sync", direct(0, true, overZeros, true), false},
 		{"txnfs-s8-ticks=reused-overwrite+slice-sync+zero-filled-wal-sync", direct(0, true, overZeros, true), true},
 		{"ganesha-ticks=buffered-overwrite+fsync", ganesha, true},
+		{"covered-ticks=reused-overwrite+zero-filled-wal-sync", direct(0, false, overZeros, true), true},
 		{"ganesha=buffered-overwrite+fsync", ganesha, false},
+		{"wal-inline-ticks=buffered-1MiB-log-overwrite+wal-sync", func(b *testing.B, dir string) func(int) {
+			w := zeroFilled(b, dir, "wal", b.N+1, 0)
+			var off int64
+			return func(int) {
+				if _, err := unix.Pwrite(w, buf, off); err != nil {
+					b.Fatal(err)
+				}
+				off += mib
+				walWrite(b, w, &off)
+			}
+		}, true},
+		{"redo-ticks=direct-overwrite+buffered-1MiB-log-overwrite+wal-sync", func(b *testing.B, dir string) func(int) {
+			s := zeroFilled(b, dir, "slice", b.N, unix.O_DIRECT)
+			w := zeroFilled(b, dir, "wal", b.N+1, 0)
+			var off int64
+			return func(i int) {
+				if _, err := unix.Pwrite(s, buf, int64(i)*mib); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := unix.Pwrite(w, buf, off); err != nil {
+					b.Fatal(err)
+				}
+				off += mib
+				walWrite(b, w, &off)
+			}
+		}, true},
 		{"wal-sync-alone", func(b *testing.B, dir string) func(int) {
 			w := walFile(b, dir, false)
 			var off int64
