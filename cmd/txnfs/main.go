@@ -17,6 +17,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/txnfs/txnfs/vnfs/vtools"
 )
 
 // command is one subcommand.
@@ -43,6 +45,9 @@ func commands() map[string]command {
 		"concat": {"concatenate files into DST by cloning", runConcat},
 	}
 }
+
+// dataCommands open a data directory (--data).
+var dataCommands = map[string]bool{"serve": true, "mount": true, "fsck": true, "gc": true}
 
 // errUsage marks a command-line error (exit status 2).
 var errUsage = errors.New("usage error")
@@ -72,6 +77,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	err := c.run(ctx, args[1:], stdout, stderr)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		err = errors.New("interrupted")
+	}
+	if errors.Is(err, syscall.EWOULDBLOCK) && dataCommands[args[0]] {
+		// The slice store's lock (datadir): one process per directory.
+		err = fmt.Errorf("%w: the data directory is in use by another txnfs serve, mount, fsck or gc", err)
+	}
+	var reported *vtools.ReportedError
 	switch {
 	case err == nil:
 		return 0
@@ -82,6 +95,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	case errors.Is(err, errProblems):
 		return 1
+	case errors.As(err, &reported):
+		return reported.Status
 	default:
 		fmt.Fprintf(stderr, "txnfs %s: %v\n", args[0], err)
 		return 1

@@ -111,6 +111,13 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 	}
+	// Checked here, not by fusermount3, whose failure says only its exit
+	// status.
+	if fi, err := os.Stat(mnt); err != nil {
+		return fmt.Errorf("mount point %s: %w", mnt, unwrapPath(err))
+	} else if !fi.IsDir() {
+		return fmt.Errorf("mount point %s: not a directory", mnt)
+	}
 	if *background && os.Getenv(notifyEnv) == "" {
 		return startBackground(args, *logFile, stderr)
 	}

@@ -162,8 +162,12 @@ func runUntar(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	x := fl.Bool("x", true, "extract (the only mode)")
 	f := fl.String("f", "-", "archive: local path, nfs:// URL, or - for stdin")
 	C := fl.String("C", ".", "extract into this directory")
-	if _, err := toolFlags(fl, args, 0, "-x [-f ARCHIVE] [-C DIR]"); err != nil {
+	pos, err := toolFlags(fl, args, 0, "-x [-f ARCHIVE] [-C DIR]")
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q: untar extracts the whole archive (-f ARCHIVE, -C DIR)", errUsage, pos[0])
 	}
 	if !*x {
 		return fmt.Errorf("%w: untar only extracts; use tar -c", errUsage)

@@ -73,3 +73,49 @@ func TestToolsLocal(t *testing.T) {
 		t.Fatalf("left %v", ents)
 	}
 }
+
+// TestBadInput: exit statuses and messages of command-line mistakes a new
+// user makes (session 10). Each case failed before its fix: ls printed
+// its error twice and exited 1 (GNU ls: 2), untar ignored extra
+// arguments, fsck of a mistyped directory created it and reported a clean
+// file system, mount of a missing mount point said only "fusermount
+// exited with code 256", a URL's query or fragment was dropped (rm of
+// nfs://h/f#1 would remove /f).
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, []byte("x"), 0o644)
+	missing := filepath.Join(dir, "missing")
+	for _, c := range []struct {
+		args []string
+		code int
+		// want is in stderr, once; stdout must be empty.
+		want string
+	}{
+		{[]string{"ls", missing}, 2, "ls: cannot access '" + missing + "': no such file or directory"},
+		{[]string{"ls", "nfs://127.0.0.1:0/"}, 2, `port "0" is not in 1-65535`},
+		{[]string{"untar", "-xf", file, "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"fsck", "--data", missing}, 1, "data directory " + missing + ": no such file or directory"},
+		{[]string{"gc", "--data", file}, 1, "data directory " + file + ": not a directory"},
+		{[]string{"fsck", "--data", dir}, 1, dir + " is not a txnfs data directory"},
+		{[]string{"mount", "--data", filepath.Join(dir, "d"), missing}, 1, "mount point " + missing + ": no such file or directory"},
+		{[]string{"mount", "--data", filepath.Join(dir, "d"), file}, 1, "mount point " + file + ": not a directory"},
+		{[]string{"rm", "nfs://127.0.0.1:1/f#1"}, 1, "a fragment is not supported"},
+		{[]string{"cp", file, file}, 1, "'" + file + "' and '" + file + "' are the same file"},
+		{[]string{"cp", "-r", dir, filepath.Join(dir, "sub")}, 1, "into itself"},
+		{[]string{"clone", file, file}, 1, "are the same file"},
+		{[]string{"concat", file, file}, 1, "are the same file"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), c.args, &out, &errb)
+		if code != c.code || strings.Count(errb.String(), c.want) != 1 || out.Len() != 0 {
+			t.Errorf("%q: exit %d (want %d), stdout %q, stderr %q (want %q once)", c.args, code, c.code, out.String(), errb.String(), c.want)
+		}
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("a command created %s: %v", missing, err)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "x" {
+		t.Errorf("file holds %q", b)
+	}
+}

@@ -53,12 +53,58 @@ func IsTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// display renders an FS path the way the user wrote targets.
+// display renders an FS path the way the user wrote targets. Paths in
+// errors may come without their leading slash (vnfs cleans them).
 func display(t vnfs.Target, p string) string {
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
 	if t.Server == "" {
 		return p
 	}
 	return "nfs://" + t.Server + p
+}
+
+// ReportedError is returned by a tool that went on after failures it has
+// already described on Stderr (ls of a missing path): the caller should
+// exit with Status without printing the error again.
+type ReportedError struct {
+	// Status is the exit status the GNU tool gives (ls: 2 when it
+	// cannot access an argument).
+	Status int
+	// Err is the first failure.
+	Err error
+}
+
+func (e *ReportedError) Error() string { return e.Err.Error() }
+func (e *ReportedError) Unwrap() error { return e.Err }
+
+// sameFile reports whether a and b are one existing object (not following
+// final symbolic links): the same device and inode locally, the same
+// server and file id over NFS. Errors (a missing path) count as different.
+func sameFile(ctx context.Context, a, b vnfs.Target) bool {
+	if a.Server != b.Server {
+		return false
+	}
+	if a.Server == "" {
+		fa, err := os.Lstat(a.Path)
+		if err != nil {
+			return false
+		}
+		fb, err := os.Lstat(b.Path)
+		return err == nil && os.SameFile(fa, fb)
+	}
+	it := []vnfs.AttrItem{{File: vnfs.P(a.Path), Mask: vnfs.AttrType | vnfs.AttrIno}, {File: vnfs.P(b.Path), Mask: vnfs.AttrType | vnfs.AttrIno}}
+	if _, err := a.FS.VGetAttrs(ctx, it); err != nil {
+		return false
+	}
+	return it[0].Attr.Ino == it[1].Attr.Ino && it[0].Attr.Type == it[1].Attr.Type
+}
+
+// within reports whether inner is dir or below it (lexically, same file
+// system).
+func within(inner, dir vnfs.Target) bool {
+	return inner.Server == dir.Server && (inner.Path == dir.Path || strings.HasPrefix(inner.Path, strings.TrimSuffix(dir.Path, "/")+"/"))
 }
 
 // Reason renders an error for users: the errno text, with the NFS status

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"strings"
 
 	"github.com/txnfs/txnfs/vnfs"
 )
@@ -44,9 +45,21 @@ func Cp(ctx context.Context, env *Env, srcs []string, dst string, o CpOptions) e
 		if err != nil {
 			return err
 		}
-		target := dt
+		target, tname := dt, dst
 		if into {
 			target.Path = path.Join(dt.Path, path.Base(st.Path))
+			tname = strings.TrimSuffix(dst, "/") + "/" + path.Base(st.Path)
+		}
+		// cp(1)'s two refusals that keep it from destroying its source:
+		// a file copied onto itself would be truncated first, a tree
+		// copied into itself would grow while being copied.
+		if sameFile(ctx, st, target) {
+			return fmt.Errorf("'%s' and '%s' are the same file", s, tname)
+		}
+		if within(target, st) {
+			if a, err := vnfs.Stat(ctx, st.FS, st.Path); err == nil && a.Type == vnfs.TypeDir {
+				return fmt.Errorf("cannot copy a directory, '%s', into itself, '%s'", s, tname)
+			}
 		}
 		if err := copyTree(ctx, env, st, target, o); err != nil {
 			return err

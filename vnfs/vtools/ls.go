@@ -46,12 +46,15 @@ func Ls(ctx context.Context, env *Env, args []string, o LsOptions) error {
 	for _, a := range args {
 		t, err := env.Mounts.Resolve(ctx, a)
 		if err != nil {
-			return err
+			// GNU ls goes on with the other arguments and exits 2.
+			fmt.Fprintf(env.Stderr, "ls: cannot access '%s': %s\n", a, strings.TrimPrefix(err.Error(), a+": "))
+			firstErr = &ReportedError{Status: 2, Err: err}
+			continue
 		}
 		it := []vnfs.AttrItem{{File: vnfs.P(t.Path), Mask: vnfs.AttrStat}}
 		if _, err := t.FS.VGetAttrs(ctx, it); err != nil {
 			fmt.Fprintf(env.Stderr, "ls: cannot access '%s': %s\n", a, Reason(err))
-			firstErr = wrap(t, err)
+			firstErr = &ReportedError{Status: 2, Err: wrap(t, err)}
 			continue
 		}
 		x := arg{name: a, t: t, attr: it[0].Attr}

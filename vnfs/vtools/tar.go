@@ -277,17 +277,30 @@ func Untar(ctx context.Context, env *Env, o UntarOptions) error {
 	if err != nil {
 		return err
 	}
-	x := &extractor{ctx: ctx, env: env, t: t, root: os.Geteuid() == 0, p: env.progress("untar", 0)}
+	x := &extractor{ctx: ctx, env: env, t: t, root: os.Geteuid() == 0, p: env.progress("untar", 0), symlinks: map[string]bool{}}
+	name := o.Archive
+	if name == "" || name == "-" {
+		name = "standard input"
+	}
 	tr := tar.NewReader(in)
+	// A damaged archive (truncated, a bad header) ends the extraction
+	// like GNU tar's: the members read before it are extracted, then
+	// the error is returned.
+	var bad error
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", o.Archive, err)
+			bad = fmt.Errorf("%s: %w", name, err)
+			break
 		}
 		if err := x.add(h, tr); err != nil {
+			if errors.Is(err, errArchive) {
+				bad = fmt.Errorf("%s: %s: %w", name, h.Name, err)
+				break
+			}
 			return err
 		}
 	}
@@ -295,8 +308,23 @@ func Untar(ctx context.Context, env *Env, o UntarOptions) error {
 		return err
 	}
 	x.p.done()
-	return x.finish()
+	if err := x.finish(); err != nil {
+		return err
+	}
+	if bad != nil {
+		return bad
+	}
+	if x.skipped > 0 {
+		if x.skipped == 1 {
+			return errors.New("1 archive member not extracted (see above)")
+		}
+		return fmt.Errorf("%d archive members not extracted (see above)", x.skipped)
+	}
+	return nil
 }
+
+// errArchive marks a failure to read the archive itself.
+var errArchive = errors.New("damaged archive")
 
 type extractor struct {
 	ctx  context.Context
@@ -312,6 +340,32 @@ type extractor struct {
 	pending int
 
 	fileAttrs, dirAttrs []vnfs.AttrItem
+
+	// symlinks holds the symbolic links this archive created (relative
+	// to the destination): no member is extracted through one.
+	symlinks map[string]bool
+	// skipped counts the members not extracted (the exit status).
+	skipped int
+}
+
+// skip reports a member that is not extracted.
+func (x *extractor) skip(format string, args ...any) {
+	fmt.Fprintf(x.env.Stderr, "untar: "+format+"\n", args...)
+	x.skipped++
+}
+
+// viaSymlink returns the symbolic link created by this archive that p
+// (a destination path) lies below, or "". Like GNU tar, untar refuses to
+// follow them: an archive holding "evil -> /etc" and then "evil/passwd"
+// would otherwise write outside the destination.
+func (x *extractor) viaSymlink(p string) string {
+	rel := strings.TrimPrefix(strings.TrimPrefix(p, x.t.Path), "/")
+	for i := 0; i < len(rel); i++ {
+		if rel[i] == '/' && x.symlinks[rel[:i]] {
+			return rel[:i]
+		}
+	}
+	return ""
 }
 
 // clean returns the destination path of an archive name, refusing names
@@ -333,10 +387,14 @@ func (x *extractor) clean(name string) (string, error) {
 func (x *extractor) add(h *tar.Header, r io.Reader) error {
 	p, err := x.clean(h.Name)
 	if err != nil {
-		fmt.Fprintf(x.env.Stderr, "untar: %v\n", err)
+		x.skip("%v", err)
 		return nil
 	}
 	if p == "" {
+		return nil
+	}
+	if l := x.viaSymlink(p); l != "" {
+		x.skip("%s: refusing to extract through the symbolic link %s of the archive", h.Name, l)
 		return nil
 	}
 	attr := vnfs.AttrItem{File: vnfs.P(p), Mask: vnfs.AttrMode | vnfs.AttrMtime | vnfs.AttrAtime,
@@ -363,7 +421,7 @@ func (x *extractor) add(h *tar.Header, r io.Reader) error {
 		} else {
 			data, err := io.ReadAll(r)
 			if err != nil {
-				return err
+				return fmt.Errorf("%w: %v", errArchive, err)
 			}
 			x.files = append(x.files, vnfs.IO{File: vnfs.P(p), Data: data, Flags: vnfs.Create | vnfs.Truncate | vnfs.Stable, Mode: 0o600})
 			x.pending += len(data)
@@ -371,19 +429,24 @@ func (x *extractor) add(h *tar.Header, r io.Reader) error {
 		x.fileAttrs = append(x.fileAttrs, attr)
 	case tar.TypeSymlink:
 		x.links = append(x.links, vnfs.SymlinkItem{Path: p, Target: h.Linkname})
+		x.symlinks[strings.TrimPrefix(strings.TrimPrefix(p, x.t.Path), "/")] = true
 		attr.Mask &^= vnfs.AttrMode
 		x.fileAttrs = append(x.fileAttrs, attr)
 	case tar.TypeLink:
 		target, err := x.clean(h.Linkname)
 		if err != nil || target == "" {
-			fmt.Fprintf(x.env.Stderr, "untar: %s: bad hard link target %q\n", h.Name, h.Linkname)
+			x.skip("%s: bad hard link target %q", h.Name, h.Linkname)
+			return nil
+		}
+		if l := x.viaSymlink(target); l != "" {
+			x.skip("%s: refusing a hard link through the symbolic link %s of the archive", h.Name, l)
 			return nil
 		}
 		x.hard = append(x.hard, vnfs.LinkItem{Old: target, New: p})
 	case tar.TypeXGlobalHeader:
 		return nil
 	default:
-		fmt.Fprintf(x.env.Stderr, "untar: %s: skipping entry of type %q\n", h.Name, h.Typeflag)
+		x.skip("%s: cannot extract a member of type %s", h.Name, tarType(h.Typeflag))
 		return nil
 	}
 	if x.pending > tarBudget || len(x.mk)+len(x.files)+len(x.links)+len(x.hard) >= batchFiles {
@@ -397,7 +460,7 @@ func (x *extractor) bigFile(p string, h *tar.Header, r io.Reader) error {
 	for off := int64(0); off < h.Size; {
 		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), h.Size-off)])
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: %v", errArchive, err)
 		}
 		flags := vnfs.Stable
 		if off == 0 {
@@ -496,6 +559,23 @@ func (x *extractor) finish() error {
 		return wrap(x.t, err)
 	}
 	return nil
+}
+
+// tarType names a member type for messages.
+func tarType(t byte) string {
+	switch t {
+	case tar.TypeChar:
+		return "character device"
+	case tar.TypeBlock:
+		return "block device"
+	case tar.TypeFifo:
+		return "FIFO"
+	case tar.TypeCont:
+		return "contiguous file"
+	case tar.TypeGNUSparse:
+		return "GNU sparse file"
+	}
+	return fmt.Sprintf("%q", t)
 }
 
 // openArchiveWriter opens the archive for writing.

@@ -1,0 +1,262 @@
+package vtools_test
+
+// Bad input as a new user gives it (session 10): each case failed before
+// its fix — lost data, a write outside an extraction directory, or a
+// wrong exit status.
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/txnfs/txnfs/vnfs"
+	"github.com/txnfs/txnfs/vnfs/vtools"
+)
+
+// places are a local directory and one directory per peer, as tool
+// arguments (the second result makes a path in it).
+func places(t *testing.T) map[string]func(rel string) string {
+	m := map[string]func(string) string{}
+	local := t.TempDir()
+	m["local"] = func(rel string) string { return filepath.Join(local, rel) }
+	for _, p := range peers {
+		base := fmt.Sprintf("bad%d", seq.Add(1))
+		m[p.Name] = func(rel string) string { return url(p, filepath.Join(base, rel)) }
+	}
+	return m
+}
+
+func readArg(t *testing.T, env *vtools.Env, arg string) string {
+	t.Helper()
+	ctx := context.Background()
+	tg, err := env.Mounts.Resolve(ctx, arg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := vnfs.ReadFile(ctx, tg.FS, tg.Path)
+	if err != nil {
+		t.Fatalf("%s: %v", arg, err)
+	}
+	return string(b)
+}
+
+func writeArg(t *testing.T, env *vtools.Env, arg, data string) {
+	t.Helper()
+	ctx := context.Background()
+	tg, err := env.Mounts.Resolve(ctx, arg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vnfs.WriteFile(ctx, tg.FS, tg.Path, []byte(data), 0o644); err != nil {
+		t.Fatalf("%s: %v", arg, err)
+	}
+}
+
+// TestSameFileRefused: cp, clone and concat truncate DST first, so a
+// DST that is one of the sources (by name, another spelling, or a hard
+// link) lost its data and the tool exited 0. They now refuse, like cp(1),
+// and leave the file alone.
+func TestSameFileRefused(t *testing.T) {
+	ctx := context.Background()
+	for name, at := range places(t) {
+		t.Run(name, func(t *testing.T) {
+			env, _, _ := newEnv(t)
+			if err := vtools.Mkdir(ctx, env, []string{at("")}, vtools.MkdirOptions{Parents: true, Mode: 0o755}); err != nil {
+				t.Fatal(err)
+			}
+			f, g, h := at("f"), at("g"), at("hard")
+			writeArg(t, env, f, "hello\n")
+			writeArg(t, env, g, "world\n")
+			tg, _ := env.Mounts.Resolve(ctx, f)
+			th, _ := env.Mounts.Resolve(ctx, h)
+			if err := vnfs.Link(ctx, tg.FS, tg.Path, th.Path); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []struct {
+				what string
+				run  func() error
+				want string
+			}{
+				{"cp f f", func() error { return vtools.Cp(ctx, env, []string{f}, f, vtools.CpOptions{}) }, "are the same file"},
+				{"cp f dir/./f", func() error {
+					return vtools.Cp(ctx, env, []string{f}, strings.TrimSuffix(at(""), "/")+"/./f", vtools.CpOptions{})
+				}, "are the same file"},
+				{"cp f into its directory", func() error { return vtools.Cp(ctx, env, []string{f}, at(""), vtools.CpOptions{}) }, "are the same file"},
+				{"cp f hard", func() error { return vtools.Cp(ctx, env, []string{f}, h, vtools.CpOptions{}) }, "are the same file"},
+				{"clone f f", func() error { return vtools.Clone(ctx, env, f, f) }, "are the same file"},
+				{"clone f hard", func() error { return vtools.Clone(ctx, env, f, h) }, "are the same file"},
+				{"concat f f g", func() error { return vtools.Concat(ctx, env, f, []string{f, g}) }, "DST is also a source"},
+				{"concat f g f", func() error { return vtools.Concat(ctx, env, f, []string{g, f}) }, "DST is also a source"},
+			} {
+				err := c.run()
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("%s: err %v, want %q", c.what, err, c.want)
+				}
+				if got := readArg(t, env, f); got != "hello\n" {
+					t.Fatalf("%s: f holds %q afterwards", c.what, got)
+				}
+			}
+			// Not the same file: still works.
+			if err := vtools.Concat(ctx, env, at("fg"), []string{f, g, f}); err != nil {
+				t.Fatal(err)
+			}
+			if got := readArg(t, env, at("fg")); got != "hello\nworld\nhello\n" {
+				t.Fatalf("concat: %q", got)
+			}
+		})
+	}
+}
+
+// TestCpIntoItself: cp -r d d (into the existing d) and cp -r d d/sub/x
+// copied the tree into itself and exited 0; cp(1) refuses.
+func TestCpIntoItself(t *testing.T) {
+	ctx := context.Background()
+	for name, at := range places(t) {
+		t.Run(name, func(t *testing.T) {
+			env, _, _ := newEnv(t)
+			if err := vtools.Mkdir(ctx, env, []string{at("d/sub")}, vtools.MkdirOptions{Parents: true, Mode: 0o755}); err != nil {
+				t.Fatal(err)
+			}
+			writeArg(t, env, at("d/f"), "x")
+			for _, dst := range []string{at("d"), at("d/"), at("d/sub/x")} {
+				err := vtools.Cp(ctx, env, []string{at("d")}, dst, vtools.CpOptions{Recursive: true})
+				if err == nil || !strings.Contains(err.Error(), "into itself") {
+					t.Errorf("cp -r d %s: %v", dst, err)
+				}
+			}
+			var out bytes.Buffer
+			env.Stdout = &out
+			if err := vtools.Ls(ctx, env, []string{at("d")}, vtools.LsOptions{Recursive: true}); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Count(out.String(), ":\n") != 2 { // d: and d/sub:
+				t.Fatalf("d changed:\n%s", out.String())
+			}
+			// A sibling whose name starts like the source's is fine.
+			if err := vtools.Cp(ctx, env, []string{at("d")}, at("d2"), vtools.CpOptions{Recursive: true}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+type member struct {
+	name string
+	typ  byte
+	link string
+	data string
+}
+
+func archive(t *testing.T, ms []member) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, m := range ms {
+		h := &tar.Header{Name: m.name, Typeflag: m.typ, Linkname: m.link, Mode: 0o644, Size: int64(len(m.data))}
+		if m.typ != tar.TypeReg {
+			h.Size = 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Size > 0 {
+			tw.Write([]byte(m.data))
+		}
+	}
+	tw.Close()
+	return b.Bytes()
+}
+
+// TestUntarBadArchives: untar wrote through a symbolic link the archive
+// itself had created (evil -> OUTSIDE, then evil/pwned: a file outside
+// the destination, as soon as the members were extracted in two
+// batches), exited 0 after skipping members, and lost the members read
+// before a truncation.
+func TestUntarBadArchives(t *testing.T) {
+	ctx := context.Background()
+	outside := t.TempDir()
+	big := strings.Repeat("z", 33<<20) // more than one batch (tarBudget)
+	cases := []struct {
+		name     string
+		ms       []member
+		truncate int
+		wantErr  string
+		want     []string // present after
+		absent   []string
+	}{
+		{name: "symlink escape", ms: []member{
+			{name: "evil", typ: tar.TypeSymlink, link: outside},
+			{name: "big", typ: tar.TypeReg, data: big},
+			{name: "evil/pwned", typ: tar.TypeReg, data: "pwned"},
+			{name: "ok", typ: tar.TypeReg, data: "ok"},
+		}, wantErr: "1 archive member not extracted", want: []string{"ok", "big"}},
+		{name: "symlink escape, relative, one batch", ms: []member{
+			{name: "d/", typ: tar.TypeDir},
+			{name: "d/evil", typ: tar.TypeSymlink, link: "../.."},
+			{name: "d/evil/x/", typ: tar.TypeDir},
+			{name: "d/evil/pwned", typ: tar.TypeReg, data: "pwned"},
+			{name: "hl", typ: tar.TypeLink, link: "d/evil/pwned"},
+		}, wantErr: "3 archive members not extracted", want: []string{"d"}, absent: []string{"hl"}},
+		{name: "dot-dot", ms: []member{
+			{name: "../escape", typ: tar.TypeReg, data: "x"},
+			{name: "ok", typ: tar.TypeReg, data: "ok"},
+		}, wantErr: "1 archive member not extracted", want: []string{"ok"}},
+		{name: "device", ms: []member{
+			{name: "dev", typ: tar.TypeChar},
+			{name: "ok", typ: tar.TypeReg, data: "ok"},
+		}, wantErr: "1 archive member not extracted", want: []string{"ok"}},
+		{name: "truncated", ms: []member{
+			{name: "a", typ: tar.TypeReg, data: "aaaa"},
+			{name: "b", typ: tar.TypeReg, data: strings.Repeat("b", 5000)},
+		}, truncate: 2048, wantErr: "b: damaged archive", want: []string{"a"}, absent: []string{"b"}},
+	}
+	for name, at := range places(t) {
+		t.Run(name, func(t *testing.T) {
+			for i, c := range cases {
+				if c.ms[1].data == big && name != "local" && testing.Short() {
+					continue
+				}
+				env, _, errb := newEnv(t)
+				dir := at(fmt.Sprintf("x%d", i))
+				if err := vtools.Mkdir(ctx, env, []string{dir}, vtools.MkdirOptions{Parents: true, Mode: 0o755}); err != nil {
+					t.Fatal(err)
+				}
+				a := archive(t, c.ms)
+				if c.truncate > 0 {
+					a = a[:c.truncate]
+				}
+				err := vtools.Untar(ctx, env, vtools.UntarOptions{Archive: "-", Dir: dir, Stdin: bytes.NewReader(a)})
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Errorf("%s: err %v, want %q; stderr %s", c.name, err, c.wantErr, errb.String())
+				}
+				for _, w := range c.want {
+					tg, _ := env.Mounts.Resolve(ctx, dir+"/"+w)
+					if _, err := vnfs.Stat(ctx, tg.FS, tg.Path); err != nil {
+						t.Errorf("%s: %s not extracted: %v", c.name, w, err)
+					}
+				}
+				for _, w := range c.absent {
+					tg, _ := env.Mounts.Resolve(ctx, dir+"/"+w)
+					if _, err := vnfs.Stat(ctx, tg.FS, tg.Path); err == nil {
+						t.Errorf("%s: %s extracted", c.name, w)
+					}
+				}
+				if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+					t.Fatalf("%s: wrote outside the destination: %v", c.name, ents)
+				}
+				for _, w := range []string{"pwned", "x"} { // where d/evil -> ../.. leads
+					tg, _ := env.Mounts.Resolve(ctx, at(w))
+					if _, err := vnfs.Stat(ctx, tg.FS, tg.Path); !errors.Is(err, os.ErrNotExist) {
+						t.Fatalf("%s: wrote outside the destination: %s: %v", c.name, at(w), err)
+					}
+				}
+			}
+		})
+	}
+}
