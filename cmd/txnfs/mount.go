@@ -26,7 +26,8 @@ import (
 const notifyEnv = "TXNFS_MOUNT_NOTIFY_FD"
 
 // parsePositional parses flags that may appear before or after positional
-// arguments and returns the positional ones.
+// arguments and returns the positional ones. Everything after "--" is
+// positional ("txnfs rm -- -f" removes the file -f).
 func parsePositional(fl *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
@@ -39,9 +40,30 @@ func parsePositional(fl *flag.FlagSet, args []string) ([]string, error) {
 		if fl.NArg() == 0 {
 			return pos, nil
 		}
+		if used := len(args) - fl.NArg(); used > 0 && args[used-1] == "--" && !isFlagValue(fl, args[:used-1]) {
+			return append(pos, fl.Args()...), nil
+		}
 		pos = append(pos, fl.Arg(0))
 		args = fl.Args()[1:]
 	}
+}
+
+// isFlagValue reports whether the argument after before is the value of
+// the flag that ends before ("-f --": "--" is -f's archive name).
+func isFlagValue(fl *flag.FlagSet, before []string) bool {
+	if len(before) == 0 {
+		return false
+	}
+	last := before[len(before)-1]
+	if len(last) < 2 || last[0] != '-' || strings.Contains(last, "=") {
+		return false
+	}
+	f := fl.Lookup(strings.TrimLeft(last, "-"))
+	if f == nil {
+		return false
+	}
+	bf, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !bf.IsBoolFlag()
 }
 
 // cacheTimeout converts a command-line timeout (0: no caching) to

@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,7 +36,11 @@ func toolFlags(fl *flag.FlagSet, args []string, min int, usage string) ([]string
 		fl.PrintDefaults()
 	}
 	var expanded []string
-	for _, a := range args {
+	for i, a := range args {
+		if a == "--" {
+			expanded = append(expanded, args[i:]...) // operands, as written
+			break
+		}
 		if len(a) > 2 && a[0] == '-' && a[1] != '-' && !strings.Contains(a, "=") && fl.Lookup(a[1:]) == nil {
 			ok := true
 			var parts []string
@@ -60,19 +63,9 @@ func toolFlags(fl *flag.FlagSet, args []string, min int, usage string) ([]string
 		}
 		expanded = append(expanded, a)
 	}
-	var pos []string
-	for {
-		if err := fl.Parse(expanded); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
-		}
-		if fl.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fl.Arg(0))
-		expanded = fl.Args()[1:]
+	pos, err := parsePositional(fl, expanded)
+	if err != nil {
+		return nil, err
 	}
 	if len(pos) < min {
 		return nil, fmt.Errorf("%w: usage: %s %s", errUsage, fl.Name(), usage)

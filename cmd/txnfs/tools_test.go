@@ -119,3 +119,28 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("file holds %q", b)
 	}
 }
+
+// TestDoubleDash: operands after "--" were parsed as flags again ("txnfs
+// rm -- -a -b": "flag provided but not defined: -b") and clustered
+// ("-rf" after "--" became -r -f).
+func TestDoubleDash(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--", "-a", "-b"}, []string{"-a", "-b"}},
+		{[]string{"-r", "x", "--", "-rf", "--"}, []string{"x", "-rf", "--"}},
+		{[]string{"-f", "--", "y", "-r"}, []string{"y"}}, // "--" is -f's value
+	} {
+		fl := newFlags("rm", io.Discard)
+		r := fl.Bool("r", false, "")
+		f := fl.String("f", "", "")
+		pos, err := toolFlags(fl, c.args, 0, "")
+		if err != nil || !reflect.DeepEqual(pos, c.want) {
+			t.Errorf("%q: %q %v, want %q", c.args, pos, err, c.want)
+		}
+		if c.args[0] == "-f" && (*f != "--" || !*r) {
+			t.Errorf("%q: -f %q -r %v", c.args, *f, *r)
+		}
+	}
+}

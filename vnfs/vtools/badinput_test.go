@@ -211,6 +211,10 @@ func TestUntarBadArchives(t *testing.T) {
 			{name: "dev", typ: tar.TypeChar},
 			{name: "ok", typ: tar.TypeReg, data: "ok"},
 		}, wantErr: "1 archive member not extracted", want: []string{"ok"}},
+		{name: "hard link to a missing member", ms: []member{
+			{name: "h", typ: tar.TypeLink, link: "nope"},
+			{name: "ok", typ: tar.TypeReg, data: "ok"},
+		}, wantErr: "h: cannot hard link to ", want: []string{"ok"}},
 		{name: "truncated", ms: []member{
 			{name: "a", typ: tar.TypeReg, data: "aaaa"},
 			{name: "b", typ: tar.TypeReg, data: strings.Repeat("b", 5000)},
@@ -255,6 +259,64 @@ func TestUntarBadArchives(t *testing.T) {
 					if _, err := vnfs.Stat(ctx, tg.FS, tg.Path); !errors.Is(err, os.ErrNotExist) {
 						t.Fatalf("%s: wrote outside the destination: %s: %v", c.name, at(w), err)
 					}
+				}
+			}
+		})
+	}
+}
+
+// TestTarMemberNames: the archive of a server's root had absolute member
+// names ("//", "/d/"), which GNU tar strips and our untar refuses; an
+// absolute PATH with -C was joined to the -C directory.
+func TestTarMemberNames(t *testing.T) {
+	ctx := context.Background()
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "d"), 0o755)
+	os.WriteFile(filepath.Join(src, "d", "f"), []byte("x"), 0o644)
+	names := func(a []byte) []string {
+		var out []string
+		tr := tar.NewReader(bytes.NewReader(a))
+		for {
+			h, err := tr.Next()
+			if err != nil {
+				return out
+			}
+			out = append(out, h.Name)
+		}
+	}
+	for _, c := range []struct {
+		paths []string
+		dir   string
+		want  string
+	}{
+		{[]string{filepath.Join(src, "d")}, "", "d/ d/f"},
+		{[]string{"d"}, src, "d/ d/f"},
+		{[]string{filepath.Join(src, "d")}, "/nonexistent", "d/ d/f"},
+	} {
+		env, out, _ := newEnv(t)
+		if err := vtools.Tar(ctx, env, c.paths, vtools.TarOptions{Archive: "-", Dir: c.dir}); err != nil {
+			t.Fatalf("%v -C %q: %v", c.paths, c.dir, err)
+		}
+		if got := strings.Join(names(out.Bytes()), " "); got != c.want {
+			t.Errorf("%v -C %q: members %q, want %q", c.paths, c.dir, got, c.want)
+		}
+	}
+	for _, p := range peers {
+		t.Run(p.Name, func(t *testing.T) {
+			if p.Root != "/" {
+				t.Skip("the server's root is not the export")
+			}
+			env, out, _ := newEnv(t)
+			if err := vtools.Tar(ctx, env, []string{"nfs://" + p.Addr + "/"}, vtools.TarOptions{Archive: "-"}); err != nil {
+				t.Fatal(err)
+			}
+			got := names(out.Bytes())
+			if len(got) == 0 || got[0] != "./" {
+				t.Fatalf("first member %q", got)
+			}
+			for _, n := range got {
+				if strings.HasPrefix(n, "/") {
+					t.Fatalf("absolute member name %q", n)
 				}
 			}
 		})

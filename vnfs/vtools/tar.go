@@ -26,7 +26,8 @@ type TarOptions struct {
 	Archive string
 	// Dir is the directory the Paths are relative to (tar -C); empty
 	// means each path's parent, so that the archive holds its last
-	// component (tar -C parent base).
+	// component (tar -C parent base). Absolute Paths and URLs ignore
+	// it and are archived by their last component.
 	Dir string
 }
 
@@ -52,7 +53,9 @@ func Tar(ctx context.Context, env *Env, paths []string, o TarOptions) (err error
 	inodes := map[uint64]string{}
 	for _, a := range paths {
 		arg := a
-		if o.Dir != "" {
+		// -C applies to relative PATHs only, as in GNU tar.
+		relative := o.Dir != "" && !path.IsAbs(a) && !vnfs.IsNFS(a)
+		if relative {
 			if vnfs.IsNFS(o.Dir) {
 				arg = strings.TrimSuffix(o.Dir, "/") + "/" + a
 			} else {
@@ -64,7 +67,7 @@ func Tar(ctx context.Context, env *Env, paths []string, o TarOptions) (err error
 			return err
 		}
 		prefix := path.Base(t.Path)
-		if o.Dir != "" {
+		if relative {
 			prefix = path.Clean(a)
 		}
 		ents, err := walk(ctx, t, vnfs.AttrStat, true)
@@ -188,7 +191,13 @@ func streamFile(ctx context.Context, t vnfs.Target, p string, size int64, w io.W
 
 func tarHeader(e entry, prefix string, names *idNames, inodes map[uint64]string) (*tar.Header, error) {
 	a := e.attr
-	name := path.Join(prefix, e.rel)
+	// Member names are relative, as GNU tar makes them ("Removing
+	// leading '/'"): the archive of a server's root or of an absolute
+	// PATH with -C holds no absolute names.
+	name := strings.TrimLeft(path.Join(prefix, e.rel), "/")
+	if name == "" {
+		name = "."
+	}
 	h := &tar.Header{
 		Name: name, Mode: int64(a.Mode & 0o7777), Uid: int(a.Uid), Gid: int(a.Gid),
 		Uname: names.user(a.Uid), Gname: names.group(a.Gid), ModTime: a.Mtime,
@@ -518,7 +527,12 @@ func (x *extractor) flush() error {
 		}
 	}
 	if len(x.hard) > 0 {
-		if _, err := fs_.VHardlink(x.ctx, x.hard); err != nil {
+		if k, err := fs_.VHardlink(x.ctx, x.hard); err != nil {
+			if k < len(x.hard) {
+				// Name both: a missing target is the usual cause.
+				l := x.hard[k]
+				return fmt.Errorf("%s: cannot hard link to %s: %s", display(x.t, l.New), display(x.t, l.Old), Reason(err))
+			}
 			return wrap(x.t, err)
 		}
 	}
