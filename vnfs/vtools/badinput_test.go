@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/txnfs/txnfs/nfs4/client"
 	"github.com/txnfs/txnfs/vnfs"
 	"github.com/txnfs/txnfs/vnfs/vtools"
 )
@@ -318,6 +319,92 @@ func TestTarMemberNames(t *testing.T) {
 				if strings.HasPrefix(n, "/") {
 					t.Fatalf("absolute member name %q", n)
 				}
+			}
+		})
+	}
+}
+
+// TestCpOntoSymlink: a DST that is a symbolic link failed with "too many
+// levels of symbolic links" (files are opened without following a final
+// link). Locally cp now writes through it like cp(1) (into the directory
+// it names); on a server it refuses, saying why.
+func TestCpOntoSymlink(t *testing.T) {
+	ctx := context.Background()
+	for name, at := range places(t) {
+		t.Run(name, func(t *testing.T) {
+			env, _, _ := newEnv(t)
+			if err := vtools.Mkdir(ctx, env, []string{at("d")}, vtools.MkdirOptions{Parents: true, Mode: 0o755}); err != nil {
+				t.Fatal(err)
+			}
+			writeArg(t, env, at("f"), "f")
+			writeArg(t, env, at("g"), "g")
+			for link, target := range map[string]string{"dl": "d", "gl": "g", "dangling": "nowhere"} {
+				tg, _ := env.Mounts.Resolve(ctx, at(link))
+				if err := vnfs.Symlink(ctx, tg.FS, target, tg.Path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			errDl := vtools.Cp(ctx, env, []string{at("f")}, at("dl"), vtools.CpOptions{})
+			errGl := vtools.Cp(ctx, env, []string{at("f")}, at("gl"), vtools.CpOptions{})
+			errDangling := vtools.Cp(ctx, env, []string{at("f")}, at("dangling"), vtools.CpOptions{})
+			if name != "local" {
+				for _, err := range []error{errDl, errGl, errDangling} {
+					if err == nil || !strings.Contains(err.Error(), "is a symbolic link; give the path it points to") {
+						t.Errorf("err %v", err)
+					}
+				}
+				return
+			}
+			if errDl != nil || errGl != nil {
+				t.Fatalf("%v, %v", errDl, errGl)
+			}
+			if got := readArg(t, env, at("d/f")) + readArg(t, env, at("g")); got != "ff" {
+				t.Fatalf("d/f and g hold %q", got)
+			}
+			if errDangling == nil || !strings.Contains(errDangling.Error(), "dangling") {
+				t.Fatalf("dangling: %v", errDangling)
+			}
+		})
+	}
+}
+
+// TestCopyNeedsReadAccess: a user who may not read a file must not get
+// its data by server-side COPY or CLONE. txnfs (nfs4/server ops_42.go,
+// session 10) checks neither the source's read access nor the
+// destination's write access when the stateids are anonymous: `txnfs cp`
+// and `txnfs clone` by uid 65534 of a mode-000 root file succeed. Found
+// by Q10, not fixed here (the server is not the tools' area): the test
+// runs for txnfs only with TXNFS_KNOWN_BUGS=1 until it is.
+func TestCopyNeedsReadAccess(t *testing.T) {
+	ctx := context.Background()
+	for _, p := range peers {
+		t.Run(p.Name, func(t *testing.T) {
+			if p.Name == "txnfs" && os.Getenv("TXNFS_KNOWN_BUGS") == "" {
+				t.Skip("known server bug (see the comment); TXNFS_KNOWN_BUGS=1 runs it")
+			}
+			root, _, _ := newEnv(t)
+			dir := url(p, fmt.Sprintf("acc%d", seq.Add(1)))
+			if err := vtools.Mkdir(ctx, root, []string{dir}, vtools.MkdirOptions{Mode: 0o777}); err != nil {
+				t.Fatal(err)
+			}
+			tg, _ := root.Mounts.Resolve(ctx, dir)
+			// Mkdir's mode is less the umask on some servers.
+			if _, err := tg.FS.VSetAttrs(ctx, []vnfs.AttrItem{{File: vnfs.P(tg.Path), Mask: vnfs.AttrMode, Attr: vnfs.Attr{Mode: 0o777}}}); err != nil {
+				t.Fatal(err)
+			}
+			writeArg(t, root, dir+"/secret", "secret")
+			if _, err := tg.FS.VSetAttrs(ctx, []vnfs.AttrItem{{File: vnfs.P(tg.Path + "/secret"), Mask: vnfs.AttrMode, Attr: vnfs.Attr{Mode: 0}}}); err != nil {
+				t.Fatal(err)
+			}
+			nobody := uint32(65534)
+			var out, errb bytes.Buffer
+			env := &vtools.Env{Mounts: &vnfs.Mounts{Config: vnfs.Config{Client: client.Config{UID: &nobody, GID: &nobody}}}, Stdout: &out, Stderr: &errb}
+			defer env.Mounts.Close()
+			if err := vtools.Cp(ctx, env, []string{dir + "/secret"}, dir+"/copy", vtools.CpOptions{}); err == nil {
+				t.Errorf("cp of an unreadable file succeeded: %q", readArg(t, root, dir+"/copy"))
+			}
+			if err := vtools.Clone(ctx, env, dir+"/secret", dir+"/clone"); err == nil {
+				t.Errorf("clone of an unreadable file succeeded: %q", readArg(t, root, dir+"/clone"))
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"path/filepath"
 	"strings"
 
 	"github.com/txnfs/txnfs/vnfs"
@@ -33,6 +34,23 @@ func Cp(ctx context.Context, env *Env, srcs []string, dst string, o CpOptions) e
 	}
 	da := []vnfs.AttrItem{{File: vnfs.P(dt.Path), Mask: vnfs.AttrType}}
 	_, err = dt.FS.VGetAttrs(ctx, da)
+	if err == nil && da[0].Attr.Type == vnfs.TypeSymlink {
+		// cp(1) writes through a DST that is a symbolic link (into the
+		// directory it names). Files are opened without following a
+		// final link, which failed with a misleading "too many levels
+		// of symbolic links": resolve it locally; on a server, whose
+		// links may be relative to a client's mount, refuse clearly.
+		if dt.Server != "" {
+			return fmt.Errorf("%s: is a symbolic link; give the path it points to (links are not followed on NFS paths)", dst)
+		}
+		r, rerr := filepath.EvalSymlinks(dt.Path)
+		if rerr != nil {
+			return fmt.Errorf("not writing through dangling symlink '%s'", dst)
+		}
+		dt.Path = r
+		da = []vnfs.AttrItem{{File: vnfs.P(r), Mask: vnfs.AttrType}}
+		_, err = dt.FS.VGetAttrs(ctx, da)
+	}
 	into := err == nil && da[0].Attr.Type == vnfs.TypeDir
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return wrap(dt, err)
