@@ -16,6 +16,10 @@ import (
 // offline tool (no server may be running on it).
 func openOffline(ctx context.Context, name string, args []string, stderr io.Writer) (*datadir.Engine, error) {
 	fl := newFlags(name, stderr)
+	fl.Usage = func() {
+		fmt.Fprintf(stderr, "usage: txnfs %s --data DIR\n", name)
+		fl.PrintDefaults()
+	}
 	dir := fl.String("data", "", "data directory (required); the server must not be running")
 	if err := parse(fl, args); err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"runtime/pprof"
@@ -66,6 +67,23 @@ func isFlagValue(fl *flag.FlagSet, before []string) bool {
 	return !ok || !bf.IsBoolFlag()
 }
 
+// serverAddr checks --server's HOST[:PORT] (port 2049 when omitted, as
+// in nfs:// URLs).
+func serverAddr(s string) (string, error) {
+	if strings.Contains(s, "://") {
+		return "", fmt.Errorf("%w: --server takes HOST[:PORT], not a URL (%q); a remote mount shows the server's whole tree", errUsage, s)
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		// No port (or an IPv6 literal without brackets and port).
+		host, port = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"), "2049"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || host == "" {
+		return "", fmt.Errorf("%w: --server %q: want HOST[:PORT] with a port in 1-65535", errUsage, s)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
 // cacheTimeout converts a command-line timeout (0: no caching) to
 // fuse.Config's convention (0: default, negative: no caching).
 func cacheTimeout(d time.Duration) time.Duration {
@@ -78,12 +96,12 @@ func cacheTimeout(d time.Duration) time.Duration {
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("mount", stderr)
 	fl.Usage = func() {
-		fmt.Fprintln(stderr, "usage: txnfs mount --data DIR [flags] MOUNTPOINT\n       txnfs mount --server HOST:PORT [flags] MOUNTPOINT")
+		fmt.Fprintln(stderr, "usage: txnfs mount --data DIR [flags] MOUNTPOINT\n       txnfs mount --server HOST[:PORT] [flags] MOUNTPOINT")
 		fl.PrintDefaults()
 	}
 	root := os.Geteuid() == 0
 	dir := fl.String("data", "", "data directory to mount (created if missing)")
-	server := fl.String("server", "", "mount a remote NFSv4.1 server HOST:PORT instead of a data directory (cache timeouts then default to 1s)")
+	server := fl.String("server", "", "mount a remote NFSv4.1 server HOST[:PORT] (port 2049 if omitted) instead of a data directory (cache timeouts then default to 1s)")
 	soft := fl.Bool("soft", false, "remote mounts: fail requests (EIO) after three connection attempts instead of waiting for an unreachable server (default: hard, like NFS: requests wait until the server answers; a killed caller or `txnfs umount --force` ends the wait)")
 	background := fl.Bool("background", false, "return once mounted and serve from a background process")
 	logFile := fl.String("log", "", "log file (with --background; default: discard)")
@@ -125,6 +143,11 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: --dirty-max-ratio is the writeback cache's limit: it needs --writeback", errUsage)
 	}
 	if *server != "" {
+		addr, err := serverAddr(*server)
+		if err != nil {
+			return err
+		}
+		*server = addr
 		// Other clients change a remote server's files: short caches
 		// unless asked otherwise.
 		for name, d := range map[string]*time.Duration{"entry-timeout": entryTimeout, "attr-timeout": attrTimeout, "negative-timeout": negTimeout} {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -141,6 +142,22 @@ func TestDoubleDash(t *testing.T) {
 		}
 		if c.args[0] == "-f" && (*f != "--" || !*r) {
 			t.Errorf("%q: -f %q -r %v", c.args, *f, *r)
+		}
+	}
+}
+
+// TestServerAddr: mount --server took only HOST:PORT; "HOST" and
+// "nfs://HOST:PORT" failed at dial time with "missing port in address"
+// and "too many colons in address".
+func TestServerAddr(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:2050": "127.0.0.1:2050", "127.0.0.1": "127.0.0.1:2049", "h": "h:2049",
+		"[::1]:7": "[::1]:7", "[::1]": "[::1]:2049", "::1": "[::1]:2049",
+		"nfs://127.0.0.1:2049": "", "h:": "", "h:0": "", "h:70000": "", ":2049": "", "": "",
+	} {
+		got, err := serverAddr(in)
+		if got != want || (err != nil) != (want == "") || err != nil && !errors.Is(err, errUsage) {
+			t.Errorf("%q: %q %v, want %q", in, got, err, want)
 		}
 	}
 }
