@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/txnfs/txnfs/vnfs/vtools"
@@ -49,6 +50,16 @@ func commands() map[string]command {
 // dataCommands open a data directory (--data).
 var dataCommands = map[string]bool{"serve": true, "mount": true, "fsck": true, "gc": true}
 
+// explainInUse explains the failure to take a data directory's lock
+// (the slice store's, datadir): one process per directory.
+func explainInUse(err error) error {
+	const why = "the data directory is in use by another txnfs serve, mount, fsck or gc"
+	if errors.Is(err, syscall.EWOULDBLOCK) && !strings.Contains(err.Error(), why) {
+		return fmt.Errorf("%w: %s", err, why)
+	}
+	return err
+}
+
 // errUsage marks a command-line error (exit status 2).
 var errUsage = errors.New("usage error")
 
@@ -80,9 +91,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		err = errors.New("interrupted")
 	}
-	if errors.Is(err, syscall.EWOULDBLOCK) && dataCommands[args[0]] {
-		// The slice store's lock (datadir): one process per directory.
-		err = fmt.Errorf("%w: the data directory is in use by another txnfs serve, mount, fsck or gc", err)
+	if dataCommands[args[0]] {
+		err = explainInUse(err)
 	}
 	var reported *vtools.ReportedError
 	switch {

@@ -242,7 +242,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else {
 		e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log, Reserve: *reserve})
 		if err != nil {
-			return fail(err)
+			return fail(explainInUse(err))
 		}
 		defer e.Close()
 		if *gcEvery > 0 {
