@@ -17,6 +17,9 @@ import (
 	"github.com/txnfs/txnfs/vnfs/vtools"
 )
 
+// isTerminal reports whether f is a terminal (a variable for tests).
+var isTerminal = vtools.IsTerminal
+
 // toolEnv returns the tool environment; the caller closes the mounts.
 func toolEnv(stdout, stderr io.Writer) *vtools.Env {
 	return &vtools.Env{
@@ -145,6 +148,10 @@ func runTar(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if !*c {
 		return fmt.Errorf("%w: tar only creates archives; use untar -x", errUsage)
 	}
+	if (*f == "-" || *f == "") && stdout == io.Writer(os.Stdout) && isTerminal(os.Stdout) {
+		// GNU tar's refusal: binary on a terminal is never wanted.
+		return fmt.Errorf("%w: refusing to write archive contents to a terminal (-f ARCHIVE, or a pipe)", errUsage)
+	}
 	env := toolEnv(stdout, stderr)
 	defer env.Mounts.Close()
 	return vtools.Tar(ctx, env, pos, vtools.TarOptions{Archive: *f, Dir: *C})
@@ -164,6 +171,11 @@ func runUntar(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if !*x {
 		return fmt.Errorf("%w: untar only extracts; use tar -c", errUsage)
+	}
+	if (*f == "-" || *f == "") && isTerminal(os.Stdin) {
+		// GNU tar's refusal: without it "txnfs untar" waits for
+		// typed input.
+		return fmt.Errorf("%w: refusing to read archive contents from a terminal (-f ARCHIVE, or a pipe)", errUsage)
 	}
 	env := toolEnv(stdout, stderr)
 	defer env.Mounts.Close()

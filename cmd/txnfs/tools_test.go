@@ -161,3 +161,25 @@ func TestServerAddr(t *testing.T) {
 		}
 	}
 }
+
+// TestArchiveOnTerminal: "txnfs untar" without -f waited for an archive
+// typed on the terminal, and "txnfs tar PATH" wrote binary to it; both
+// are refused like GNU tar.
+func TestArchiveOnTerminal(t *testing.T) {
+	defer func(f func(*os.File) bool) { isTerminal = f }(isTerminal)
+	isTerminal = func(f *os.File) bool { return f == os.Stdin || f == os.Stdout }
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"untar", "-C", dir}, "refusing to read archive contents from a terminal"},
+		{[]string{"tar", "-c", dir}, "refusing to write archive contents to a terminal"},
+	} {
+		var errb bytes.Buffer
+		code := run(context.Background(), c.args, os.Stdout, &errb)
+		if code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%q: exit %d: %s", c.args, code, errb.String())
+		}
+	}
+}
