@@ -409,3 +409,38 @@ func TestCopyNeedsReadAccess(t *testing.T) {
 		})
 	}
 }
+
+// TestLsRUnreadableSubdir: ls -R of a tree with a subdirectory the user
+// may not read printed nothing but the error; GNU ls prints the rest, the
+// failed directory's header, its error on stderr, and exits 1.
+func TestLsRUnreadableSubdir(t *testing.T) {
+	ctx := context.Background()
+	for _, p := range peers {
+		t.Run(p.Name, func(t *testing.T) {
+			root, _, _ := newEnv(t)
+			dir := url(p, fmt.Sprintf("lsr%d", seq.Add(1)))
+			for _, d := range []string{dir + "/a/sub", dir + "/b", dir + "/z"} {
+				if err := vtools.Mkdir(ctx, root, []string{d}, vtools.MkdirOptions{Parents: true, Mode: 0o755}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			writeArg(t, root, dir+"/a/sub/f", "x")
+			writeArg(t, root, dir+"/b/hidden", "x")
+			tg, _ := root.Mounts.Resolve(ctx, dir+"/b")
+			if _, err := tg.FS.VSetAttrs(ctx, []vnfs.AttrItem{{File: vnfs.P(tg.Path), Mask: vnfs.AttrMode, Attr: vnfs.Attr{Mode: 0}}}); err != nil {
+				t.Fatal(err)
+			}
+			nobody := uint32(65534)
+			var out, errb bytes.Buffer
+			env := &vtools.Env{Mounts: &vnfs.Mounts{Config: vnfs.Config{Client: client.Config{UID: &nobody, GID: &nobody}}}, Stdout: &out, Stderr: &errb}
+			defer env.Mounts.Close()
+			err := vtools.Ls(ctx, env, []string{dir}, vtools.LsOptions{Recursive: true})
+			want := dir + ":\na\nb\nz\n\n" + dir + "/a:\nsub\n\n" + dir + "/a/sub:\nf\n\n" + dir + "/b:\n\n" + dir + "/z:\n"
+			var re *vtools.ReportedError
+			if out.String() != want || !errors.As(err, &re) || re.Status != 1 ||
+				errb.String() != "ls: cannot open directory '"+dir+"/b': permission denied (NFS4ERR_ACCESS)\n" {
+				t.Fatalf("err %v\nstdout:\n%s\nwant:\n%s\nstderr: %s", err, out.String(), want, errb.String())
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package vtools
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os/user"
@@ -34,7 +35,7 @@ func Ls(ctx context.Context, env *Env, args []string, o LsOptions) error {
 	}
 	w := bufio.NewWriter(env.Stdout)
 	defer w.Flush()
-	l := &lister{env: env, o: o, w: w, users: map[uint32]string{}, groups: map[uint32]string{}, now: env.now()}
+	l := &lister{env: env, o: o, w: w, users: map[uint32]string{}, groups: map[uint32]string{}, now: env.now(), failed: map[string]error{}}
 	type arg struct {
 		name string
 		t    vnfs.Target
@@ -85,6 +86,9 @@ func Ls(ctx context.Context, env *Env, args []string, o LsOptions) error {
 		}
 		l.printTree(tree, d.t.Path, d.name, headers, &first)
 	}
+	if firstErr == nil && l.firstFailure != nil {
+		return l.firstFailure
+	}
 	return firstErr
 }
 
@@ -103,6 +107,10 @@ type lister struct {
 	now    time.Time
 	dates  map[dateKey]string // date's cache
 	line   []byte             // block's line buffer
+	// failed holds the subdirectories -R could not list, by path;
+	// firstFailure is the first reported (exit status 1, as GNU ls).
+	failed       map[string]error
+	firstFailure *ReportedError
 }
 
 // load lists the directory at t (recursively with -R): entries by
@@ -119,7 +127,8 @@ func (l *lister) load(ctx context.Context, t vnfs.Target) (map[string][]lsEntry,
 		i   int
 	}
 	var refs []ref
-	err := t.FS.VListDir(ctx, []string{t.Path}, vnfs.ListOptions{Mask: mask, Recursive: l.o.Recursive}, func(de vnfs.DirEntry) error {
+	var subdirs []string // of the level-by-level listing below
+	add := func(de vnfs.DirEntry) error {
 		if !l.o.AlmostAll && !l.o.All && strings.HasPrefix(de.Name, ".") {
 			return nil
 		}
@@ -128,13 +137,40 @@ func (l *lister) load(ctx context.Context, t vnfs.Target) (map[string][]lsEntry,
 			if _, ok := tree[de.Path()]; !ok {
 				tree[de.Path()] = nil
 			}
+			subdirs = append(subdirs, de.Path())
 		}
 		if l.o.Long && de.Attr.Type == vnfs.TypeSymlink {
 			links = append(links, vnfs.ReadlinkItem{Path: de.Path()})
 			refs = append(refs, ref{de.Dir, len(tree[de.Dir]) - 1})
 		}
 		return nil
-	})
+	}
+	err := t.FS.VListDir(ctx, []string{t.Path}, vnfs.ListOptions{Mask: mask, Recursive: l.o.Recursive}, add)
+	var ve *vnfs.Error
+	if err != nil && l.o.Recursive && errors.As(err, &ve) && ve.Path != "" && ve.Path != t.Path && ctx.Err() == nil {
+		// A subdirectory could not be listed (permission denied, or
+		// removed meanwhile): list again one directory at a time, so
+		// that, like GNU ls -R, everything else is printed and each
+		// failure reported where its listing would be (printTree).
+		tree, links, refs, subdirs = map[string][]lsEntry{t.Path: nil}, nil, nil, nil
+		queue := []string{t.Path}
+		for len(queue) > 0 {
+			d := queue[0]
+			queue = queue[1:]
+			subdirs = subdirs[:0]
+			n := len(tree[d])
+			if err := t.FS.VListDir(ctx, []string{d}, vnfs.ListOptions{Mask: mask}, add); err != nil {
+				if d == t.Path {
+					return nil, wrap(t, err)
+				}
+				tree[d] = tree[d][:n]
+				l.failed[d] = err
+				continue
+			}
+			queue = append(queue, subdirs...)
+		}
+		err = nil
+	}
 	if err != nil {
 		return nil, wrap(t, err)
 	}
@@ -190,6 +226,9 @@ func (l *lister) printTree(tree map[string][]lsEntry, dir, name string, header b
 	if header {
 		fmt.Fprintf(l.w, "%s:\n", name)
 	}
+	if l.reportFailed(dir, name) {
+		return
+	}
 	l.block(ents, true)
 	if !l.o.Recursive {
 		return
@@ -202,6 +241,24 @@ func (l *lister) printTree(tree map[string][]lsEntry, dir, name string, header b
 			}
 		}
 	}
+}
+
+// reportFailed prints, after the header of a directory that could not be
+// listed, GNU ls's message (stdout is flushed first so that the message
+// comes after the header on a shared terminal).
+func (l *lister) reportFailed(dir, name string) bool {
+	err, ok := l.failed[dir]
+	if !ok {
+		return false
+	}
+	if f, ok := l.w.(interface{ Flush() error }); ok {
+		f.Flush()
+	}
+	fmt.Fprintf(l.env.Stderr, "ls: cannot open directory '%s': %s\n", name, Reason(err))
+	if l.firstFailure == nil {
+		l.firstFailure = &ReportedError{Status: 1, Err: fmt.Errorf("%s: %s", name, Reason(err))}
+	}
+	return true
 }
 
 // block prints entries, in long format with aligned columns. Lines are
