@@ -284,6 +284,9 @@ type Target struct {
 	Server string
 	// Arg is the argument as given.
 	Arg string
+	// Slash says that Arg ends with a slash (and is not the root):
+	// POSIX tools then require a directory, or a symbolic link to one.
+	Slash bool
 }
 
 // IsNFS reports whether arg is an nfs:// URL.
@@ -291,6 +294,11 @@ func IsNFS(arg string) bool { return strings.HasPrefix(arg, "nfs://") }
 
 // Resolve returns the FS and path for arg.
 func (m *Mounts) Resolve(ctx context.Context, arg string) (Target, error) {
+	if arg == "" {
+		// filepath.Abs would make it the working directory ("rm -r
+		// $UNSET" removing it); POSIX tools answer ENOENT.
+		return Target{}, fmt.Errorf("'': %w", syscall.ENOENT)
+	}
 	if !IsNFS(arg) {
 		abs, err := filepath.Abs(arg)
 		if err != nil {
@@ -302,7 +310,7 @@ func (m *Mounts) Resolve(ctx context.Context, arg string) (Target, error) {
 		}
 		l := m.local
 		m.mu.Unlock()
-		return Target{FS: l, Path: abs, Arg: arg}, nil
+		return Target{FS: l, Path: abs, Arg: arg, Slash: strings.HasSuffix(arg, "/") && abs != "/"}, nil
 	}
 	host, p, err := parseURL(arg)
 	if err != nil {
@@ -330,7 +338,7 @@ func (m *Mounts) Resolve(ctx context.Context, arg string) (Target, error) {
 		}
 		m.nfs[host] = f
 	}
-	return Target{FS: f, Path: p, Server: host, Arg: arg}, nil
+	return Target{FS: f, Path: p, Server: host, Arg: arg, Slash: strings.HasSuffix(arg, "/") && p != "/"}, nil
 }
 
 // DefaultDialTimeout is Mounts.DialTimeout's default.

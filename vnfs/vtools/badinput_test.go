@@ -444,3 +444,97 @@ func TestLsRUnreadableSubdir(t *testing.T) {
 		})
 	}
 }
+
+// TestEmptyDotsSlash: an empty argument was the working directory (`rm
+// -r ""` removed it), `rm -r .` and `..` removed the directory, and a
+// trailing slash was ignored (`rm f/` removed the file f, `cp f new/`
+// created the file new, `ls f/` listed f). GNU's answers now.
+//
+// The empty argument is always local: those cases run once, with the
+// working directory a throwaway one (with the bug, `rm -r ""` removes
+// the working directory: never run them from the package directory).
+func TestEmptyDotsSlash(t *testing.T) {
+	ctx := context.Background()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scratch := filepath.Join(t.TempDir(), "cwd")
+	os.MkdirAll(scratch, 0o755)
+	os.WriteFile(filepath.Join(scratch, "canary"), []byte("x"), 0o644)
+	if err := os.Chdir(scratch); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	{
+		env, _, _ := newEnv(t)
+		for _, c := range []struct {
+			what string
+			err  error
+		}{
+			{`rm ""`, vtools.Rm(ctx, env, []string{""}, vtools.RmOptions{})},
+			{`rm -r ""`, vtools.Rm(ctx, env, []string{""}, vtools.RmOptions{Recursive: true})},
+			{`ls ""`, vtools.Ls(ctx, env, []string{""}, vtools.LsOptions{})},
+			{`cp -r "" x`, vtools.Cp(ctx, env, []string{""}, "x", vtools.CpOptions{Recursive: true})},
+			{`tar ""`, vtools.Tar(ctx, env, []string{""}, vtools.TarOptions{Archive: "-"})},
+		} {
+			if c.err == nil || !strings.Contains(c.err.Error(), "'': no such file or directory") {
+				t.Errorf("%s: %v", c.what, c.err)
+			}
+		}
+		if err := vtools.Rm(ctx, env, []string{""}, vtools.RmOptions{Force: true}); err != nil {
+			t.Errorf(`rm -f "": %v`, err)
+		}
+		if _, err := os.Stat(filepath.Join(scratch, "canary")); err != nil {
+			t.Fatalf("the working directory: %v", err)
+		}
+	}
+	for name, at := range places(t) {
+		t.Run(name, func(t *testing.T) {
+			env, out, errb := newEnv(t)
+			if err := vtools.Mkdir(ctx, env, []string{at("d/sub")}, vtools.MkdirOptions{Parents: true, Mode: 0o755}); err != nil {
+				t.Fatal(err)
+			}
+			writeArg(t, env, at("f"), "f")
+			writeArg(t, env, at("d/in"), "in")
+			rm := func(o vtools.RmOptions, args ...string) error { return vtools.Rm(ctx, env, args, o) }
+			// at cleans its argument: the dots are appended.
+			for _, c := range []struct {
+				what string
+				err  error
+				want string
+			}{
+				{`rm -r d/.`, rm(vtools.RmOptions{Recursive: true}, at("d")+"/."), "refusing to remove '.' or '..'"},
+				{`rm -r d/sub/..`, rm(vtools.RmOptions{Recursive: true}, at("d/sub")+"/.."), "refusing to remove '.' or '..'"},
+				{`rm -r d/./`, rm(vtools.RmOptions{Recursive: true}, at("d")+"/./"), "refusing to remove '.' or '..'"},
+				{`rm f/`, rm(vtools.RmOptions{}, at("f")+"/"), "f/: not a directory"},
+				{`cp f new/`, vtools.Cp(ctx, env, []string{at("f")}, at("new")+"/", vtools.CpOptions{}), "new/: not a directory"},
+				{`cp d/in f/ (f a file)`, vtools.Cp(ctx, env, []string{at("d/in")}, at("f")+"/", vtools.CpOptions{}), "f/: not a directory"},
+				{`tar f/`, vtools.Tar(ctx, env, []string{at("f") + "/"}, vtools.TarOptions{Archive: "-"}), "f/: not a directory"},
+				{`ls f/`, vtools.Ls(ctx, env, []string{at("f") + "/"}, vtools.LsOptions{}), "f/: not a directory"},
+			} {
+				if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
+					t.Errorf("%s: %v, want %q", c.what, c.err, c.want)
+				}
+			}
+			out.Reset()
+			if err := vtools.Ls(ctx, env, []string{at("d")}, vtools.LsOptions{}); err != nil || out.String() != "in\nsub\n" {
+				t.Fatalf("d afterwards: %q %v (stderr %s)", out.String(), err, errb.String())
+			}
+			if got := readArg(t, env, at("f")); got != "f" {
+				t.Fatalf("f: %q", got)
+			}
+			tg, _ := env.Mounts.Resolve(ctx, at("new"))
+			if _, err := vnfs.Stat(ctx, tg.FS, tg.Path); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("new: %v", err)
+			}
+			// A trailing slash on a directory is fine.
+			if err := vtools.Cp(ctx, env, []string{at("d") + "/"}, at("d2")+"/", vtools.CpOptions{Recursive: true}); err != nil {
+				t.Fatal(err)
+			}
+			if got := readArg(t, env, at("d2/in")); got != "in" {
+				t.Fatalf("d2/in: %q", got)
+			}
+		})
+	}
+}

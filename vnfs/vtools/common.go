@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -99,6 +100,49 @@ func sameFile(ctx context.Context, a, b vnfs.Target) bool {
 		return false
 	}
 	return it[0].Attr.Ino == it[1].Attr.Ino && it[0].Attr.Type == it[1].Attr.Type
+}
+
+// slashDir enforces the trailing slash of t's argument: it must name a
+// directory. A symbolic link to one is followed when follow is set (ls,
+// cp, tar: the directory it names; locally only — a server-side link may
+// be relative to a client's mount) and refused otherwise (rm: GNU rm
+// refuses "link/"). A missing path passes (the tool reports it).
+func slashDir(ctx context.Context, t vnfs.Target, follow bool) (vnfs.Target, error) {
+	if !t.Slash {
+		return t, nil
+	}
+	a, err := vnfs.Stat(ctx, t.FS, t.Path)
+	switch {
+	case err != nil || a.Type == vnfs.TypeDir:
+		return t, nil
+	case a.Type == vnfs.TypeSymlink && follow && t.Server == "":
+		if r, err := filepath.EvalSymlinks(t.Path); err == nil {
+			if fi, err := os.Stat(r); err == nil && fi.IsDir() {
+				t.Path = r
+				return t, nil
+			}
+		}
+	case a.Type == vnfs.TypeSymlink && follow:
+		return t, fmt.Errorf("%s: is a symbolic link; give the path it points to (links are not followed on NFS paths)", t.Arg)
+	}
+	return t, &pathError{path: t.Arg, err: syscall.ENOTDIR}
+}
+
+// isDots reports whether the last component of arg is "." or ".." (rm
+// refuses them, as GNU rm).
+func isDots(arg string) bool {
+	if vnfs.IsNFS(arg) {
+		if i := strings.Index(arg[len("nfs://"):], "/"); i >= 0 {
+			arg = arg[len("nfs://")+i:]
+		} else {
+			return false
+		}
+	}
+	b := strings.TrimRight(arg, "/")
+	if i := strings.LastIndex(b, "/"); i >= 0 {
+		b = b[i+1:]
+	}
+	return b == "." || b == ".."
 }
 
 // within reports whether inner is dir or below it (lexically, same file

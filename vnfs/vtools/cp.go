@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/txnfs/txnfs/vnfs"
 )
@@ -55,6 +56,9 @@ func Cp(ctx context.Context, env *Env, srcs []string, dst string, o CpOptions) e
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return wrap(dt, err)
 	}
+	if dt.Slash && err == nil && !into {
+		return &pathError{path: dst, err: syscall.ENOTDIR}
+	}
 	if len(srcs) > 1 && !into {
 		return fmt.Errorf("target %s is not a directory", dst)
 	}
@@ -63,9 +67,13 @@ func Cp(ctx context.Context, env *Env, srcs []string, dst string, o CpOptions) e
 		if err != nil {
 			return err
 		}
+		if st, err = slashDir(ctx, st, true); err != nil {
+			return err
+		}
 		target, tname := dt, dst
 		if into {
 			target.Path = path.Join(dt.Path, path.Base(st.Path))
+			target.Slash = false
 			tname = strings.TrimSuffix(dst, "/") + "/" + path.Base(st.Path)
 		}
 		// cp(1)'s two refusals that keep it from destroying its source:
@@ -90,6 +98,10 @@ func copyTree(ctx context.Context, env *Env, src, dst vnfs.Target, o CpOptions) 
 	ents, err := walk(ctx, src, vnfs.AttrStat, true)
 	if err != nil {
 		return err
+	}
+	if dst.Slash && ents[0].attr.Type != vnfs.TypeDir {
+		// "cp f new/": cp(1) will not create a file named new.
+		return &pathError{path: dst.Arg, err: syscall.ENOTDIR}
 	}
 	if ents[0].attr.Type == vnfs.TypeDir && !o.Recursive {
 		return fmt.Errorf("%s: -r not specified; omitting directory", src.Arg)

@@ -48,7 +48,12 @@ func Ls(ctx context.Context, env *Env, args []string, o LsOptions) error {
 		t, err := env.Mounts.Resolve(ctx, a)
 		if err != nil {
 			// GNU ls goes on with the other arguments and exits 2.
-			fmt.Fprintf(env.Stderr, "ls: cannot access '%s': %s\n", a, strings.TrimPrefix(err.Error(), a+": "))
+			fmt.Fprintf(env.Stderr, "ls: cannot access '%s': %s\n", a, strings.TrimPrefix(strings.TrimPrefix(err.Error(), a+": "), "'': "))
+			firstErr = &ReportedError{Status: 2, Err: err}
+			continue
+		}
+		if t, err = slashDir(ctx, t, true); err != nil {
+			fmt.Fprintf(env.Stderr, "ls: cannot access '%s': %s\n", a, strings.TrimPrefix(strings.TrimPrefix(err.Error(), a+": "), "'': "))
 			firstErr = &ReportedError{Status: 2, Err: err}
 			continue
 		}

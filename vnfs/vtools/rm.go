@@ -21,9 +21,28 @@ type RmOptions struct {
 // Rm removes paths like rm(1). With -r, each file system's trees are
 // removed with one recursive listing and one VRemove vector.
 func Rm(ctx context.Context, env *Env, args []string, o RmOptions) error {
-	groups, order, err := group(ctx, env, args)
+	for _, a := range args {
+		if isDots(a) {
+			return fmt.Errorf("refusing to remove '.' or '..' directory: skipping '%s'", a)
+		}
+	}
+	var live []string
+	for _, a := range args {
+		if a == "" && o.Force {
+			continue // rm -f '': nothing to do, as GNU rm
+		}
+		live = append(live, a)
+	}
+	groups, order, err := group(ctx, env, live)
 	if err != nil {
 		return err
+	}
+	for _, g := range groups {
+		for _, t := range g {
+			if _, err := slashDir(ctx, t, false); err != nil {
+				return err
+			}
+		}
 	}
 	for _, key := range order {
 		g := groups[key]

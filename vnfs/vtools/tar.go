@@ -66,7 +66,10 @@ func Tar(ctx context.Context, env *Env, paths []string, o TarOptions) (err error
 		if err != nil {
 			return err
 		}
-		prefix := path.Base(t.Path)
+		prefix := path.Base(t.Path) // the name given, also for "link/"
+		if t, err = slashDir(ctx, t, true); err != nil {
+			return err
+		}
 		if relative {
 			prefix = path.Clean(a)
 		}
