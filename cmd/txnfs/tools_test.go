@@ -106,6 +106,9 @@ func TestBadInput(t *testing.T) {
 		{[]string{"cp", "-r", dir, filepath.Join(dir, "sub")}, 1, "into itself"},
 		{[]string{"clone", file, file}, 1, "are the same file"},
 		{[]string{"concat", file, file}, 1, "are the same file"},
+		{[]string{"untar", "-f", file, "-C", missing}, 1, missing + ": no such file or directory"},
+		{[]string{"untar", "-f", file, "-C", file}, 1, file + ": not a directory"},
+		{[]string{"cp", "/dev/null", filepath.Join(dir, "null")}, 1, "/dev/null: 1 special file (device, FIFO, socket) not copied"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), c.args, &out, &errb)

@@ -113,6 +113,7 @@ func copyTree(ctx context.Context, env *Env, src, dst vnfs.Target, o CpOptions) 
 	var links []vnfs.SymlinkItem
 	var attrs, dirAttrs []vnfs.AttrItem
 	var bytes int64
+	skipped := 0 // special files: not copied, the exit status says so
 	for _, e := range ents {
 		mask := vnfs.AttrMode
 		if o.Preserve {
@@ -137,6 +138,7 @@ func copyTree(ctx context.Context, env *Env, src, dst vnfs.Target, o CpOptions) 
 			}
 		default:
 			fmt.Fprintf(env.Stderr, "cp: %s: skipping special file\n", display(src, spath(e.rel)))
+			skipped++
 		}
 	}
 	if len(mk) > 0 {
@@ -187,6 +189,12 @@ func copyTree(ctx context.Context, env *Env, src, dst vnfs.Target, o CpOptions) 
 		if _, err := vnfs.Unordered(dst.FS).VSetAttrs(ctx, attrs); err != nil {
 			return wrap(dst, err)
 		}
+	}
+	if skipped == 1 {
+		return fmt.Errorf("%s: 1 special file (device, FIFO, socket) not copied", src.Arg)
+	}
+	if skipped > 1 {
+		return fmt.Errorf("%s: %d special files (devices, FIFOs, sockets) not copied", src.Arg, skipped)
 	}
 	return nil
 }

@@ -289,6 +289,15 @@ func Untar(ctx context.Context, env *Env, o UntarOptions) error {
 	if err != nil {
 		return err
 	}
+	// Like GNU tar -C, the directory must exist: a mistyped one is not
+	// created (with the whole archive below it).
+	t.Slash = true
+	if t, err = slashDir(ctx, t, true); err != nil {
+		return err
+	}
+	if _, err := vnfs.Stat(ctx, t.FS, t.Path); err != nil {
+		return wrap(t, err)
+	}
 	x := &extractor{ctx: ctx, env: env, t: t, root: os.Geteuid() == 0, p: env.progress("untar", 0), symlinks: map[string]bool{}}
 	name := o.Archive
 	if name == "" || name == "-" {
