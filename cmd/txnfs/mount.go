@@ -20,6 +20,7 @@ import (
 	"github.com/txnfs/txnfs/datadir"
 	"github.com/txnfs/txnfs/fuse"
 	"github.com/txnfs/txnfs/nfs4/client"
+	"github.com/txnfs/txnfs/vnfs"
 )
 
 // notifyEnv names the file descriptor through which a --background child
@@ -223,10 +224,13 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var m fuse.Mounted
 	if *server != "" {
-		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		dctx, cancel := context.WithTimeout(ctx, vnfs.DefaultDialTimeout)
 		c, err := client.Dial(dctx, client.Config{Addr: *server, Logger: log, Hard: !*soft})
 		cancel()
 		if err != nil {
+			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				return fail(fmt.Errorf("connecting to %s: the server did not answer within %v", *server, vnfs.DefaultDialTimeout))
+			}
 			return fail(fmt.Errorf("connecting to %s: %w", *server, err))
 		}
 		defer c.Close()
