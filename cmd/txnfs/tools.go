@@ -122,7 +122,7 @@ func runRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func runMkdir(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("mkdir", stderr)
 	p := fl.Bool("p", false, "create missing parents; no error if existing")
-	m := fl.String("m", "755", "mode (octal)")
+	m := fl.String("m", "755", "mode (octal), exactly (not less the umask) for the directories named")
 	pos, err := toolFlags(fl, args, 1, "[-p] [-m MODE] DIR...")
 	if err != nil {
 		return err
@@ -133,7 +133,9 @@ func runMkdir(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	env := toolEnv(stdout, stderr)
 	defer env.Mounts.Close()
-	return vtools.Mkdir(ctx, env, pos, vtools.MkdirOptions{Parents: *p, Mode: uint32(mode)})
+	exact := false
+	fl.Visit(func(f *flag.Flag) { exact = exact || f.Name == "m" })
+	return vtools.Mkdir(ctx, env, pos, vtools.MkdirOptions{Parents: *p, Mode: uint32(mode), ExactMode: exact})
 }
 
 func runTar(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -538,3 +538,34 @@ func TestEmptyDotsSlash(t *testing.T) {
 		})
 	}
 }
+
+// TestMkdirMode: mkdir -m gave local directories the mode less the umask
+// (-m 777: 755; the sticky bit of -m 1777 lost), -m 0 gave 755, and -p -m
+// gave the mode to every parent (mkdir(1): to the directories named).
+func TestMkdirMode(t *testing.T) {
+	ctx := context.Background()
+	for name, at := range places(t) {
+		t.Run(name, func(t *testing.T) {
+			env, _, _ := newEnv(t)
+			mk := func(o vtools.MkdirOptions, args ...string) {
+				t.Helper()
+				o.ExactMode = true
+				if err := vtools.Mkdir(ctx, env, args, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mk(vtools.MkdirOptions{Parents: true, Mode: 0o755}, at(""))
+			mk(vtools.MkdirOptions{Mode: 0o777}, at("a777"))
+			mk(vtools.MkdirOptions{Mode: 0o1777}, at("a1777"))
+			mk(vtools.MkdirOptions{Mode: 0}, at("a0"))
+			mk(vtools.MkdirOptions{Parents: true, Mode: 0o700}, at("p/q"))
+			for rel, want := range map[string]uint32{"a777": 0o777, "a1777": 0o1777, "a0": 0, "p": 0o755, "p/q": 0o700} {
+				tg, _ := env.Mounts.Resolve(ctx, at(rel))
+				a, err := vnfs.Stat(ctx, tg.FS, tg.Path)
+				if err != nil || a.Mode != want {
+					t.Errorf("%s: mode %o %v, want %o", rel, a.Mode, err, want)
+				}
+			}
+		})
+	}
+}

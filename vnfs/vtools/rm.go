@@ -104,14 +104,33 @@ func group(ctx context.Context, env *Env, args []string) (map[string][]vnfs.Targ
 type MkdirOptions struct {
 	Parents bool   // -p
 	Mode    uint32 // default 0755
+	// ExactMode is mkdir -m: the directories named get exactly Mode
+	// (also 0, and the set-id and sticky bits; not less a umask), set
+	// after creating them as mkdir(1) does; with Parents, missing
+	// parents get the default mode.
+	ExactMode bool
 }
 
 // Mkdir creates directories. With -p, all missing ancestors of all
 // arguments on one file system are found with one VGetAttrs and created
 // with one VMkdir.
 func Mkdir(ctx context.Context, env *Env, args []string, o MkdirOptions) error {
-	if o.Mode == 0 {
+	if o.Mode == 0 && !o.ExactMode {
 		o.Mode = 0o755
+	}
+	// exact sets -m's mode on the directories created for arguments.
+	exact := func(t vnfs.Target, paths []string) error {
+		if !o.ExactMode || len(paths) == 0 {
+			return nil
+		}
+		items := make([]vnfs.AttrItem, len(paths))
+		for i, p := range paths {
+			items[i] = vnfs.AttrItem{File: vnfs.P(p), Mask: vnfs.AttrMode, Attr: vnfs.Attr{Mode: o.Mode}}
+		}
+		if _, err := t.FS.VSetAttrs(ctx, items); err != nil {
+			return wrap(t, err)
+		}
+		return nil
 	}
 	groups, order, err := group(ctx, env, args)
 	if err != nil {
@@ -122,11 +141,16 @@ func Mkdir(ctx context.Context, env *Env, args []string, o MkdirOptions) error {
 		t := g[0]
 		if !o.Parents {
 			mk := make([]vnfs.MkdirItem, len(g))
+			paths := make([]string, len(g))
 			for i, x := range g {
 				mk[i] = vnfs.MkdirItem{Path: x.Path, Mode: o.Mode}
+				paths[i] = x.Path
 			}
 			if _, err := t.FS.VMkdir(ctx, mk); err != nil {
 				return wrap(t, err)
+			}
+			if err := exact(t, paths); err != nil {
+				return err
 			}
 			continue
 		}
@@ -180,16 +204,31 @@ func Mkdir(ctx context.Context, env *Env, args []string, o MkdirOptions) error {
 			}
 			missing = append(missing, items[k].File.Path)
 		}
+		named := map[string]bool{}
+		for _, x := range g {
+			named[x.Path] = true
+		}
 		var mk []vnfs.MkdirItem
+		var created []string
 		for _, p := range all {
 			if !exists[p] {
-				mk = append(mk, vnfs.MkdirItem{Path: p, Mode: o.Mode})
+				mode := o.Mode
+				if o.ExactMode && !named[p] {
+					mode = 0o755
+				}
+				mk = append(mk, vnfs.MkdirItem{Path: p, Mode: mode})
+				if named[p] {
+					created = append(created, p)
+				}
 			}
 		}
 		if len(mk) > 0 {
 			if _, err := t.FS.VMkdir(ctx, mk); err != nil {
 				return wrap(t, err)
 			}
+		}
+		if err := exact(t, created); err != nil {
+			return err
 		}
 	}
 	return nil
