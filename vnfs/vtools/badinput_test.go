@@ -10,10 +10,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/txnfs/txnfs/nfs4/client"
 	"github.com/txnfs/txnfs/vnfs"
@@ -565,6 +567,40 @@ func TestMkdirMode(t *testing.T) {
 				if err != nil || a.Mode != want {
 					t.Errorf("%s: mode %o %v, want %o", rel, a.Mode, err, want)
 				}
+			}
+		})
+	}
+}
+
+// TestCpPreserveAsUser: cp -p by a user who may not chown failed with
+// "operation not permitted" (and set no times); cp(1) keeps modes and
+// times and gives up the ownership.
+func TestCpPreserveAsUser(t *testing.T) {
+	ctx := context.Background()
+	src := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(src, []byte("x"), 0o640)
+	mtime := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	os.Chtimes(src, mtime, mtime)
+	if os.Geteuid() == 0 {
+		os.Chown(src, 0, 0)
+	}
+	for _, p := range peers {
+		t.Run(p.Name, func(t *testing.T) {
+			root, _, _ := newEnv(t)
+			dir := url(p, fmt.Sprintf("pres%d", seq.Add(1)))
+			if err := vtools.Mkdir(ctx, root, []string{dir}, vtools.MkdirOptions{Mode: 0o777, ExactMode: true}); err != nil {
+				t.Fatal(err)
+			}
+			nobody := uint32(65534)
+			env := &vtools.Env{Mounts: &vnfs.Mounts{Config: vnfs.Config{Client: client.Config{UID: &nobody, GID: &nobody}}}, Stdout: io.Discard, Stderr: io.Discard}
+			defer env.Mounts.Close()
+			if err := vtools.Cp(ctx, env, []string{src}, dir+"/f", vtools.CpOptions{Preserve: true}); err != nil {
+				t.Fatal(err)
+			}
+			tg, _ := root.Mounts.Resolve(ctx, dir+"/f")
+			a, err := vnfs.Stat(ctx, tg.FS, tg.Path)
+			if err != nil || a.Mode != 0o640 || !a.Mtime.Equal(mtime) || a.Uid != nobody {
+				t.Fatalf("%+v %v", a, err)
 			}
 		})
 	}

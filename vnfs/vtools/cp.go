@@ -186,7 +186,16 @@ func copyTree(ctx context.Context, env *Env, src, dst vnfs.Target, o CpOptions) 
 		attrs = append(attrs, dirAttrs[i])
 	}
 	if len(attrs) > 0 {
-		if _, err := vnfs.Unordered(dst.FS).VSetAttrs(ctx, attrs); err != nil {
+		_, err := vnfs.Unordered(dst.FS).VSetAttrs(ctx, attrs)
+		if err != nil && o.Preserve && errors.Is(err, syscall.EPERM) {
+			// cp -p by a user who may not give files away: like
+			// cp(1), keep modes and times, not the ownership.
+			for i := range attrs {
+				attrs[i].Mask &^= vnfs.AttrUid | vnfs.AttrGid
+			}
+			_, err = vnfs.Unordered(dst.FS).VSetAttrs(ctx, attrs)
+		}
+		if err != nil {
 			return wrap(dst, err)
 		}
 	}
