@@ -602,3 +602,34 @@ func TestCpPreserveAsUser(t *testing.T) {
 		})
 	}
 }
+
+// TestTarSkipsItself: an archive written into the tree being archived
+// was archived too (empty, or half-written); GNU tar skips it: "file is
+// the archive; not dumped".
+func TestTarSkipsItself(t *testing.T) {
+	ctx := context.Background()
+	for name, at := range places(t) {
+		t.Run(name, func(t *testing.T) {
+			env, _, errb := newEnv(t)
+			if err := vtools.Mkdir(ctx, env, []string{at("d")}, vtools.MkdirOptions{Parents: true, Mode: 0o755}); err != nil {
+				t.Fatal(err)
+			}
+			writeArg(t, env, at("d/f"), strings.Repeat("f", 5000))
+			if err := vtools.Tar(ctx, env, []string{at("d")}, vtools.TarOptions{Archive: at("d/x.tar")}); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			tr := tar.NewReader(strings.NewReader(readArg(t, env, at("d/x.tar"))))
+			for {
+				h, err := tr.Next()
+				if err != nil {
+					break
+				}
+				names = append(names, h.Name)
+			}
+			if got := strings.Join(names, " "); got != "d/ d/f" || !strings.Contains(errb.String(), "x.tar: file is the archive; not dumped") {
+				t.Fatalf("members %q; stderr %q", got, errb.String())
+			}
+		})
+	}
+}

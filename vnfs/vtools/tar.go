@@ -48,6 +48,10 @@ func Tar(ctx context.Context, env *Env, paths []string, o TarOptions) (err error
 			err = cerr
 		}
 	}()
+	self, err := archiveIdentity(ctx, env, o.Archive, out)
+	if err != nil {
+		return err
+	}
 	tw := tar.NewWriter(out)
 	names := &idNames{users: map[uint32]string{}, groups: map[uint32]string{}}
 	inodes := map[uint64]string{}
@@ -77,6 +81,7 @@ func Tar(ctx context.Context, env *Env, paths []string, o TarOptions) (err error
 		if err != nil {
 			return err
 		}
+		ents = self.drop(env, t, ents)
 		if err := tarTree(ctx, env, tw, t, prefix, ents, names, inodes); err != nil {
 			return err
 		}
@@ -602,6 +607,66 @@ func tarType(t byte) string {
 		return "GNU sparse file"
 	}
 	return fmt.Sprintf("%q", t)
+}
+
+// archive identifies the archive being written, so that a tree holding
+// it does not archive it (GNU tar: "file is the archive; not dumped").
+type archive struct {
+	server string
+	ino    uint64
+	fi     os.FileInfo // local archives: the device too
+	ok     bool
+}
+
+func archiveIdentity(ctx context.Context, env *Env, a string, out io.Writer) (archive, error) {
+	switch {
+	case a == "" || a == "-":
+		return archive{}, nil
+	case vnfs.IsNFS(a):
+		w := out.(*nfsWriter)
+		if err := w.flush(); err != nil { // creates it
+			return archive{}, err
+		}
+		at, err := vnfs.Stat(ctx, w.t.FS, w.t.Path)
+		if err != nil {
+			return archive{}, wrap(w.t, err)
+		}
+		return archive{server: w.t.Server, ino: at.Ino, ok: true}, nil
+	default:
+		fi, err := os.Stat(a)
+		if err != nil {
+			return archive{}, err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return archive{}, nil
+		}
+		return archive{ino: uint64(st.Ino), fi: fi, ok: true}, nil
+	}
+}
+
+// drop removes the archive from a listed tree, with a note.
+func (self archive) drop(env *Env, t vnfs.Target, ents []entry) []entry {
+	if !self.ok || t.Server != self.server {
+		return ents
+	}
+	out := ents[:0]
+	for _, e := range ents {
+		if e.attr.Type == vnfs.TypeRegular && e.attr.Ino == self.ino {
+			p := path.Join(t.Path, e.rel)
+			same := true
+			if self.fi != nil {
+				fi, err := os.Lstat(p)
+				same = err == nil && os.SameFile(fi, self.fi)
+			}
+			if same {
+				fmt.Fprintf(env.Stderr, "tar: %s: file is the archive; not dumped\n", display(t, p))
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // openArchiveWriter opens the archive for writing.
