@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -631,5 +632,34 @@ func TestTarSkipsItself(t *testing.T) {
 				t.Fatalf("members %q; stderr %q", got, errb.String())
 			}
 		})
+	}
+}
+
+// TestNotATerminal: IsTerminal took every character device for a
+// terminal, so `txnfs tar -cf - x > /dev/null` was refused as "writing
+// to a terminal".
+func TestNotATerminal(t *testing.T) {
+	f, err := os.OpenFile("/dev/null", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer f.Close()
+	if vtools.IsTerminal(f) {
+		t.Fatal("/dev/null is a terminal")
+	}
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
+
+// TestLsWriteError: ls whose output could not be written (ls >
+// /dev/full, a full disk) exited 0.
+func TestLsWriteError(t *testing.T) {
+	env, _, _ := newEnv(t)
+	env.Stdout = failWriter{}
+	err := vtools.Ls(context.Background(), env, []string{t.TempDir()}, vtools.LsOptions{All: true})
+	if err == nil || !strings.Contains(err.Error(), "write error") {
+		t.Fatalf("%v", err)
 	}
 }

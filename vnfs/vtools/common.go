@@ -48,11 +48,9 @@ func (e *Env) now() time.Time {
 	return time.Now()
 }
 
-// IsTerminal reports whether f is a character device (a terminal).
-func IsTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
+// IsTerminal reports whether f is a terminal (isatty: not merely a
+// character device, which /dev/null and /dev/full are too).
+func IsTerminal(f *os.File) bool { return isatty(f) }
 
 // display renders an FS path the way the user wrote targets. Paths in
 // errors may come without their leading slash (vnfs cleans them).

@@ -29,12 +29,18 @@ type LsOptions struct {
 // arguments first, then directories, names sorted bytewise, -R depth-first
 // with "dir:" headers. Directory contents come from one recursive VListDir
 // with attributes (and one VReadlink for the symlinks) per argument.
-func Ls(ctx context.Context, env *Env, args []string, o LsOptions) error {
+func Ls(ctx context.Context, env *Env, args []string, o LsOptions) (err error) {
 	if len(args) == 0 {
 		args = []string{"."}
 	}
 	w := bufio.NewWriter(env.Stdout)
-	defer w.Flush()
+	defer func() {
+		// A listing that did not reach its file is an error (ls >
+		// /dev/full, a full disk), as in GNU ls.
+		if ferr := w.Flush(); ferr != nil && err == nil {
+			err = fmt.Errorf("write error: %w", ferr)
+		}
+	}()
 	l := &lister{env: env, o: o, w: w, users: map[uint32]string{}, groups: map[uint32]string{}, now: env.now(), failed: map[string]error{}}
 	type arg struct {
 		name string
