@@ -663,3 +663,38 @@ func TestLsWriteError(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// TestCpSourceSymlink: cp without -r of a local symbolic link made a
+// link (cp -P), so `cp link /backup/` saved a possibly dangling link
+// instead of the data; cp(1) copies what the link names (with -r, links
+// stay links).
+func TestCpSourceSymlink(t *testing.T) {
+	ctx := context.Background()
+	env, _, _ := newEnv(t)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "real"), []byte("data"), 0o644)
+	os.Symlink("real", filepath.Join(dir, "lnk"))
+	os.Symlink("nowhere", filepath.Join(dir, "dang"))
+	os.Mkdir(filepath.Join(dir, "out"), 0o755)
+	if err := vtools.Cp(ctx, env, []string{filepath.Join(dir, "lnk")}, filepath.Join(dir, "out"), vtools.CpOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, "out", "lnk")); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("out/lnk: %v %v", fi, err)
+	}
+	if err := vtools.Cp(ctx, env, []string{filepath.Join(dir, "lnk")}, filepath.Join(dir, "real"), vtools.CpOptions{}); err == nil || !strings.Contains(err.Error(), "are the same file") {
+		t.Fatalf("cp lnk real: %v", err)
+	}
+	if err := vtools.Cp(ctx, env, []string{filepath.Join(dir, "dang")}, filepath.Join(dir, "d2"), vtools.CpOptions{}); err == nil || !strings.Contains(err.Error(), "cannot stat") {
+		t.Fatalf("cp dang: %v", err)
+	}
+	if err := vtools.Cp(ctx, env, []string{filepath.Join(dir, "lnk")}, filepath.Join(dir, "l2"), vtools.CpOptions{Recursive: true}); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := os.Readlink(filepath.Join(dir, "l2")); err != nil || l != "real" {
+		t.Fatalf("cp -r lnk: %q %v", l, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "real")); string(b) != "data" {
+		t.Fatalf("real: %q", b)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -67,14 +68,27 @@ func Cp(ctx context.Context, env *Env, srcs []string, dst string, o CpOptions) e
 		if err != nil {
 			return err
 		}
+		name := path.Base(st.Path) // as given, also for "link/"
 		if st, err = slashDir(ctx, st, true); err != nil {
 			return err
 		}
+		if !o.Recursive && st.Server == "" {
+			// cp(1) without -r copies what a source link names.
+			// Locally only: a server-side link may be relative to
+			// a client's mount (NFS sources are copied as links).
+			if fi, err := os.Lstat(st.Path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+				r, err := filepath.EvalSymlinks(st.Path)
+				if err != nil {
+					return fmt.Errorf("cannot stat '%s': %s", s, Reason(err))
+				}
+				st.Path = r
+			}
+		}
 		target, tname := dt, dst
 		if into {
-			target.Path = path.Join(dt.Path, path.Base(st.Path))
+			target.Path = path.Join(dt.Path, name)
 			target.Slash = false
-			tname = strings.TrimSuffix(dst, "/") + "/" + path.Base(st.Path)
+			tname = strings.TrimSuffix(dst, "/") + "/" + name
 		}
 		// cp(1)'s two refusals that keep it from destroying its source:
 		// a file copied onto itself would be truncated first, a tree
