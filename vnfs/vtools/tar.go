@@ -623,7 +623,10 @@ func archiveIdentity(ctx context.Context, env *Env, a string, out io.Writer) (ar
 	case a == "" || a == "-":
 		return archive{}, nil
 	case vnfs.IsNFS(a):
-		w := out.(*nfsWriter)
+		w, ok := out.(*nfsWriter)
+		if !ok {
+			return archive{}, nil
+		}
 		if err := w.flush(); err != nil { // creates it
 			return archive{}, err
 		}
