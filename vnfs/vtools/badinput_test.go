@@ -93,6 +93,10 @@ func TestSameFileRefused(t *testing.T) {
 				}, "are the same file"},
 				{"cp f into its directory", func() error { return vtools.Cp(ctx, env, []string{f}, at(""), vtools.CpOptions{}) }, "are the same file"},
 				{"cp f hard", func() error { return vtools.Cp(ctx, env, []string{f}, h, vtools.CpOptions{}) }, "are the same file"},
+				// One server under two names: two connections.
+				{"cp f f (as localhost)", func() error {
+					return vtools.Cp(ctx, env, []string{f}, strings.Replace(f, "127.0.0.1", "localhost", 1), vtools.CpOptions{})
+				}, "are the same file"},
 				{"clone f f", func() error { return vtools.Clone(ctx, env, f, f) }, "are the same file"},
 				{"clone f hard", func() error { return vtools.Clone(ctx, env, f, h) }, "are the same file"},
 				{"concat f f g", func() error { return vtools.Concat(ctx, env, f, []string{f, g}) }, "DST is also a source"},

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -83,7 +84,20 @@ func (e *ReportedError) Unwrap() error { return e.Err }
 // server and file id over NFS. Errors (a missing path) count as different.
 func sameFile(ctx context.Context, a, b vnfs.Target) bool {
 	if a.Server != b.Server {
-		return false
+		// nfs://localhost:P/f and nfs://127.0.0.1:P/f: one server
+		// reached twice.
+		if a.Server == "" || b.Server == "" || !sameServer(ctx, a.Server, b.Server) {
+			return false
+		}
+		x := []vnfs.AttrItem{{File: vnfs.P(a.Path), Mask: vnfs.AttrType | vnfs.AttrIno}}
+		y := []vnfs.AttrItem{{File: vnfs.P(b.Path), Mask: vnfs.AttrType | vnfs.AttrIno}}
+		if _, err := a.FS.VGetAttrs(ctx, x); err != nil {
+			return false
+		}
+		if _, err := b.FS.VGetAttrs(ctx, y); err != nil {
+			return false
+		}
+		return x[0].Attr.Ino == y[0].Attr.Ino && x[0].Attr.Type == y[0].Attr.Type
 	}
 	if a.Server == "" {
 		fa, err := os.Lstat(a.Path)
@@ -98,6 +112,29 @@ func sameFile(ctx context.Context, a, b vnfs.Target) bool {
 		return false
 	}
 	return it[0].Attr.Ino == it[1].Attr.Ino && it[0].Attr.Type == it[1].Attr.Type
+}
+
+// sameServer reports whether two host:port strings reach one address.
+func sameServer(ctx context.Context, a, b string) bool {
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil || pa != pb {
+		return false
+	}
+	var r net.Resolver
+	ia, err1 := r.LookupHost(ctx, ha)
+	ib, err2 := r.LookupHost(ctx, hb)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	for _, x := range ia {
+		for _, y := range ib {
+			if net.ParseIP(x).Equal(net.ParseIP(y)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // slashDir enforces the trailing slash of t's argument: it must name a
