@@ -3,6 +3,7 @@ package vnfs
 import (
 	"context"
 	"net"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,7 @@ func TestParseURL(t *testing.T) {
 		{"nfs:///x", "", "", "no host"},
 		{"nfs://:2049/x", "", "", "no host"},
 		{"nfs://h/%zz", "", "", `invalid URL escape "%zz"`},
+		{"nfs://]/x", "", "", `bad host "]"`}, // FuzzParseURL
 	} {
 		host, p, err := parseURL(c.url)
 		if c.err != "" {
@@ -86,4 +88,24 @@ func TestResolveSilentServer(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("took %v", d)
 	}
+}
+
+// FuzzParseURL: parseURL never panics; what it accepts dials a valid
+// host:port and names a clean absolute path.
+func FuzzParseURL(f *testing.F) {
+	for _, s := range []string{"nfs://h/x", "nfs://[::1]:2049/a/../b", "nfs://h:0/", "nfs://h/%2F#x", "nfs://u@h/?q"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		host, p, err := parseURL(s)
+		if err != nil {
+			return
+		}
+		if _, port, err := net.SplitHostPort(host); err != nil || port == "" || port == "0" {
+			t.Fatalf("%q: host %q", s, host)
+		}
+		if !strings.HasPrefix(p, "/") || path.Clean(p) != p {
+			t.Fatalf("%q: path %q", s, p)
+		}
+	})
 }

@@ -362,7 +362,7 @@ func parseURL(arg string) (hostport, p string, err error) {
 		return bad(err.Error())
 	}
 	switch {
-	case u.Opaque != "":
+	case u.Scheme != "nfs" || u.Opaque != "":
 		return bad("want nfs://HOST[:PORT]/path")
 	case u.User != nil:
 		return bad("user information is not supported")
@@ -383,7 +383,11 @@ func parseURL(arg string) (hostport, p string, err error) {
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return bad(fmt.Sprintf("port %q is not in 1-65535", port))
 	}
-	return net.JoinHostPort(u.Hostname(), port), path.Clean("/" + u.Path), nil
+	hostport = net.JoinHostPort(u.Hostname(), port)
+	if h, _, err := net.SplitHostPort(hostport); err != nil || strings.ContainsAny(h, "[]") {
+		return bad(fmt.Sprintf("bad host %q", u.Hostname()))
+	}
+	return hostport, path.Clean("/" + u.Path), nil
 }
 
 // dialError explains a failed connection to the server of arg.
