@@ -47,6 +47,12 @@ func each(ctx context.Context, op string, n int, name func(int) string, fn func(
 			return i, &Error{Op: op, Index: i, Path: name(i), Err: err}
 		}
 		if err := fn(i); err != nil {
+			var ve *Error
+			if errors.As(err, &ve) {
+				// fn named another path (a copy's unreadable source).
+				ve.Index = i
+				return i, ve
+			}
 			var pe *os.PathError
 			if errors.As(err, &pe) {
 				err = pe.Err
@@ -364,7 +370,11 @@ func (l *localFS) copy(ctx context.Context, op string, items []CopyItem, clone b
 		it.N = 0
 		src, own, err := l.file(it.Src, os.O_RDONLY, 0)
 		if err != nil {
-			return err
+			var pe *os.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return &Error{Op: "read", Path: it.Src.String(), Err: err}
 		}
 		if own {
 			defer src.Close()

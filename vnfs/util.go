@@ -10,9 +10,11 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // EnsureDirectory makes sure dir and all its ancestors exist (vNFS
@@ -263,6 +265,11 @@ func ReadDir(ctx context.Context, f FS, dir string, mask AttrMask) ([]DirEntry, 
 type Mounts struct {
 	// Config is the template for NFS connections (Addr is set per URL).
 	Config Config
+	// DialTimeout bounds how long Resolve waits for a new server to
+	// accept a connection and a session (default DefaultDialTimeout):
+	// a server that accepts connections and never answers gives an
+	// error instead of a hang.
+	DialTimeout time.Duration
 
 	mu    sync.Mutex
 	nfs   map[string]FS
@@ -277,6 +284,9 @@ type Target struct {
 	Server string
 	// Arg is the argument as given.
 	Arg string
+	// Slash says that Arg ends with a slash (and is not the root):
+	// POSIX tools then require a directory, or a symbolic link to one.
+	Slash bool
 }
 
 // IsNFS reports whether arg is an nfs:// URL.
@@ -284,6 +294,11 @@ func IsNFS(arg string) bool { return strings.HasPrefix(arg, "nfs://") }
 
 // Resolve returns the FS and path for arg.
 func (m *Mounts) Resolve(ctx context.Context, arg string) (Target, error) {
+	if arg == "" {
+		// filepath.Abs would make it the working directory ("rm -r
+		// $UNSET" removing it); POSIX tools answer ENOENT.
+		return Target{}, fmt.Errorf("'': %w", syscall.ENOENT)
+	}
 	if !IsNFS(arg) {
 		abs, err := filepath.Abs(arg)
 		if err != nil {
@@ -295,20 +310,12 @@ func (m *Mounts) Resolve(ctx context.Context, arg string) (Target, error) {
 		}
 		l := m.local
 		m.mu.Unlock()
-		return Target{FS: l, Path: abs, Arg: arg}, nil
+		return Target{FS: l, Path: abs, Arg: arg, Slash: strings.HasSuffix(arg, "/") && abs != "/"}, nil
 	}
-	u, err := url.Parse(arg)
+	host, p, err := parseURL(arg)
 	if err != nil {
-		return Target{}, fmt.Errorf("bad URL %q: %w", arg, err)
+		return Target{}, err
 	}
-	host := u.Host
-	if host == "" {
-		return Target{}, fmt.Errorf("bad URL %q: no host", arg)
-	}
-	if _, _, err := net.SplitHostPort(host); err != nil {
-		host = net.JoinHostPort(host, "2049")
-	}
-	p := path.Clean("/" + u.Path)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.nfs == nil {
@@ -319,12 +326,79 @@ func (m *Mounts) Resolve(ctx context.Context, arg string) (Target, error) {
 		cfg := m.Config
 		cfg.Addr = host
 		cfg.Root = "/"
-		if f, err = Dial(ctx, cfg); err != nil {
-			return Target{}, fmt.Errorf("%s: %w", arg, err)
+		timeout := m.DialTimeout
+		if timeout <= 0 {
+			timeout = DefaultDialTimeout
+		}
+		dctx, cancel := context.WithTimeout(ctx, timeout)
+		f, err = Dial(dctx, cfg)
+		cancel()
+		if err != nil {
+			return Target{}, dialError(ctx, arg, host, timeout, err)
 		}
 		m.nfs[host] = f
 	}
-	return Target{FS: f, Path: p, Server: host, Arg: arg}, nil
+	return Target{FS: f, Path: p, Server: host, Arg: arg, Slash: strings.HasSuffix(arg, "/") && p != "/"}, nil
+}
+
+// DefaultDialTimeout is Mounts.DialTimeout's default.
+const DefaultDialTimeout = 30 * time.Second
+
+// parseURL splits an nfs://HOST[:PORT]/path URL into the server's
+// host:port (port 2049 when omitted) and the cleaned path. It refuses
+// what it would otherwise silently drop or misread: user information,
+// a query or a fragment ('?' and '#' in names are written %3F and %23),
+// an empty or out-of-range port.
+func parseURL(arg string) (hostport, p string, err error) {
+	bad := func(why string) (string, string, error) {
+		return "", "", fmt.Errorf("bad URL %q: %s", arg, why)
+	}
+	u, err := url.Parse(arg)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return bad(err.Error())
+	}
+	switch {
+	case u.Scheme != "nfs" || u.Opaque != "":
+		return bad("want nfs://HOST[:PORT]/path")
+	case u.User != nil:
+		return bad("user information is not supported")
+	case u.RawQuery != "" || u.ForceQuery:
+		return bad("a query is not supported (write '?' in a name as %3F)")
+	case u.Fragment != "" || strings.HasSuffix(arg, "#"):
+		return bad("a fragment is not supported (write '#' in a name as %23)")
+	case u.Hostname() == "":
+		return bad("no host")
+	}
+	port := u.Port()
+	if port == "" && strings.HasSuffix(u.Host, ":") {
+		return bad("empty port")
+	}
+	if port == "" {
+		port = "2049"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return bad(fmt.Sprintf("port %q is not in 1-65535", port))
+	}
+	hostport = net.JoinHostPort(u.Hostname(), port)
+	if h, _, err := net.SplitHostPort(hostport); err != nil || strings.ContainsAny(h, "[]") {
+		return bad(fmt.Sprintf("bad host %q", u.Hostname()))
+	}
+	return hostport, path.Clean("/" + u.Path), nil
+}
+
+// dialError explains a failed connection to the server of arg.
+func dialError(ctx context.Context, arg, host string, timeout time.Duration, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: connecting to %s: %w", arg, host, ctx.Err())
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %s did not answer within %v", arg, host, timeout)
+	}
+	return fmt.Errorf("%s: %w", arg, err)
 }
 
 // Stats sums the RPC counters of the NFS connections.

@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 
 	"github.com/txnfs/txnfs/datadir"
 )
@@ -12,12 +16,26 @@ import (
 // offline tool (no server may be running on it).
 func openOffline(ctx context.Context, name string, args []string, stderr io.Writer) (*datadir.Engine, error) {
 	fl := newFlags(name, stderr)
+	fl.Usage = func() {
+		fmt.Fprintf(stderr, "usage: txnfs %s --data DIR\n", name)
+		fl.PrintDefaults()
+	}
 	dir := fl.String("data", "", "data directory (required); the server must not be running")
 	if err := parse(fl, args); err != nil {
 		return nil, err
 	}
 	if *dir == "" {
 		return nil, fmt.Errorf("%w: --data is required", errUsage)
+	}
+	// Opening creates a missing data directory; a check or a collection
+	// of a mistyped one must not report a fresh empty file system.
+	if fi, err := os.Stat(*dir); err != nil {
+		return nil, fmt.Errorf("data directory %s: %w", *dir, unwrapPath(err))
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("data directory %s: not a directory", *dir)
+	}
+	if _, err := os.Stat(filepath.Join(*dir, "meta")); err != nil {
+		return nil, fmt.Errorf("%s is not a txnfs data directory (no meta/ in it)", *dir)
 	}
 	// No reuse pool: it would die with this process, and `txnfs gc` is
 	// there to give space back to the OS.
@@ -68,4 +86,14 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// unwrapPath drops an *fs.PathError's operation and path (the caller's
+// message names the path).
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }

@@ -16,7 +16,10 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
+
+	"github.com/txnfs/txnfs/vnfs/vtools"
 )
 
 // command is one subcommand.
@@ -30,10 +33,10 @@ func commands() map[string]command {
 		"serve":  {"serve a data directory over NFSv4 (4.0, 4.1, 4.2)", runServe},
 		"fsck":   {"check a data directory's consistency; exit 1 if a problem is found", runFsck},
 		"gc":     {"collect garbage slices in a data directory (server must be stopped)", runGC},
-		"mount":  {"mount a data directory or a remote server with FUSE (txnfs mount --data DIR | --server HOST:PORT MOUNTPOINT)", runMount},
+		"mount":  {"mount a data directory or a remote server with FUSE (txnfs mount --data DIR | --server HOST[:PORT] MOUNTPOINT)", runMount},
 		"umount": {"unmount a txnfs FUSE mount, also a crashed one (txnfs umount MOUNTPOINT)", runUmount},
 		"tx":     {"sandbox a FUSE mount: txnfs tx begin|commit|abort|status MOUNTPOINT", runTx},
-		"cp":     {"copy files and trees (local paths, nfs://HOST:PORT/path)", runCp},
+		"cp":     {"copy files and trees (local paths, nfs://HOST[:PORT]/path)", runCp},
 		"ls":     {"list directories like GNU ls (-l, -R)", runLs},
 		"rm":     {"remove files and trees", runRm},
 		"mkdir":  {"create directories (-p: with parents)", runMkdir},
@@ -42,6 +45,19 @@ func commands() map[string]command {
 		"clone":  {"clone a file (NFSv4.2 CLONE; metadata-only on txnfs)", runClone},
 		"concat": {"concatenate files into DST by cloning", runConcat},
 	}
+}
+
+// dataCommands open a data directory (--data).
+var dataCommands = map[string]bool{"serve": true, "mount": true, "fsck": true, "gc": true}
+
+// explainInUse explains the failure to take a data directory's lock
+// (the slice store's, datadir): one process per directory.
+func explainInUse(err error) error {
+	const why = "the data directory is in use by another txnfs serve, mount, fsck or gc"
+	if errors.Is(err, syscall.EWOULDBLOCK) && !strings.Contains(err.Error(), why) {
+		return fmt.Errorf("%w: %s", err, why)
+	}
+	return err
 }
 
 // errUsage marks a command-line error (exit status 2).
@@ -72,6 +88,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	err := c.run(ctx, args[1:], stdout, stderr)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		err = errors.New("interrupted")
+	}
+	if dataCommands[args[0]] {
+		err = explainInUse(err)
+	}
+	var reported *vtools.ReportedError
 	switch {
 	case err == nil:
 		return 0
@@ -82,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	case errors.Is(err, errProblems):
 		return 1
+	case errors.As(err, &reported):
+		return reported.Status
 	default:
 		fmt.Fprintf(stderr, "txnfs %s: %v\n", args[0], err)
 		return 1

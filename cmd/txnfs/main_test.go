@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,7 +56,15 @@ func populate(t *testing.T, dir string) {
 }
 
 func TestFsckOnNewDirectoryIsClean(t *testing.T) {
-	code, out := runCmd(t, "fsck", "--data", filepath.Join(t.TempDir(), "new"))
+	// A new data directory, as serve or mount creates it (fsck refuses
+	// to create one: TestBadInput).
+	dir := filepath.Join(t.TempDir(), "new")
+	e, err := datadir.Open(context.Background(), datadir.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	code, out := runCmd(t, "fsck", "--data", dir)
 	if code != 0 || !strings.Contains(out, "no problems") {
 		t.Fatalf("exit %d: %s", code, out)
 	}
@@ -140,4 +151,47 @@ func TestServeStopsCleanlyOnCancel(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not stop after cancellation")
 	}
+}
+
+// TestDataDirInUse: a second process on a data directory is refused (the
+// slice store's lock); the message said only "resource temporarily
+// unavailable". The lock is held by a child process (this test binary
+// running TestHoldDataDir): the lock is per process.
+func TestDataDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldDataDir$")
+	cmd.Env = append(os.Environ(), "TXNFS_TEST_HOLD="+dir)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "held\n" {
+		t.Fatalf("helper: %q %v", line, err)
+	}
+	for _, args := range [][]string{{"fsck", "--data", dir}, {"gc", "--data", dir}, {"mount", "--data", dir, t.TempDir()}} {
+		code, out := runCmd(t, args...)
+		if code != 1 || strings.Count(out, "the data directory is in use by another txnfs") != 1 {
+			t.Errorf("%q: exit %d: %s", args, code, out)
+		}
+	}
+}
+
+// TestHoldDataDir is TestDataDirInUse's child: it opens the data
+// directory TXNFS_TEST_HOLD, says "held" and waits for stdin to close.
+func TestHoldDataDir(t *testing.T) {
+	dir := os.Getenv("TXNFS_TEST_HOLD")
+	if dir == "" {
+		t.Skip("TestDataDirInUse's helper")
+	}
+	e, err := datadir.Open(context.Background(), datadir.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	fmt.Println("held")
+	io.Copy(io.Discard, os.Stdin)
 }

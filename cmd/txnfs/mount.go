@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"runtime/pprof"
@@ -19,6 +20,7 @@ import (
 	"github.com/txnfs/txnfs/datadir"
 	"github.com/txnfs/txnfs/fuse"
 	"github.com/txnfs/txnfs/nfs4/client"
+	"github.com/txnfs/txnfs/vnfs"
 )
 
 // notifyEnv names the file descriptor through which a --background child
@@ -26,7 +28,8 @@ import (
 const notifyEnv = "TXNFS_MOUNT_NOTIFY_FD"
 
 // parsePositional parses flags that may appear before or after positional
-// arguments and returns the positional ones.
+// arguments and returns the positional ones. Everything after "--" is
+// positional ("txnfs rm -- -f" removes the file -f).
 func parsePositional(fl *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
@@ -39,9 +42,47 @@ func parsePositional(fl *flag.FlagSet, args []string) ([]string, error) {
 		if fl.NArg() == 0 {
 			return pos, nil
 		}
+		if used := len(args) - fl.NArg(); used > 0 && args[used-1] == "--" && !isFlagValue(fl, args[:used-1]) {
+			return append(pos, fl.Args()...), nil
+		}
 		pos = append(pos, fl.Arg(0))
 		args = fl.Args()[1:]
 	}
+}
+
+// isFlagValue reports whether the argument after before is the value of
+// the flag that ends before ("-f --": "--" is -f's archive name).
+func isFlagValue(fl *flag.FlagSet, before []string) bool {
+	if len(before) == 0 {
+		return false
+	}
+	last := before[len(before)-1]
+	if len(last) < 2 || last[0] != '-' || strings.Contains(last, "=") {
+		return false
+	}
+	f := fl.Lookup(strings.TrimLeft(last, "-"))
+	if f == nil {
+		return false
+	}
+	bf, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !bf.IsBoolFlag()
+}
+
+// serverAddr checks --server's HOST[:PORT] (port 2049 when omitted, as
+// in nfs:// URLs).
+func serverAddr(s string) (string, error) {
+	if strings.Contains(s, "://") {
+		return "", fmt.Errorf("%w: --server takes HOST[:PORT], not a URL (%q); a remote mount shows the server's whole tree", errUsage, s)
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		// No port (or an IPv6 literal without brackets and port).
+		host, port = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"), "2049"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || host == "" {
+		return "", fmt.Errorf("%w: --server %q: want HOST[:PORT] with a port in 1-65535", errUsage, s)
+	}
+	return net.JoinHostPort(host, port), nil
 }
 
 // cacheTimeout converts a command-line timeout (0: no caching) to
@@ -56,12 +97,12 @@ func cacheTimeout(d time.Duration) time.Duration {
 func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("mount", stderr)
 	fl.Usage = func() {
-		fmt.Fprintln(stderr, "usage: txnfs mount --data DIR [flags] MOUNTPOINT\n       txnfs mount --server HOST:PORT [flags] MOUNTPOINT")
+		fmt.Fprintln(stderr, "usage: txnfs mount --data DIR [flags] MOUNTPOINT\n       txnfs mount --server HOST[:PORT] [flags] MOUNTPOINT")
 		fl.PrintDefaults()
 	}
 	root := os.Geteuid() == 0
 	dir := fl.String("data", "", "data directory to mount (created if missing)")
-	server := fl.String("server", "", "mount a remote NFSv4.1 server HOST:PORT instead of a data directory (cache timeouts then default to 1s)")
+	server := fl.String("server", "", "mount a remote NFSv4.1 server HOST[:PORT] (port 2049 if omitted) instead of a data directory (cache timeouts then default to 1s)")
 	soft := fl.Bool("soft", false, "remote mounts: fail requests (EIO) after three connection attempts instead of waiting for an unreachable server (default: hard, like NFS: requests wait until the server answers; a killed caller or `txnfs umount --force` ends the wait)")
 	background := fl.Bool("background", false, "return once mounted and serve from a background process")
 	logFile := fl.String("log", "", "log file (with --background; default: discard)")
@@ -104,6 +145,11 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: --dirty-max-ratio is the writeback cache's limit: it needs --writeback", errUsage)
 	}
 	if *server != "" {
+		addr, err := serverAddr(*server)
+		if err != nil {
+			return err
+		}
+		*server = addr
 		// Other clients change a remote server's files: short caches
 		// unless asked otherwise.
 		for name, d := range map[string]*time.Duration{"entry-timeout": entryTimeout, "attr-timeout": attrTimeout, "negative-timeout": negTimeout} {
@@ -111,6 +157,13 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				*d = fuse.DefaultRemoteTimeout
 			}
 		}
+	}
+	// Checked here, not by fusermount3, whose failure says only its exit
+	// status.
+	if fi, err := os.Stat(mnt); err != nil {
+		return fmt.Errorf("mount point %s: %w", mnt, unwrapPath(err))
+	} else if !fi.IsDir() {
+		return fmt.Errorf("mount point %s: not a directory", mnt)
 	}
 	if *background && os.Getenv(notifyEnv) == "" {
 		return startBackground(args, *logFile, stderr)
@@ -172,10 +225,13 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var m fuse.Mounted
 	if *server != "" {
-		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		dctx, cancel := context.WithTimeout(ctx, vnfs.DefaultDialTimeout)
 		c, err := client.Dial(dctx, client.Config{Addr: *server, Logger: log, Hard: !*soft})
 		cancel()
 		if err != nil {
+			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				return fail(fmt.Errorf("connecting to %s: the server did not answer within %v", *server, vnfs.DefaultDialTimeout))
+			}
 			return fail(fmt.Errorf("connecting to %s: %w", *server, err))
 		}
 		defer c.Close()
@@ -191,7 +247,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else {
 		e, err := datadir.Open(ctx, datadir.Options{Dir: *dir, Logger: log, Reserve: *reserve, Covered: *covered})
 		if err != nil {
-			return fail(err)
+			return fail(explainInUse(err))
 		}
 		defer e.Close()
 		if *gcEvery > 0 {

@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +16,9 @@ import (
 	"github.com/txnfs/txnfs/vnfs"
 	"github.com/txnfs/txnfs/vnfs/vtools"
 )
+
+// isTerminal reports whether f is a terminal (a variable for tests).
+var isTerminal = vtools.IsTerminal
 
 // toolEnv returns the tool environment; the caller closes the mounts.
 func toolEnv(stdout, stderr io.Writer) *vtools.Env {
@@ -37,7 +39,11 @@ func toolFlags(fl *flag.FlagSet, args []string, min int, usage string) ([]string
 		fl.PrintDefaults()
 	}
 	var expanded []string
-	for _, a := range args {
+	for i, a := range args {
+		if a == "--" {
+			expanded = append(expanded, args[i:]...) // operands, as written
+			break
+		}
 		if len(a) > 2 && a[0] == '-' && a[1] != '-' && !strings.Contains(a, "=") && fl.Lookup(a[1:]) == nil {
 			ok := true
 			var parts []string
@@ -60,19 +66,9 @@ func toolFlags(fl *flag.FlagSet, args []string, min int, usage string) ([]string
 		}
 		expanded = append(expanded, a)
 	}
-	var pos []string
-	for {
-		if err := fl.Parse(expanded); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
-		}
-		if fl.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fl.Arg(0))
-		expanded = fl.Args()[1:]
+	pos, err := parsePositional(fl, expanded)
+	if err != nil {
+		return nil, err
 	}
 	if len(pos) < min {
 		return nil, fmt.Errorf("%w: usage: %s %s", errUsage, fl.Name(), usage)
@@ -126,7 +122,7 @@ func runRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func runMkdir(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("mkdir", stderr)
 	p := fl.Bool("p", false, "create missing parents; no error if existing")
-	m := fl.String("m", "755", "mode (octal)")
+	m := fl.String("m", "755", "mode (octal), exactly (not less the umask) for the directories named")
 	pos, err := toolFlags(fl, args, 1, "[-p] [-m MODE] DIR...")
 	if err != nil {
 		return err
@@ -137,7 +133,9 @@ func runMkdir(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	env := toolEnv(stdout, stderr)
 	defer env.Mounts.Close()
-	return vtools.Mkdir(ctx, env, pos, vtools.MkdirOptions{Parents: *p, Mode: uint32(mode)})
+	exact := false
+	fl.Visit(func(f *flag.Flag) { exact = exact || f.Name == "m" })
+	return vtools.Mkdir(ctx, env, pos, vtools.MkdirOptions{Parents: *p, Mode: uint32(mode), ExactMode: exact})
 }
 
 func runTar(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -152,6 +150,10 @@ func runTar(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if !*c {
 		return fmt.Errorf("%w: tar only creates archives; use untar -x", errUsage)
 	}
+	if (*f == "-" || *f == "") && stdout == io.Writer(os.Stdout) && isTerminal(os.Stdout) {
+		// GNU tar's refusal: binary on a terminal is never wanted.
+		return fmt.Errorf("%w: refusing to write archive contents to a terminal (-f ARCHIVE, or a pipe)", errUsage)
+	}
 	env := toolEnv(stdout, stderr)
 	defer env.Mounts.Close()
 	return vtools.Tar(ctx, env, pos, vtools.TarOptions{Archive: *f, Dir: *C})
@@ -162,11 +164,20 @@ func runUntar(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	x := fl.Bool("x", true, "extract (the only mode)")
 	f := fl.String("f", "-", "archive: local path, nfs:// URL, or - for stdin")
 	C := fl.String("C", ".", "extract into this directory")
-	if _, err := toolFlags(fl, args, 0, "-x [-f ARCHIVE] [-C DIR]"); err != nil {
+	pos, err := toolFlags(fl, args, 0, "-x [-f ARCHIVE] [-C DIR]")
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q: untar extracts the whole archive (-f ARCHIVE, -C DIR)", errUsage, pos[0])
 	}
 	if !*x {
 		return fmt.Errorf("%w: untar only extracts; use tar -c", errUsage)
+	}
+	if (*f == "-" || *f == "") && isTerminal(os.Stdin) {
+		// GNU tar's refusal: without it "txnfs untar" waits for
+		// typed input.
+		return fmt.Errorf("%w: refusing to read archive contents from a terminal (-f ARCHIVE, or a pipe)", errUsage)
 	}
 	env := toolEnv(stdout, stderr)
 	defer env.Mounts.Close()

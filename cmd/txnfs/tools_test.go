@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -71,5 +72,117 @@ func TestToolsLocal(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Fatalf("left %v", ents)
+	}
+}
+
+// TestBadInput: exit statuses and messages of command-line mistakes a new
+// user makes (session 10). Each case failed before its fix: ls printed
+// its error twice and exited 1 (GNU ls: 2), untar ignored extra
+// arguments, fsck of a mistyped directory created it and reported a clean
+// file system, mount of a missing mount point said only "fusermount
+// exited with code 256", a URL's query or fragment was dropped (rm of
+// nfs://h/f#1 would remove /f).
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, []byte("x"), 0o644)
+	missing := filepath.Join(dir, "missing")
+	for _, c := range []struct {
+		args []string
+		code int
+		// want is in stderr, once; stdout must be empty.
+		want string
+	}{
+		{[]string{"ls", missing}, 2, "ls: cannot access '" + missing + "': no such file or directory"},
+		{[]string{"ls", "nfs://127.0.0.1:0/"}, 2, `port "0" is not in 1-65535`},
+		{[]string{"untar", "-xf", file, "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"fsck", "--data", missing}, 1, "data directory " + missing + ": no such file or directory"},
+		{[]string{"gc", "--data", file}, 1, "data directory " + file + ": not a directory"},
+		{[]string{"fsck", "--data", dir}, 1, dir + " is not a txnfs data directory"},
+		{[]string{"mount", "--data", filepath.Join(dir, "d"), missing}, 1, "mount point " + missing + ": no such file or directory"},
+		{[]string{"mount", "--data", filepath.Join(dir, "d"), file}, 1, "mount point " + file + ": not a directory"},
+		{[]string{"rm", "nfs://127.0.0.1:1/f#1"}, 1, "a fragment is not supported"},
+		{[]string{"cp", file, file}, 1, "'" + file + "' and '" + file + "' are the same file"},
+		{[]string{"cp", "-r", dir, filepath.Join(dir, "sub")}, 1, "into itself"},
+		{[]string{"clone", file, file}, 1, "are the same file"},
+		{[]string{"concat", file, file}, 1, "are the same file"},
+		{[]string{"untar", "-f", file, "-C", missing}, 1, missing + ": no such file or directory"},
+		{[]string{"untar", "-f", file, "-C", file}, 1, file + ": not a directory"},
+		{[]string{"cp", "/dev/null", filepath.Join(dir, "null")}, 1, "/dev/null: 1 special file (device, FIFO, socket) not copied"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), c.args, &out, &errb)
+		if code != c.code || strings.Count(errb.String(), c.want) != 1 || out.Len() != 0 {
+			t.Errorf("%q: exit %d (want %d), stdout %q, stderr %q (want %q once)", c.args, code, c.code, out.String(), errb.String(), c.want)
+		}
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("a command created %s: %v", missing, err)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "x" {
+		t.Errorf("file holds %q", b)
+	}
+}
+
+// TestDoubleDash: operands after "--" were parsed as flags again ("txnfs
+// rm -- -a -b": "flag provided but not defined: -b") and clustered
+// ("-rf" after "--" became -r -f).
+func TestDoubleDash(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--", "-a", "-b"}, []string{"-a", "-b"}},
+		{[]string{"-r", "x", "--", "-rf", "--"}, []string{"x", "-rf", "--"}},
+		{[]string{"-f", "--", "y", "-r"}, []string{"y"}}, // "--" is -f's value
+	} {
+		fl := newFlags("rm", io.Discard)
+		r := fl.Bool("r", false, "")
+		f := fl.String("f", "", "")
+		pos, err := toolFlags(fl, c.args, 0, "")
+		if err != nil || !reflect.DeepEqual(pos, c.want) {
+			t.Errorf("%q: %q %v, want %q", c.args, pos, err, c.want)
+		}
+		if c.args[0] == "-f" && (*f != "--" || !*r) {
+			t.Errorf("%q: -f %q -r %v", c.args, *f, *r)
+		}
+	}
+}
+
+// TestServerAddr: mount --server took only HOST:PORT; "HOST" and
+// "nfs://HOST:PORT" failed at dial time with "missing port in address"
+// and "too many colons in address".
+func TestServerAddr(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:2050": "127.0.0.1:2050", "127.0.0.1": "127.0.0.1:2049", "h": "h:2049",
+		"[::1]:7": "[::1]:7", "[::1]": "[::1]:2049", "::1": "[::1]:2049",
+		"nfs://127.0.0.1:2049": "", "h:": "", "h:0": "", "h:70000": "", ":2049": "", "": "",
+	} {
+		got, err := serverAddr(in)
+		if got != want || (err != nil) != (want == "") || err != nil && !errors.Is(err, errUsage) {
+			t.Errorf("%q: %q %v, want %q", in, got, err, want)
+		}
+	}
+}
+
+// TestArchiveOnTerminal: "txnfs untar" without -f waited for an archive
+// typed on the terminal, and "txnfs tar PATH" wrote binary to it; both
+// are refused like GNU tar.
+func TestArchiveOnTerminal(t *testing.T) {
+	defer func(f func(*os.File) bool) { isTerminal = f }(isTerminal)
+	isTerminal = func(f *os.File) bool { return f == os.Stdin || f == os.Stdout }
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"untar", "-C", dir}, "refusing to read archive contents from a terminal"},
+		{[]string{"tar", "-c", dir}, "refusing to write archive contents to a terminal"},
+	} {
+		var errb bytes.Buffer
+		code := run(context.Background(), c.args, os.Stdout, &errb)
+		if code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%q: exit %d: %s", c.args, code, errb.String())
+		}
 	}
 }

@@ -39,6 +39,15 @@ func Concat(ctx context.Context, env *Env, dst string, srcs []string) error {
 	if k, err := dt.FS.VGetAttrs(ctx, items); err != nil {
 		return wrap(targets[k], err)
 	}
+	// DST is truncated first: a source that is DST would be lost.
+	for i, t := range targets {
+		if sameFile(ctx, t, dt) {
+			if len(srcs) == 1 {
+				return fmt.Errorf("'%s' and '%s' are the same file", srcs[i], dst)
+			}
+			return fmt.Errorf("%s: DST is also a source (concatenate into a new file)", dst)
+		}
+	}
 	cl := make([]vnfs.CopyItem, len(srcs))
 	var off uint64
 	for i, it := range items {

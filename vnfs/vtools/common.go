@@ -15,8 +15,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -47,18 +49,141 @@ func (e *Env) now() time.Time {
 	return time.Now()
 }
 
-// IsTerminal reports whether f is a character device (a terminal).
-func IsTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
+// IsTerminal reports whether f is a terminal (isatty: not merely a
+// character device, which /dev/null and /dev/full are too).
+func IsTerminal(f *os.File) bool { return isatty(f) }
 
-// display renders an FS path the way the user wrote targets.
+// display renders an FS path the way the user wrote targets. Paths in
+// errors may come without their leading slash (vnfs cleans them).
 func display(t vnfs.Target, p string) string {
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
 	if t.Server == "" {
 		return p
 	}
 	return "nfs://" + t.Server + p
+}
+
+// ReportedError is returned by a tool that went on after failures it has
+// already described on Stderr (ls of a missing path): the caller should
+// exit with Status without printing the error again.
+type ReportedError struct {
+	// Status is the exit status the GNU tool gives (ls: 2 when it
+	// cannot access an argument).
+	Status int
+	// Err is the first failure.
+	Err error
+}
+
+func (e *ReportedError) Error() string { return e.Err.Error() }
+func (e *ReportedError) Unwrap() error { return e.Err }
+
+// sameFile reports whether a and b are one existing object (not following
+// final symbolic links): the same device and inode locally, the same
+// server and file id over NFS. Errors (a missing path) count as different.
+func sameFile(ctx context.Context, a, b vnfs.Target) bool {
+	if a.Server != b.Server {
+		// nfs://localhost:P/f and nfs://127.0.0.1:P/f: one server
+		// reached twice.
+		if a.Server == "" || b.Server == "" || !sameServer(ctx, a.Server, b.Server) {
+			return false
+		}
+		x := []vnfs.AttrItem{{File: vnfs.P(a.Path), Mask: vnfs.AttrType | vnfs.AttrIno}}
+		y := []vnfs.AttrItem{{File: vnfs.P(b.Path), Mask: vnfs.AttrType | vnfs.AttrIno}}
+		if _, err := a.FS.VGetAttrs(ctx, x); err != nil {
+			return false
+		}
+		if _, err := b.FS.VGetAttrs(ctx, y); err != nil {
+			return false
+		}
+		return x[0].Attr.Ino == y[0].Attr.Ino && x[0].Attr.Type == y[0].Attr.Type
+	}
+	if a.Server == "" {
+		fa, err := os.Lstat(a.Path)
+		if err != nil {
+			return false
+		}
+		fb, err := os.Lstat(b.Path)
+		return err == nil && os.SameFile(fa, fb)
+	}
+	it := []vnfs.AttrItem{{File: vnfs.P(a.Path), Mask: vnfs.AttrType | vnfs.AttrIno}, {File: vnfs.P(b.Path), Mask: vnfs.AttrType | vnfs.AttrIno}}
+	if _, err := a.FS.VGetAttrs(ctx, it); err != nil {
+		return false
+	}
+	return it[0].Attr.Ino == it[1].Attr.Ino && it[0].Attr.Type == it[1].Attr.Type
+}
+
+// sameServer reports whether two host:port strings reach one address.
+func sameServer(ctx context.Context, a, b string) bool {
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil || pa != pb {
+		return false
+	}
+	var r net.Resolver
+	ia, err1 := r.LookupHost(ctx, ha)
+	ib, err2 := r.LookupHost(ctx, hb)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	for _, x := range ia {
+		for _, y := range ib {
+			if net.ParseIP(x).Equal(net.ParseIP(y)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// slashDir enforces the trailing slash of t's argument: it must name a
+// directory. A symbolic link to one is followed when follow is set (ls,
+// cp, tar: the directory it names; locally only — a server-side link may
+// be relative to a client's mount) and refused otherwise (rm: GNU rm
+// refuses "link/"). A missing path passes (the tool reports it).
+func slashDir(ctx context.Context, t vnfs.Target, follow bool) (vnfs.Target, error) {
+	if !t.Slash {
+		return t, nil
+	}
+	a, err := vnfs.Stat(ctx, t.FS, t.Path)
+	switch {
+	case err != nil || a.Type == vnfs.TypeDir:
+		return t, nil
+	case a.Type == vnfs.TypeSymlink && follow && t.Server == "":
+		if r, err := filepath.EvalSymlinks(t.Path); err == nil {
+			if fi, err := os.Stat(r); err == nil && fi.IsDir() {
+				t.Path = r
+				return t, nil
+			}
+		}
+	case a.Type == vnfs.TypeSymlink && follow:
+		return t, fmt.Errorf("%s: is a symbolic link; give the path it points to (links are not followed on NFS paths)", t.Arg)
+	}
+	return t, &pathError{path: t.Arg, err: syscall.ENOTDIR}
+}
+
+// isDots reports whether the last component of arg is "." or ".." (rm
+// refuses them, as GNU rm).
+func isDots(arg string) bool {
+	if vnfs.IsNFS(arg) {
+		if i := strings.Index(arg[len("nfs://"):], "/"); i >= 0 {
+			arg = arg[len("nfs://")+i:]
+		} else {
+			return false
+		}
+	}
+	b := strings.TrimRight(arg, "/")
+	if i := strings.LastIndex(b, "/"); i >= 0 {
+		b = b[i+1:]
+	}
+	return b == "." || b == ".."
+}
+
+// within reports whether inner is dir or below it (lexically, same file
+// system).
+func within(inner, dir vnfs.Target) bool {
+	return inner.Server == dir.Server && (inner.Path == dir.Path || strings.HasPrefix(inner.Path, strings.TrimSuffix(dir.Path, "/")+"/"))
 }
 
 // Reason renders an error for users: the errno text, with the NFS status

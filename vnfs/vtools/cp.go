@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
 
 	"github.com/txnfs/txnfs/vnfs"
 )
@@ -32,9 +36,29 @@ func Cp(ctx context.Context, env *Env, srcs []string, dst string, o CpOptions) e
 	}
 	da := []vnfs.AttrItem{{File: vnfs.P(dt.Path), Mask: vnfs.AttrType}}
 	_, err = dt.FS.VGetAttrs(ctx, da)
+	if err == nil && da[0].Attr.Type == vnfs.TypeSymlink {
+		// cp(1) writes through a DST that is a symbolic link (into the
+		// directory it names). Files are opened without following a
+		// final link, which failed with a misleading "too many levels
+		// of symbolic links": resolve it locally; on a server, whose
+		// links may be relative to a client's mount, refuse clearly.
+		if dt.Server != "" {
+			return fmt.Errorf("%s: is a symbolic link; give the path it points to (links are not followed on NFS paths)", dst)
+		}
+		r, rerr := filepath.EvalSymlinks(dt.Path)
+		if rerr != nil {
+			return fmt.Errorf("not writing through dangling symlink '%s'", dst)
+		}
+		dt.Path = r
+		da = []vnfs.AttrItem{{File: vnfs.P(r), Mask: vnfs.AttrType}}
+		_, err = dt.FS.VGetAttrs(ctx, da)
+	}
 	into := err == nil && da[0].Attr.Type == vnfs.TypeDir
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return wrap(dt, err)
+	}
+	if dt.Slash && err == nil && !into {
+		return &pathError{path: dst, err: syscall.ENOTDIR}
 	}
 	if len(srcs) > 1 && !into {
 		return fmt.Errorf("target %s is not a directory", dst)
@@ -44,9 +68,38 @@ func Cp(ctx context.Context, env *Env, srcs []string, dst string, o CpOptions) e
 		if err != nil {
 			return err
 		}
-		target := dt
+		name := path.Base(st.Path) // as given, also for "link/"
+		if st, err = slashDir(ctx, st, true); err != nil {
+			return err
+		}
+		if !o.Recursive && st.Server == "" {
+			// cp(1) without -r copies what a source link names.
+			// Locally only: a server-side link may be relative to
+			// a client's mount (NFS sources are copied as links).
+			if fi, err := os.Lstat(st.Path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+				r, err := filepath.EvalSymlinks(st.Path)
+				if err != nil {
+					return fmt.Errorf("cannot stat '%s': %s", s, Reason(err))
+				}
+				st.Path = r
+			}
+		}
+		target, tname := dt, dst
 		if into {
-			target.Path = path.Join(dt.Path, path.Base(st.Path))
+			target.Path = path.Join(dt.Path, name)
+			target.Slash = false
+			tname = strings.TrimSuffix(dst, "/") + "/" + name
+		}
+		// cp(1)'s two refusals that keep it from destroying its source:
+		// a file copied onto itself would be truncated first, a tree
+		// copied into itself would grow while being copied.
+		if sameFile(ctx, st, target) {
+			return fmt.Errorf("'%s' and '%s' are the same file", s, tname)
+		}
+		if within(target, st) {
+			if a, err := vnfs.Stat(ctx, st.FS, st.Path); err == nil && a.Type == vnfs.TypeDir {
+				return fmt.Errorf("cannot copy a directory, '%s', into itself, '%s'", s, tname)
+			}
 		}
 		if err := copyTree(ctx, env, st, target, o); err != nil {
 			return err
@@ -60,6 +113,10 @@ func copyTree(ctx context.Context, env *Env, src, dst vnfs.Target, o CpOptions) 
 	if err != nil {
 		return err
 	}
+	if dst.Slash && ents[0].attr.Type != vnfs.TypeDir {
+		// "cp f new/": cp(1) will not create a file named new.
+		return &pathError{path: dst.Arg, err: syscall.ENOTDIR}
+	}
 	if ents[0].attr.Type == vnfs.TypeDir && !o.Recursive {
 		return fmt.Errorf("%s: -r not specified; omitting directory", src.Arg)
 	}
@@ -70,6 +127,7 @@ func copyTree(ctx context.Context, env *Env, src, dst vnfs.Target, o CpOptions) 
 	var links []vnfs.SymlinkItem
 	var attrs, dirAttrs []vnfs.AttrItem
 	var bytes int64
+	skipped := 0 // special files: not copied, the exit status says so
 	for _, e := range ents {
 		mask := vnfs.AttrMode
 		if o.Preserve {
@@ -94,6 +152,7 @@ func copyTree(ctx context.Context, env *Env, src, dst vnfs.Target, o CpOptions) 
 			}
 		default:
 			fmt.Fprintf(env.Stderr, "cp: %s: skipping special file\n", display(src, spath(e.rel)))
+			skipped++
 		}
 	}
 	if len(mk) > 0 {
@@ -141,9 +200,24 @@ func copyTree(ctx context.Context, env *Env, src, dst vnfs.Target, o CpOptions) 
 		attrs = append(attrs, dirAttrs[i])
 	}
 	if len(attrs) > 0 {
-		if _, err := vnfs.Unordered(dst.FS).VSetAttrs(ctx, attrs); err != nil {
+		_, err := vnfs.Unordered(dst.FS).VSetAttrs(ctx, attrs)
+		if err != nil && o.Preserve && errors.Is(err, syscall.EPERM) {
+			// cp -p by a user who may not give files away: like
+			// cp(1), keep modes and times, not the ownership.
+			for i := range attrs {
+				attrs[i].Mask &^= vnfs.AttrUid | vnfs.AttrGid
+			}
+			_, err = vnfs.Unordered(dst.FS).VSetAttrs(ctx, attrs)
+		}
+		if err != nil {
 			return wrap(dst, err)
 		}
+	}
+	if skipped == 1 {
+		return fmt.Errorf("%s: 1 special file (device, FIFO, socket) not copied", src.Arg)
+	}
+	if skipped > 1 {
+		return fmt.Errorf("%s: %d special files (devices, FIFOs, sockets) not copied", src.Arg, skipped)
 	}
 	return nil
 }

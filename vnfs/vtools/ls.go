@@ -3,6 +3,7 @@ package vtools
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os/user"
@@ -28,13 +29,19 @@ type LsOptions struct {
 // arguments first, then directories, names sorted bytewise, -R depth-first
 // with "dir:" headers. Directory contents come from one recursive VListDir
 // with attributes (and one VReadlink for the symlinks) per argument.
-func Ls(ctx context.Context, env *Env, args []string, o LsOptions) error {
+func Ls(ctx context.Context, env *Env, args []string, o LsOptions) (err error) {
 	if len(args) == 0 {
 		args = []string{"."}
 	}
 	w := bufio.NewWriter(env.Stdout)
-	defer w.Flush()
-	l := &lister{env: env, o: o, w: w, users: map[uint32]string{}, groups: map[uint32]string{}, now: env.now()}
+	defer func() {
+		// A listing that did not reach its file is an error (ls >
+		// /dev/full, a full disk), as in GNU ls.
+		if ferr := w.Flush(); ferr != nil && err == nil {
+			err = fmt.Errorf("write error: %w", ferr)
+		}
+	}()
+	l := &lister{env: env, o: o, w: w, users: map[uint32]string{}, groups: map[uint32]string{}, now: env.now(), failed: map[string]error{}}
 	type arg struct {
 		name string
 		t    vnfs.Target
@@ -46,12 +53,20 @@ func Ls(ctx context.Context, env *Env, args []string, o LsOptions) error {
 	for _, a := range args {
 		t, err := env.Mounts.Resolve(ctx, a)
 		if err != nil {
-			return err
+			// GNU ls goes on with the other arguments and exits 2.
+			fmt.Fprintf(env.Stderr, "ls: cannot access '%s': %s\n", a, strings.TrimPrefix(strings.TrimPrefix(err.Error(), a+": "), "'': "))
+			firstErr = &ReportedError{Status: 2, Err: err}
+			continue
+		}
+		if t, err = slashDir(ctx, t, true); err != nil {
+			fmt.Fprintf(env.Stderr, "ls: cannot access '%s': %s\n", a, strings.TrimPrefix(strings.TrimPrefix(err.Error(), a+": "), "'': "))
+			firstErr = &ReportedError{Status: 2, Err: err}
+			continue
 		}
 		it := []vnfs.AttrItem{{File: vnfs.P(t.Path), Mask: vnfs.AttrStat}}
 		if _, err := t.FS.VGetAttrs(ctx, it); err != nil {
 			fmt.Fprintf(env.Stderr, "ls: cannot access '%s': %s\n", a, Reason(err))
-			firstErr = wrap(t, err)
+			firstErr = &ReportedError{Status: 2, Err: wrap(t, err)}
 			continue
 		}
 		x := arg{name: a, t: t, attr: it[0].Attr}
@@ -82,6 +97,9 @@ func Ls(ctx context.Context, env *Env, args []string, o LsOptions) error {
 		}
 		l.printTree(tree, d.t.Path, d.name, headers, &first)
 	}
+	if firstErr == nil && l.firstFailure != nil {
+		return l.firstFailure
+	}
 	return firstErr
 }
 
@@ -100,6 +118,10 @@ type lister struct {
 	now    time.Time
 	dates  map[dateKey]string // date's cache
 	line   []byte             // block's line buffer
+	// failed holds the subdirectories -R could not list, by path;
+	// firstFailure is the first reported (exit status 1, as GNU ls).
+	failed       map[string]error
+	firstFailure *ReportedError
 }
 
 // load lists the directory at t (recursively with -R): entries by
@@ -116,7 +138,8 @@ func (l *lister) load(ctx context.Context, t vnfs.Target) (map[string][]lsEntry,
 		i   int
 	}
 	var refs []ref
-	err := t.FS.VListDir(ctx, []string{t.Path}, vnfs.ListOptions{Mask: mask, Recursive: l.o.Recursive}, func(de vnfs.DirEntry) error {
+	var subdirs []string // of the level-by-level listing below
+	add := func(de vnfs.DirEntry) error {
 		if !l.o.AlmostAll && !l.o.All && strings.HasPrefix(de.Name, ".") {
 			return nil
 		}
@@ -125,13 +148,40 @@ func (l *lister) load(ctx context.Context, t vnfs.Target) (map[string][]lsEntry,
 			if _, ok := tree[de.Path()]; !ok {
 				tree[de.Path()] = nil
 			}
+			subdirs = append(subdirs, de.Path())
 		}
 		if l.o.Long && de.Attr.Type == vnfs.TypeSymlink {
 			links = append(links, vnfs.ReadlinkItem{Path: de.Path()})
 			refs = append(refs, ref{de.Dir, len(tree[de.Dir]) - 1})
 		}
 		return nil
-	})
+	}
+	err := t.FS.VListDir(ctx, []string{t.Path}, vnfs.ListOptions{Mask: mask, Recursive: l.o.Recursive}, add)
+	var ve *vnfs.Error
+	if err != nil && l.o.Recursive && errors.As(err, &ve) && ve.Path != "" && ve.Path != t.Path && ctx.Err() == nil {
+		// A subdirectory could not be listed (permission denied, or
+		// removed meanwhile): list again one directory at a time, so
+		// that, like GNU ls -R, everything else is printed and each
+		// failure reported where its listing would be (printTree).
+		tree, links, refs, subdirs = map[string][]lsEntry{t.Path: nil}, nil, nil, nil
+		queue := []string{t.Path}
+		for len(queue) > 0 {
+			d := queue[0]
+			queue = queue[1:]
+			subdirs = subdirs[:0]
+			n := len(tree[d])
+			if err := t.FS.VListDir(ctx, []string{d}, vnfs.ListOptions{Mask: mask}, add); err != nil {
+				if d == t.Path {
+					return nil, wrap(t, err)
+				}
+				tree[d] = tree[d][:n]
+				l.failed[d] = err
+				continue
+			}
+			queue = append(queue, subdirs...)
+		}
+		err = nil
+	}
 	if err != nil {
 		return nil, wrap(t, err)
 	}
@@ -187,6 +237,9 @@ func (l *lister) printTree(tree map[string][]lsEntry, dir, name string, header b
 	if header {
 		fmt.Fprintf(l.w, "%s:\n", name)
 	}
+	if l.reportFailed(dir, name) {
+		return
+	}
 	l.block(ents, true)
 	if !l.o.Recursive {
 		return
@@ -199,6 +252,24 @@ func (l *lister) printTree(tree map[string][]lsEntry, dir, name string, header b
 			}
 		}
 	}
+}
+
+// reportFailed prints, after the header of a directory that could not be
+// listed, GNU ls's message (stdout is flushed first so that the message
+// comes after the header on a shared terminal).
+func (l *lister) reportFailed(dir, name string) bool {
+	err, ok := l.failed[dir]
+	if !ok {
+		return false
+	}
+	if f, ok := l.w.(interface{ Flush() error }); ok {
+		f.Flush()
+	}
+	fmt.Fprintf(l.env.Stderr, "ls: cannot open directory '%s': %s\n", name, Reason(err))
+	if l.firstFailure == nil {
+		l.firstFailure = &ReportedError{Status: 1, Err: fmt.Errorf("%s: %s", name, Reason(err))}
+	}
+	return true
 }
 
 // block prints entries, in long format with aligned columns. Lines are

@@ -21,9 +21,28 @@ type RmOptions struct {
 // Rm removes paths like rm(1). With -r, each file system's trees are
 // removed with one recursive listing and one VRemove vector.
 func Rm(ctx context.Context, env *Env, args []string, o RmOptions) error {
-	groups, order, err := group(ctx, env, args)
+	for _, a := range args {
+		if isDots(a) {
+			return fmt.Errorf("refusing to remove '.' or '..' directory: skipping '%s'", a)
+		}
+	}
+	var live []string
+	for _, a := range args {
+		if a == "" && o.Force {
+			continue // rm -f '': nothing to do, as GNU rm
+		}
+		live = append(live, a)
+	}
+	groups, order, err := group(ctx, env, live)
 	if err != nil {
 		return err
+	}
+	for _, g := range groups {
+		for _, t := range g {
+			if _, err := slashDir(ctx, t, false); err != nil {
+				return err
+			}
+		}
 	}
 	for _, key := range order {
 		g := groups[key]
@@ -85,14 +104,33 @@ func group(ctx context.Context, env *Env, args []string) (map[string][]vnfs.Targ
 type MkdirOptions struct {
 	Parents bool   // -p
 	Mode    uint32 // default 0755
+	// ExactMode is mkdir -m: the directories named get exactly Mode
+	// (also 0, and the set-id and sticky bits; not less a umask), set
+	// after creating them as mkdir(1) does; with Parents, missing
+	// parents get the default mode.
+	ExactMode bool
 }
 
 // Mkdir creates directories. With -p, all missing ancestors of all
 // arguments on one file system are found with one VGetAttrs and created
 // with one VMkdir.
 func Mkdir(ctx context.Context, env *Env, args []string, o MkdirOptions) error {
-	if o.Mode == 0 {
+	if o.Mode == 0 && !o.ExactMode {
 		o.Mode = 0o755
+	}
+	// exact sets -m's mode on the directories created for arguments.
+	exact := func(t vnfs.Target, paths []string) error {
+		if !o.ExactMode || len(paths) == 0 {
+			return nil
+		}
+		items := make([]vnfs.AttrItem, len(paths))
+		for i, p := range paths {
+			items[i] = vnfs.AttrItem{File: vnfs.P(p), Mask: vnfs.AttrMode, Attr: vnfs.Attr{Mode: o.Mode}}
+		}
+		if _, err := t.FS.VSetAttrs(ctx, items); err != nil {
+			return wrap(t, err)
+		}
+		return nil
 	}
 	groups, order, err := group(ctx, env, args)
 	if err != nil {
@@ -103,11 +141,16 @@ func Mkdir(ctx context.Context, env *Env, args []string, o MkdirOptions) error {
 		t := g[0]
 		if !o.Parents {
 			mk := make([]vnfs.MkdirItem, len(g))
+			paths := make([]string, len(g))
 			for i, x := range g {
 				mk[i] = vnfs.MkdirItem{Path: x.Path, Mode: o.Mode}
+				paths[i] = x.Path
 			}
 			if _, err := t.FS.VMkdir(ctx, mk); err != nil {
 				return wrap(t, err)
+			}
+			if err := exact(t, paths); err != nil {
+				return err
 			}
 			continue
 		}
@@ -161,16 +204,31 @@ func Mkdir(ctx context.Context, env *Env, args []string, o MkdirOptions) error {
 			}
 			missing = append(missing, items[k].File.Path)
 		}
+		named := map[string]bool{}
+		for _, x := range g {
+			named[x.Path] = true
+		}
 		var mk []vnfs.MkdirItem
+		var created []string
 		for _, p := range all {
 			if !exists[p] {
-				mk = append(mk, vnfs.MkdirItem{Path: p, Mode: o.Mode})
+				mode := o.Mode
+				if o.ExactMode && !named[p] {
+					mode = 0o755
+				}
+				mk = append(mk, vnfs.MkdirItem{Path: p, Mode: mode})
+				if named[p] {
+					created = append(created, p)
+				}
 			}
 		}
 		if len(mk) > 0 {
 			if _, err := t.FS.VMkdir(ctx, mk); err != nil {
 				return wrap(t, err)
 			}
+		}
+		if err := exact(t, created); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -26,7 +26,8 @@ type TarOptions struct {
 	Archive string
 	// Dir is the directory the Paths are relative to (tar -C); empty
 	// means each path's parent, so that the archive holds its last
-	// component (tar -C parent base).
+	// component (tar -C parent base). Absolute Paths and URLs ignore
+	// it and are archived by their last component.
 	Dir string
 }
 
@@ -47,12 +48,18 @@ func Tar(ctx context.Context, env *Env, paths []string, o TarOptions) (err error
 			err = cerr
 		}
 	}()
+	self, err := archiveIdentity(ctx, env, o.Archive, out)
+	if err != nil {
+		return err
+	}
 	tw := tar.NewWriter(out)
 	names := &idNames{users: map[uint32]string{}, groups: map[uint32]string{}}
 	inodes := map[uint64]string{}
 	for _, a := range paths {
 		arg := a
-		if o.Dir != "" {
+		// -C applies to relative PATHs only, as in GNU tar.
+		relative := o.Dir != "" && !path.IsAbs(a) && !vnfs.IsNFS(a)
+		if relative {
 			if vnfs.IsNFS(o.Dir) {
 				arg = strings.TrimSuffix(o.Dir, "/") + "/" + a
 			} else {
@@ -63,14 +70,18 @@ func Tar(ctx context.Context, env *Env, paths []string, o TarOptions) (err error
 		if err != nil {
 			return err
 		}
-		prefix := path.Base(t.Path)
-		if o.Dir != "" {
+		prefix := path.Base(t.Path) // the name given, also for "link/"
+		if t, err = slashDir(ctx, t, true); err != nil {
+			return err
+		}
+		if relative {
 			prefix = path.Clean(a)
 		}
 		ents, err := walk(ctx, t, vnfs.AttrStat, true)
 		if err != nil {
 			return err
 		}
+		ents = self.drop(env, t, ents)
 		if err := tarTree(ctx, env, tw, t, prefix, ents, names, inodes); err != nil {
 			return err
 		}
@@ -188,7 +199,13 @@ func streamFile(ctx context.Context, t vnfs.Target, p string, size int64, w io.W
 
 func tarHeader(e entry, prefix string, names *idNames, inodes map[uint64]string) (*tar.Header, error) {
 	a := e.attr
-	name := path.Join(prefix, e.rel)
+	// Member names are relative, as GNU tar makes them ("Removing
+	// leading '/'"): the archive of a server's root or of an absolute
+	// PATH with -C holds no absolute names.
+	name := strings.TrimLeft(path.Join(prefix, e.rel), "/")
+	if name == "" {
+		name = "."
+	}
 	h := &tar.Header{
 		Name: name, Mode: int64(a.Mode & 0o7777), Uid: int(a.Uid), Gid: int(a.Gid),
 		Uname: names.user(a.Uid), Gname: names.group(a.Gid), ModTime: a.Mtime,
@@ -277,17 +294,39 @@ func Untar(ctx context.Context, env *Env, o UntarOptions) error {
 	if err != nil {
 		return err
 	}
-	x := &extractor{ctx: ctx, env: env, t: t, root: os.Geteuid() == 0, p: env.progress("untar", 0)}
+	// Like GNU tar -C, the directory must exist: a mistyped one is not
+	// created (with the whole archive below it).
+	t.Slash = true
+	if t, err = slashDir(ctx, t, true); err != nil {
+		return err
+	}
+	if _, err := vnfs.Stat(ctx, t.FS, t.Path); err != nil {
+		return wrap(t, err)
+	}
+	x := &extractor{ctx: ctx, env: env, t: t, root: os.Geteuid() == 0, p: env.progress("untar", 0), symlinks: map[string]bool{}}
+	name := o.Archive
+	if name == "" || name == "-" {
+		name = "standard input"
+	}
 	tr := tar.NewReader(in)
+	// A damaged archive (truncated, a bad header) ends the extraction
+	// like GNU tar's: the members read before it are extracted, then
+	// the error is returned.
+	var bad error
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", o.Archive, err)
+			bad = fmt.Errorf("%s: %w", name, err)
+			break
 		}
 		if err := x.add(h, tr); err != nil {
+			if errors.Is(err, errArchive) {
+				bad = fmt.Errorf("%s: %s: %w", name, h.Name, err)
+				break
+			}
 			return err
 		}
 	}
@@ -295,8 +334,23 @@ func Untar(ctx context.Context, env *Env, o UntarOptions) error {
 		return err
 	}
 	x.p.done()
-	return x.finish()
+	if err := x.finish(); err != nil {
+		return err
+	}
+	if bad != nil {
+		return bad
+	}
+	if x.skipped > 0 {
+		if x.skipped == 1 {
+			return errors.New("1 archive member not extracted (see above)")
+		}
+		return fmt.Errorf("%d archive members not extracted (see above)", x.skipped)
+	}
+	return nil
 }
+
+// errArchive marks a failure to read the archive itself.
+var errArchive = errors.New("damaged archive")
 
 type extractor struct {
 	ctx  context.Context
@@ -312,6 +366,32 @@ type extractor struct {
 	pending int
 
 	fileAttrs, dirAttrs []vnfs.AttrItem
+
+	// symlinks holds the symbolic links this archive created (relative
+	// to the destination): no member is extracted through one.
+	symlinks map[string]bool
+	// skipped counts the members not extracted (the exit status).
+	skipped int
+}
+
+// skip reports a member that is not extracted.
+func (x *extractor) skip(format string, args ...any) {
+	fmt.Fprintf(x.env.Stderr, "untar: "+format+"\n", args...)
+	x.skipped++
+}
+
+// viaSymlink returns the symbolic link created by this archive that p
+// (a destination path) lies below, or "". Like GNU tar, untar refuses to
+// follow them: an archive holding "evil -> /etc" and then "evil/passwd"
+// would otherwise write outside the destination.
+func (x *extractor) viaSymlink(p string) string {
+	rel := strings.TrimPrefix(strings.TrimPrefix(p, x.t.Path), "/")
+	for i := 0; i < len(rel); i++ {
+		if rel[i] == '/' && x.symlinks[rel[:i]] {
+			return rel[:i]
+		}
+	}
+	return ""
 }
 
 // clean returns the destination path of an archive name, refusing names
@@ -333,10 +413,14 @@ func (x *extractor) clean(name string) (string, error) {
 func (x *extractor) add(h *tar.Header, r io.Reader) error {
 	p, err := x.clean(h.Name)
 	if err != nil {
-		fmt.Fprintf(x.env.Stderr, "untar: %v\n", err)
+		x.skip("%v", err)
 		return nil
 	}
 	if p == "" {
+		return nil
+	}
+	if l := x.viaSymlink(p); l != "" {
+		x.skip("%s: refusing to extract through the symbolic link %s of the archive", h.Name, l)
 		return nil
 	}
 	attr := vnfs.AttrItem{File: vnfs.P(p), Mask: vnfs.AttrMode | vnfs.AttrMtime | vnfs.AttrAtime,
@@ -363,7 +447,7 @@ func (x *extractor) add(h *tar.Header, r io.Reader) error {
 		} else {
 			data, err := io.ReadAll(r)
 			if err != nil {
-				return err
+				return fmt.Errorf("%w: %v", errArchive, err)
 			}
 			x.files = append(x.files, vnfs.IO{File: vnfs.P(p), Data: data, Flags: vnfs.Create | vnfs.Truncate | vnfs.Stable, Mode: 0o600})
 			x.pending += len(data)
@@ -371,19 +455,24 @@ func (x *extractor) add(h *tar.Header, r io.Reader) error {
 		x.fileAttrs = append(x.fileAttrs, attr)
 	case tar.TypeSymlink:
 		x.links = append(x.links, vnfs.SymlinkItem{Path: p, Target: h.Linkname})
+		x.symlinks[strings.TrimPrefix(strings.TrimPrefix(p, x.t.Path), "/")] = true
 		attr.Mask &^= vnfs.AttrMode
 		x.fileAttrs = append(x.fileAttrs, attr)
 	case tar.TypeLink:
 		target, err := x.clean(h.Linkname)
 		if err != nil || target == "" {
-			fmt.Fprintf(x.env.Stderr, "untar: %s: bad hard link target %q\n", h.Name, h.Linkname)
+			x.skip("%s: bad hard link target %q", h.Name, h.Linkname)
+			return nil
+		}
+		if l := x.viaSymlink(target); l != "" {
+			x.skip("%s: refusing a hard link through the symbolic link %s of the archive", h.Name, l)
 			return nil
 		}
 		x.hard = append(x.hard, vnfs.LinkItem{Old: target, New: p})
 	case tar.TypeXGlobalHeader:
 		return nil
 	default:
-		fmt.Fprintf(x.env.Stderr, "untar: %s: skipping entry of type %q\n", h.Name, h.Typeflag)
+		x.skip("%s: cannot extract a member of type %s", h.Name, tarType(h.Typeflag))
 		return nil
 	}
 	if x.pending > tarBudget || len(x.mk)+len(x.files)+len(x.links)+len(x.hard) >= batchFiles {
@@ -397,7 +486,7 @@ func (x *extractor) bigFile(p string, h *tar.Header, r io.Reader) error {
 	for off := int64(0); off < h.Size; {
 		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), h.Size-off)])
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: %v", errArchive, err)
 		}
 		flags := vnfs.Stable
 		if off == 0 {
@@ -455,7 +544,12 @@ func (x *extractor) flush() error {
 		}
 	}
 	if len(x.hard) > 0 {
-		if _, err := fs_.VHardlink(x.ctx, x.hard); err != nil {
+		if k, err := fs_.VHardlink(x.ctx, x.hard); err != nil {
+			if k < len(x.hard) {
+				// Name both: a missing target is the usual cause.
+				l := x.hard[k]
+				return fmt.Errorf("%s: cannot hard link to %s: %s", display(x.t, l.New), display(x.t, l.Old), Reason(err))
+			}
 			return wrap(x.t, err)
 		}
 	}
@@ -496,6 +590,86 @@ func (x *extractor) finish() error {
 		return wrap(x.t, err)
 	}
 	return nil
+}
+
+// tarType names a member type for messages.
+func tarType(t byte) string {
+	switch t {
+	case tar.TypeChar:
+		return "character device"
+	case tar.TypeBlock:
+		return "block device"
+	case tar.TypeFifo:
+		return "FIFO"
+	case tar.TypeCont:
+		return "contiguous file"
+	case tar.TypeGNUSparse:
+		return "GNU sparse file"
+	}
+	return fmt.Sprintf("%q", t)
+}
+
+// archive identifies the archive being written, so that a tree holding
+// it does not archive it (GNU tar: "file is the archive; not dumped").
+type archive struct {
+	server string
+	ino    uint64
+	fi     os.FileInfo // local archives: the device too
+	ok     bool
+}
+
+func archiveIdentity(ctx context.Context, env *Env, a string, out io.Writer) (archive, error) {
+	switch {
+	case a == "" || a == "-":
+		return archive{}, nil
+	case vnfs.IsNFS(a):
+		w, ok := out.(*nfsWriter)
+		if !ok {
+			return archive{}, nil
+		}
+		if err := w.flush(); err != nil { // creates it
+			return archive{}, err
+		}
+		at, err := vnfs.Stat(ctx, w.t.FS, w.t.Path)
+		if err != nil {
+			return archive{}, wrap(w.t, err)
+		}
+		return archive{server: w.t.Server, ino: at.Ino, ok: true}, nil
+	default:
+		fi, err := os.Stat(a)
+		if err != nil {
+			return archive{}, err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return archive{}, nil
+		}
+		return archive{ino: uint64(st.Ino), fi: fi, ok: true}, nil
+	}
+}
+
+// drop removes the archive from a listed tree, with a note.
+func (self archive) drop(env *Env, t vnfs.Target, ents []entry) []entry {
+	if !self.ok || t.Server != self.server {
+		return ents
+	}
+	out := ents[:0]
+	for _, e := range ents {
+		if e.attr.Type == vnfs.TypeRegular && e.attr.Ino == self.ino {
+			p := path.Join(t.Path, e.rel)
+			same := true
+			if self.fi != nil {
+				fi, err := os.Lstat(p)
+				same = err == nil && os.SameFile(fi, self.fi)
+			}
+			if same {
+				fmt.Fprintf(env.Stderr, "tar: %s: file is the archive; not dumped\n", display(t, p))
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // openArchiveWriter opens the archive for writing.
