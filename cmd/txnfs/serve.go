@@ -31,6 +31,10 @@ var coveredDefault = "true"
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl := newFlags("serve", stderr)
+	fl.Usage = func() {
+		fmt.Fprintln(stderr, "usage: txnfs serve [--data DIR] [--listen HOST:PORT] [flags]")
+		fl.PrintDefaults()
+	}
 	dir := fl.String("data", "txnfs-data", "data directory (created if missing)")
 	listen := fl.String("listen", "127.0.0.1:2049", "NFS listen address")
 	metrics := fl.String("metrics", "", "address to serve Prometheus /metrics on (empty: off)")
