@@ -185,9 +185,15 @@ func (c *cutFS) wrap(name string, f vfs.File, err error, truncate bool) (vfs.Fil
 		return nil, err
 	}
 	c.mu.Lock()
-	n := c.node(name)
-	if truncate {
+	var n *cutNode
+	switch {
+	case c.cut:
+		n = &cutNode{} // nothing done after the cut is durable
+	case truncate:
+		n = c.node(name)
 		n.durable = nil // a create is durable at once, empty
+	default:
+		n = c.node(name)
 	}
 	c.mu.Unlock()
 	return &cutFile{File: f, fs: c, n: n, name: name}, nil
@@ -197,7 +203,9 @@ func (c *cutFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error)
 	f, err := c.FS.Create(name, cat)
 	if err == nil {
 		c.mu.Lock()
-		c.names[name] = &cutNode{}
+		if !c.cut {
+			c.names[name] = &cutNode{}
+		}
 		c.mu.Unlock()
 	}
 	return c.wrap(name, f, err, true)
