@@ -169,6 +169,11 @@ func TestCoveredNotIntoUnsureSpace(t *testing.T) {
 	if n, err := slice.DrainPool(ctx, l); err != nil || n != uint64(a.Length) {
 		t.Fatalf("DrainPool: %d, %v", n, err)
 	}
+	// A later SyncData (an append's) must not take the hole for allocated.
+	e := slicetest.MustPut(t, l, 0, slicetest.RandomData(10, 1<<20))
+	if err := l.Sync(ctx, []slice.Pointer{e}); err != nil {
+		t.Fatal(err)
+	}
 	mustRecycle(t, l, nil, a.Backing, a.Offset, uint64(a.Length))
 	notCovered(l, "a put into a drained range", a.Offset, 3)
 	// Once synced the range is allocated: the next put there is covered.

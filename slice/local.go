@@ -1152,10 +1152,10 @@ func (l *Local) runSync(b *backing, c *syncCall) {
 			b.name, b.smu.synced, err)
 		l.log.Error("fsync failed; backing file no longer accepts puts", "backing", b.id, "synced", b.smu.synced, "err", err)
 	} else {
+		b.smu.allocated = b.smu.allocated.Union(l.allocatedBy(b, c)) // before synced moves
 		if c.upto > b.smu.synced {
 			b.smu.synced = c.upto
 		}
-		b.smu.allocated = b.smu.allocated.Union(l.allocatedBy(b, c))
 		if len(c.covers) > 0 {
 			b.smu.dirty = slices.DeleteFunc(b.smu.dirty, func(d *dirtyWrite) bool { return slices.Contains(c.covers, d) })
 		}
@@ -1167,14 +1167,16 @@ func (l *Local) runSync(b *backing, c *syncCall) {
 
 // allocatedBy returns the ranges of b whose allocation the successful
 // SyncData c made durable (see backing.smu.allocated): the appends of this
-// run below c.upto and the reused-space puts it covers, less the puts into
+// run between the synced watermark and c.upto (once: a range punched
+// since it was first synced must not come back) and the reused-space
+// puts it covers, less the puts into
 // reused space that were not written when it started and the direct
 // writes that failed; at the first, the data ranges at open (preOpen);
 // less the ranges punched while it ran. b.smu is held.
 func (l *Local) allocatedBy(b *backing, c *syncCall) byterange.Set {
 	var add, not byterange.Set
-	if c.upto > b.smu.base {
-		add = byterange.Of(b.smu.base, c.upto)
+	if lo := max(b.smu.base, b.smu.synced); c.upto > lo {
+		add = byterange.Of(lo, c.upto)
 	}
 	for _, d := range c.covers {
 		add = append(add, Range{Start: d.off, End: d.end})
