@@ -116,3 +116,102 @@ func TestCoveredSkipsSync(t *testing.T) {
 		}
 	}
 }
+
+// TestCoveredNotIntoUnsureSpace: a covered put relies on the device flush
+// alone, so the range it rewrites must be allocated, with that allocation
+// durable: a hole (a range the reuse pool gave back to the file system,
+// DrainPool, that the collector recycled again) needs block allocation,
+// and so is a range left an unwritten extent by a put never synced before
+// a restart (lseek SEEK_HOLE reports both); filling them changes file system metadata that only a journal
+// commit (an fdatasync of the backing file) makes durable, which the
+// metadata log's flush does not do. A put there is not covered, and Sync
+// fdatasyncs for it.
+func TestCoveredNotIntoUnsureSpace(t *testing.T) {
+	dir := t.TempDir()
+	open := func() *slice.Local {
+		l, err := slice.OpenLocal(ctx, slice.LocalOptions{FS: vfs.Default, Dir: dir, Files: 1, ReuseMin: 1, DirectMin: 4096, ReuseMax: 64 << 20, Covered: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	// notCovered puts 1 MiB that must land at off, and checks that it is
+	// not covered.
+	notCovered := func(l *slice.Local, what string, off uint64, seed uint64) {
+		t.Helper()
+		p := slicetest.MustPut(t, l, 0, slicetest.RandomData(seed, 1<<20))
+		if p.Offset != off {
+			t.Fatalf("%s: put %v did not reuse offset %d", what, p, off)
+		}
+		if st := l.Stats(); st.DirectPuts == 0 {
+			t.Skipf("no direct puts here (%+v): O_DIRECT refused by %s?", st, dir)
+		}
+		if got := l.Covered([]slice.Pointer{p}); len(got) != 0 {
+			t.Errorf("%s: the put was reported covered: %v", what, got)
+		}
+		before := l.Stats().Fsyncs
+		if err := l.Sync(ctx, []slice.Pointer{p}); err != nil {
+			t.Fatal(err)
+		}
+		if n := l.Stats().Fsyncs - before; n != 1 {
+			t.Errorf("%s: %d fdatasyncs, want 1", what, n)
+		}
+	}
+
+	l := open()
+	a := slicetest.MustPut(t, l, 0, slicetest.RandomData(1, 1<<20))
+	b := slicetest.MustPut(t, l, 0, slicetest.RandomData(2, 1<<20))
+	if err := l.Sync(ctx, []slice.Pointer{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	// A hole: pooled, drained (punched), offered again by the collector.
+	mustRecycle(t, l, nil, a.Backing, a.Offset, uint64(a.Length))
+	if n, err := slice.DrainPool(ctx, l); err != nil || n != uint64(a.Length) {
+		t.Fatalf("DrainPool: %d, %v", n, err)
+	}
+	// A later SyncData (an append's) must not take the hole for allocated.
+	e := slicetest.MustPut(t, l, 0, slicetest.RandomData(10, 1<<20))
+	if err := l.Sync(ctx, []slice.Pointer{e}); err != nil {
+		t.Fatal(err)
+	}
+	mustRecycle(t, l, nil, a.Backing, a.Offset, uint64(a.Length))
+	notCovered(l, "a put into a drained range", a.Offset, 3)
+	// Once synced the range is allocated: the next put there is covered.
+	mustRecycle(t, l, nil, a.Backing, a.Offset, uint64(a.Length))
+	c := slicetest.MustPut(t, l, 0, slicetest.RandomData(4, 1<<20))
+	if got := l.Covered([]slice.Pointer{c}); c.Offset != a.Offset || len(got) != 1 {
+		t.Fatalf("a put into a range rewritten and synced: %v, Covered %v", c, got)
+	}
+	if err := l.Sync(ctx, []slice.Pointer{c}); err != nil {
+		t.Fatal(err)
+	}
+	// A hole left by a drained pool before a restart (the collector
+	// recycles it again after the restart: the pool is not persistent);
+	// a range written before the restart, never synced, holds data and
+	// is allocated once this run's first SyncData committed it.
+	x := slicetest.MustPut(t, l, 0, slicetest.RandomData(5, 1<<20))
+	z := slicetest.MustPut(t, l, 0, slicetest.RandomData(6, 1<<20))
+	if err := l.Sync(ctx, []slice.Pointer{x}); err != nil {
+		t.Fatal(err)
+	}
+	mustRecycle(t, l, nil, x.Backing, x.Offset, uint64(x.Length))
+	if _, err := slice.DrainPool(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = open()
+	defer l.Close()
+	y := slicetest.MustPut(t, l, 0, slicetest.RandomData(7, 1<<20)) // an append, synced:
+	if err := l.Sync(ctx, []slice.Pointer{y}); err != nil {         // the whole file is
+		t.Fatal(err) //                                                  synced past x
+	}
+	mustRecycle(t, l, nil, x.Backing, x.Offset, uint64(x.Length))
+	notCovered(l, "a put into a range drained before the restart", x.Offset, 8)
+	mustRecycle(t, l, nil, z.Backing, z.Offset, uint64(z.Length))
+	w := slicetest.MustPut(t, l, 0, slicetest.RandomData(9, 1<<20))
+	if got := l.Covered([]slice.Pointer{w}); w.Offset != z.Offset || len(got) != 1 {
+		t.Fatalf("a put into a range written before the restart (data, synced since): %v, Covered %v", w, got)
+	}
+}

@@ -309,6 +309,22 @@ type backing struct {
 		dirty    []*dirtyWrite
 		inflight *syncCall // the SyncData running now, if any
 		failed   error     // sticky: set by the first failed SyncData
+		// allocated are the ranges whose blocks are allocated (no hole,
+		// no unwritten extent) with that allocation durable: written in
+		// this run by a write that completed before a SyncData that
+		// succeeded, and not punched since. Only there a put is covered
+		// (LocalOptions.Covered): the device flush that makes a covered
+		// put durable commits no file system metadata, and filling a
+		// hole (a range DrainPool gave back) or an unwritten extent (a
+		// put never synced before a restart) changes some. base is the
+		// size at open: bytes below it were written before the restart;
+		// of those, the data ranges at open (dataRanges: no holes, no
+		// unwritten extents) less those punched since, preOpen, join
+		// allocated at the first SyncData that succeeds (which commits
+		// whatever metadata an earlier process left uncommitted).
+		allocated byterange.Set
+		base      uint64
+		preOpen   byterange.Set
 	}
 }
 
@@ -340,6 +356,9 @@ type syncCall struct {
 	upto   uint64        // backing size when the call started
 	covers []*dirtyWrite // dirty puts written when the call started
 	done   chan struct{} // closed when the call finished
+	// punched are the ranges punched while the call ran: not allocated
+	// when it returns, whatever it covered (smu guards it).
+	punched byterange.Set
 }
 
 // OpenLocal opens (creating if needed) the store in o.Dir. Existing backing
@@ -405,6 +424,13 @@ func OpenLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 			return nil, fmt.Errorf("slice: stat %s: %w", b.name, err)
 		}
 		b.size.Store(uint64(st.Size()))
+		b.smu.base = uint64(st.Size())
+		if b.writable && o.Covered {
+			if b.smu.preOpen, err = dataRanges(b.fd, b.smu.base); err != nil {
+				l.log.Info("no data map (lseek SEEK_DATA); no covered put below the size at open", "backing", id, "err", err)
+				b.smu.preOpen = nil
+			}
+		}
 		if b.writable && l.directMin > 0 && o.DirectVFS && o.FS != vfs.Default {
 			b.dfd, b.dvfs = vfsDirectFD, true
 		} else if b.writable && l.directMin > 0 && b.fd != vfs.InvalidFd {
@@ -699,12 +725,14 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 	var dw *dirtyWrite
 	if reused {
 		// Below the size: Sync must see it (kick). Covered only below
-		// the synced watermark: there the file's size and allocation are
-		// durable (a pooled range may come from a put that was never
-		// synced, or from before a restart).
+		// the synced watermark, in allocated ranges: there the file's
+		// size and allocation are durable (a pooled range may come from
+		// a put that was never synced, from before a restart, or be a
+		// hole DrainPool punched).
 		dw = &dirtyWrite{off: off, end: off + n, done: w.done}
 		b.smu.Lock()
-		dw.covered = l.covered && off+n <= b.smu.synced
+		dw.covered = l.covered && off+n <= b.smu.synced &&
+			byterange.Of(off, off+n).Subtract(b.smu.allocated).Total() == 0
 		b.smu.dirty = append(b.smu.dirty, dw)
 		b.smu.Unlock()
 	} else {
@@ -1124,6 +1152,7 @@ func (l *Local) runSync(b *backing, c *syncCall) {
 			b.name, b.smu.synced, err)
 		l.log.Error("fsync failed; backing file no longer accepts puts", "backing", b.id, "synced", b.smu.synced, "err", err)
 	} else {
+		b.smu.allocated = b.smu.allocated.Union(l.allocatedBy(b, c)) // before synced moves
 		if c.upto > b.smu.synced {
 			b.smu.synced = c.upto
 		}
@@ -1134,6 +1163,40 @@ func (l *Local) runSync(b *backing, c *syncCall) {
 	b.smu.inflight = nil
 	b.smu.Unlock()
 	close(c.done)
+}
+
+// allocatedBy returns the ranges of b whose allocation the successful
+// SyncData c made durable (see backing.smu.allocated): the appends of this
+// run between the synced watermark and c.upto (once: a range punched
+// since it was first synced must not come back) and the reused-space
+// puts it covers, less the puts into
+// reused space that were not written when it started and the direct
+// writes that failed; at the first, the data ranges at open (preOpen);
+// less the ranges punched while it ran. b.smu is held.
+func (l *Local) allocatedBy(b *backing, c *syncCall) byterange.Set {
+	var add, not byterange.Set
+	if lo := max(b.smu.base, b.smu.synced); c.upto > lo {
+		add = byterange.Of(lo, c.upto)
+	}
+	for _, d := range c.covers {
+		add = append(add, Range{Start: d.off, End: d.end})
+	}
+	for _, d := range b.smu.dirty {
+		if !slices.Contains(c.covers, d) {
+			not = append(not, Range{Start: d.off, End: d.end})
+		}
+	}
+	b.dmu.Lock()
+	for _, f := range b.dmu.failed {
+		not = append(not, Range{Start: f.off, End: f.end})
+	}
+	b.dmu.Unlock()
+	add = add.Normalize().Subtract(not.Normalize())
+	// The data at open stays allocated whatever was written over it
+	// since; punch took out what it punched.
+	add = add.Union(b.smu.preOpen)
+	b.smu.preOpen = nil
+	return add.Subtract(c.punched)
 }
 
 // check validates p and the sub-range [off, off+n) and returns p's backing.
@@ -1275,6 +1338,16 @@ func (l *Local) release(b *backing, off, length uint64) error {
 
 // punch punches (or zero-fills) [off, off+length) of b. b.mu is held.
 func (l *Local) punch(b *backing, off, length uint64) error {
+	// No longer allocated (backing.smu.allocated), even if the punch
+	// fails halfway.
+	b.smu.Lock()
+	r := byterange.Of(off, off+length)
+	b.smu.allocated = b.smu.allocated.Subtract(r)
+	b.smu.preOpen = b.smu.preOpen.Subtract(r)
+	if c := b.smu.inflight; c != nil {
+		c.punched = c.punched.Union(r)
+	}
+	b.smu.Unlock()
 	punched, err := punchHole(b.fd, off, length)
 	if err != nil {
 		return fmt.Errorf("slice: free [%d, %d+%d) in %s: %w", off, off, length, b.name, err)
