@@ -262,7 +262,7 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	ops := make([]decodedOp, 0, min(n, 64))
 	var chain *chainArgs // OpChain's arguments, if first
 	var chr *txnResult   // OpChain's result
-	learnt := false // a large WRITE's payload offset was passed to the connection
+	learnt := false      // a large WRITE's payload offset was passed to the connection
 	for i := uint32(0); i < n; i++ {
 		if r.Len() < 4 {
 			return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
