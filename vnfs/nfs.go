@@ -35,6 +35,11 @@ type Config struct {
 	// Window is how many COMPOUNDs one call may have in flight when
 	// pipelining is safe (default 8; 1 disables pipelining).
 	Window int
+	// NoChain keeps ordered vector calls (writes, creations, removals)
+	// at one COMPOUND in flight instead of chaining them with the txnfs
+	// ordered-chain extension (docs/protocol.md §4; used when the server
+	// has it, probed on first use). For measurements.
+	NoChain bool
 	// NoPathCompression reaches every directory from the root (for
 	// measurements).
 	NoPathCompression bool
@@ -156,6 +161,7 @@ type shared struct {
 	appendOK atomic.Int32
 	copyOK   atomic.Int32
 	cloneOK  atomic.Int32
+	chainOK  atomic.Int32 // ordered chains (docs/protocol.md §4)
 	// cache is the data cache (Config.Cache), or nil.
 	cache *dataCache
 	// dirs is the directory-handle cache (Config.DirCacheTTL), or nil.
@@ -200,6 +206,9 @@ func (n *nfsFS) init(ctx context.Context) error {
 		if lim.ServerImpl == "txnfs" {
 			n.sh.appendOK.Store(1)
 		}
+	}
+	if n.minor < 1 || n.cfg.NoChain {
+		n.sh.chainOK.Store(2)
 	}
 	if n.minor < 2 {
 		n.sh.copyOK.Store(2)

@@ -63,6 +63,16 @@ var truncAttrs = func() nfsv4.Fattr4 {
 	return s.Encode()
 }()
 
+// createTruncAttrs are the createattrs of an OPEN that creates or
+// truncates: mode (default 0644) and size 0.
+func createTruncAttrs(mode uint32) nfsv4.Fattr4 {
+	if mode == 0 {
+		mode = 0o644
+	}
+	s := client.SetAttrs{SetSize: true, SetMode: true, Mode: mode}
+	return s.Encode()
+}
+
 // ioTask is one IO of VRead or VWrite.
 type ioTask struct {
 	n         *nfsFS
@@ -97,6 +107,7 @@ func (t *ioTask) emit(b *batch, ti int) emitResult {
 	}
 	m := b.mark()
 	var sid nfsv4.Stateid4
+	truncated := false // by the OPEN
 	if t.fd != nil {
 		b.putFH(ti, t.fd.fh, t.fd.path)
 		sid = t.fd.sid
@@ -110,6 +121,13 @@ func (t *ioTask) emit(b *batch, ti int) emitResult {
 			if !t.started && io.Flags&Create != 0 {
 				a.Create, a.Exclusive = true, io.Flags&Exclusive != 0
 				a.CreateAttrs = modeAttrs(io.Mode, 0o644)
+				if !a.Exclusive && io.Flags&Truncate != 0 {
+					// An UNCHECKED4 create with size 0 truncates an
+					// existing file (RFC 8881 §18.16.3): one
+					// operation less than OPEN + SETATTR.
+					a.CreateAttrs = createTruncAttrs(io.Mode)
+					truncated = true
+				}
 			}
 		}
 		b.open(ti, t.name, a, b.openOwner(), nil)
@@ -130,7 +148,7 @@ func (t *ioTask) emit(b *batch, ti int) emitResult {
 		b.cp.GetAttr(cacheAttrMask)
 		b.track(ti, respAttr, t.recordAttrs)
 	}
-	if t.write && !t.started && io.Flags&Truncate != 0 {
+	if t.write && !t.started && io.Flags&Truncate != 0 && !truncated {
 		b.cp.SetAttr(sid, truncAttrs)
 		b.track(ti, respSmall+16, nil)
 	}

@@ -423,10 +423,18 @@ func (n *nfsFS) runRetry(ctx context.Context, o runOpts, tasks []task, redo []in
 //
 // COMPOUNDs are pipelined (up to Config.Window in flight) when that cannot
 // break the failure semantics: always for read-only vectors (o.readOnly;
-// results after a failure are discarded), and otherwise only for COMPOUNDs
-// that continue an item already in flight (the later chunks of a large
-// write) — a COMPOUND that starts a new item waits until every earlier one
-// has succeeded, so items after a failure are never executed.
+// results after a failure are discarded); for ordered vectors, when the
+// server chains COMPOUNDs (docs/protocol.md §4: it runs them in order and
+// refuses, running nothing, those after one that stopped early); and
+// otherwise only for COMPOUNDs that continue an item already in flight
+// (the later chunks of a large write) — a COMPOUND that starts a new item
+// waits until every earlier one has succeeded, so items after a failure
+// are never executed.
+//
+// Whether the server chains is learnt from the first chained COMPOUND,
+// sent alone; a refused COMPOUND (nothing of it ran) is sent again
+// unchained once those before it succeeded, and the rest of the run is
+// unchained.
 func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 	if len(tasks) == 0 {
 		return 0, nil
@@ -434,6 +442,17 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 	window := n.window
 	if o.txn || window < 1 {
 		window = 1
+	}
+	do := n.c.Do
+	if n.sh.do != nil {
+		do = n.sh.do
+	}
+	// chain: ordered COMPOUNDs of this run are sent as one chain.
+	chain := window > 1 && !o.readOnly && !n.unordered && !o.txn && n.join.IsZero() && n.sh.chainOK.Load() != 2
+	var chainID uint64
+	var chainSeq uint32
+	if chain {
+		chainID = n.c.NewChainID()
 	}
 	var q []*flight
 	failIdx, failErr := -1, error(nil)
@@ -457,6 +476,25 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 		f := q[0]
 		q = q[1:]
 		<-f.done
+		if f.b.cp.Chain != nil {
+			switch {
+			case f.err == nil:
+				n.sh.chainOK.Store(1)
+			case failIdx < 0 && (errors.Is(f.err, client.ErrChainRefused) || errors.Is(f.err, client.ErrChainUnsupported)):
+				// Nothing of it ran and everything before it
+				// succeeded: send it again, unchained, and the
+				// rest of the run too (the COMPOUNDs after it in
+				// flight were refused as well).
+				if errors.Is(f.err, client.ErrChainUnsupported) {
+					n.sh.chainOK.Store(2)
+				} else {
+					n.cfg.Logger.Debug("vnfs: chain refused; sending unchained", "err", f.err)
+				}
+				chain = false
+				f.b.cp.Chain = nil
+				f.rep, f.err = do(ctx, &f.b.cp)
+			}
+		}
 		idx, err := n.processQuiet(ctx, o, f, failIdx >= 0)
 		if idx >= 0 && failIdx < 0 && n.unordered && delayed(o, err) && len(f.b.hs) > 0 {
 			for i := idx; i <= f.b.hs[len(f.b.hs)-1].task; i++ {
@@ -481,27 +519,45 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 		}
 		return false
 	}
-	launch := func(b *batch, first int, startsNew bool) {
+	launch := func(b *batch, first int, startsNew, last bool) {
 		// A COMPOUND starting an item waits for all earlier ones; one
 		// continuing an item waits for the COMPOUND that started it
 		// (which may create the file); later parts of one item may be
-		// in flight together.
+		// in flight together. Chained, the server keeps the order; the
+		// first chained COMPOUND goes alone while the server's support
+		// is unknown.
 		ordered := !o.readOnly && !n.unordered
 		continues := len(b.hs) > 0 && b.hs[0].task == prevLast
-		if ordered && startsNew {
+		if chain && chainSeq > 0 && n.sh.chainOK.Load() == 0 {
 			for len(q) > 0 && failIdx < 0 {
 				finish()
 			}
-		} else if !o.readOnly && continues {
-			for inQueue(startOfLast) && failIdx < 0 {
-				finish()
+		}
+		wait := func() {
+			if chain {
+				return
+			}
+			if ordered && startsNew {
+				for len(q) > 0 && failIdx < 0 {
+					finish()
+				}
+			} else if !o.readOnly && continues {
+				for inQueue(startOfLast) && failIdx < 0 {
+					finish()
+				}
 			}
 		}
+		wait()
 		for len(q) >= window && failIdx < 0 {
 			finish()
 		}
+		wait() // finish may have ended the chain
 		if failIdx >= 0 {
 			return
+		}
+		if chain {
+			b.cp.Chain = &client.Chain{ID: chainID, Seq: chainSeq, Last: last}
+			chainSeq++
 		}
 		b.cp.Txn = o.txn && multi.IsZero()
 		b.cp.TxnID = n.join
@@ -510,10 +566,6 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 		}
 		b.cp.Tag = "vnfs " + o.op
 		f := &flight{b: b, first: first, done: make(chan struct{})}
-		do := n.c.Do
-		if n.sh.do != nil {
-			do = n.sh.do
-		}
 		go func() {
 			f.rep, f.err = do(ctx, &f.b.cp)
 			close(f.done)
@@ -528,6 +580,9 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 		}
 	}
 	b := n.newBatch()
+	if chain {
+		b.maxOps-- // OP_CHAIN
+	}
 	first, started, startsNew := 0, -1, false
 	for i := 0; i < len(tasks) && failIdx < 0; {
 		b.lookahead = b.lookahead[:0]
@@ -566,8 +621,11 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 			}
 			multi = id
 		}
-		launch(b, first, startsNew)
+		launch(b, first, startsNew, r == emitDone && i >= len(tasks))
 		b = n.newBatch()
+		if chain {
+			b.maxOps-- // OP_CHAIN
+		}
 		first, startsNew = i, false
 	}
 	for len(q) > 0 {

@@ -103,11 +103,19 @@ func (f *refuser) do(ctx context.Context, cp *client.Compound) (*client.Reply, e
 	if k < 0 {
 		return f.c.Do(ctx, cp)
 	}
-	part := client.Compound{Tag: cp.Tag, TxnID: cp.TxnID}
+	part := client.Compound{Tag: cp.Tag, TxnID: cp.TxnID, Chain: cp.Chain}
 	for _, op := range ops[:k] {
 		part.Add(op)
 	}
+	if cp.Chain != nil {
+		// The server must see the COMPOUND stop early, as it would
+		// with the refusal: a bad handle fails it there.
+		part.PutFH([]byte("not a handle"))
+	}
 	rep, err := f.c.Do(ctx, &part)
+	if err == nil && cp.Chain != nil && len(rep.Results) == k+1 && rep.Statuses[k] != nfsv4.NFS4_OK {
+		rep.Results, rep.Statuses, rep.Status = rep.Results[:k], rep.Statuses[:k], nfsv4.NFS4_OK
+	}
 	if err != nil || rep.Status != nfsv4.NFS4_OK {
 		return rep, err
 	}

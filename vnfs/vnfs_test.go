@@ -616,3 +616,35 @@ func TestUnordered(t *testing.T) {
 		}
 	})
 }
+
+// TestCreateTruncateInOpen: a write with Create|Truncate over existing,
+// longer files leaves exactly the new data (and keeps the files' mode),
+// and, over NFS, truncates in the OPEN (UNCHECKED4 with size 0 in
+// createattrs): OPEN, WRITE, CLOSE and the step back to the directory
+// per file, no SETATTR.
+func TestCreateTruncateInOpen(t *testing.T) {
+	forEach(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const files = 40
+		writeFiles(t, e, e.dir, files, 300)
+		it := []vnfs.AttrItem{{File: vnfs.P(e.dir + "/f0000"), Mask: vnfs.AttrMode, Attr: vnfs.Attr{Mode: 0o600}}}
+		if _, err := e.fs.VSetAttrs(ctx, it); err != nil {
+			t.Fatal(err)
+		}
+		var ops0 uint64
+		if e.nfs {
+			ops0 = e.stats().Ops
+		}
+		data := writeFiles(t, e, e.dir, files, 10)
+		if e.nfs && !e.scalar {
+			if per := float64(e.stats().Ops-ops0) / files; per > 4.5 {
+				t.Fatalf("%.1f operations per file, want OPEN, WRITE, CLOSE and a RESTOREFH", per)
+			}
+		}
+		readBack(t, e, e.dir, data)
+		a, err := vnfs.Stat(ctx, e.fs, e.dir+"/f0000")
+		if err != nil || a.Size != 10 || a.Mode&0o777 != 0o600 {
+			t.Fatalf("after the truncating write: %+v %v, want size 10 mode 0600", a, err)
+		}
+	}, suiteOpts{scalar: true})
+}

@@ -166,6 +166,8 @@ type Client struct {
 	cred  []byte
 	verf  [8]byte
 	owner []byte // open-owner
+	// chainIDs numbers the client's chains (NewChainID).
+	chainIDs atomic.Uint64
 
 	mu struct {
 		sync.Mutex
@@ -593,6 +595,14 @@ func (c *Client) Do(ctx context.Context, cp *Compound) (*Reply, error) {
 			return rep, nil
 		}
 		c.cfg.Logger.Debug("nfs4 client: resending", "status", StatusName(rep.Status), "delay", delay)
+		if cp.Chain != nil {
+			// It stopped early, so the server refuses the chain's later
+			// COMPOUNDs: resent unchained, it still runs after the
+			// earlier ones and before nothing else of the chain.
+			unchained := *cp
+			unchained.Chain = nil
+			cp = &unchained
+		}
 		select {
 		case <-time.After(delay):
 		case <-ctx.Done():
@@ -656,6 +666,13 @@ func (c *Client) doOnce(ctx context.Context, cp *Compound) (*Reply, error) {
 		}
 		rep, err := c.doSession(ctx, cp, s)
 		var re *sessionError
+		if errors.As(err, &re) && cp.Chain != nil {
+			// The server broke the chain at this COMPOUND (its
+			// SEQUENCE failed, nothing ran); on a new session the
+			// chain is unknown. The caller resends it unchained.
+			c.markStale(s)
+			return nil, &chainRefused{re.st}
+		}
 		if errors.As(err, &re) && attempt < 4 {
 			c.cfg.Logger.Debug("nfs4 client: re-establishing session", "reason", re.st)
 			if err := c.establish(ctx, s); err != nil {
@@ -712,7 +729,7 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 	for uncached := 0; ; {
 		seq := nfsv4.Sequence4args{SaSessionid: s.id, SaSequenceid: s.seq[slot] + 1,
 			SaSlotid: slot, SaHighestSlotid: uint32(len(s.seq) - 1), SaCachethis: cache}
-		args, err := encodeArgsJoin(cp.Tag, s.limit.MinorVersion, cp.Txn, cp.TxnID, c.ClientID(), &seq, cp.ops, cp.size)
+		args, err := encodeArgsJoin(cp.Tag, s.limit.MinorVersion, cp.Txn, cp.TxnID, c.ClientID(), cp.Chain, &seq, cp.ops, cp.size)
 		if err != nil {
 			return nil, err
 		}
@@ -724,6 +741,9 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 			if (cp.Txn || !cp.TxnID.IsZero()) && errors.Is(err, errGarbageArgs) {
 				return nil, ErrTxnUnsupported
 			}
+			if cp.Chain != nil && errors.Is(err, errGarbageArgs) {
+				return nil, ErrChainUnsupported
+			}
 			var re *rpcError
 			if !errors.As(err, &re) {
 				retire = true // transport failure or cancellation: outcome unknown
@@ -733,7 +753,15 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 		if (cp.Txn || !cp.TxnID.IsZero()) && raw.txn == nil {
 			return nil, txnMissingResult(cp, raw)
 		}
+		if cp.Chain != nil && raw.chain == nil {
+			// OP_ILLEGAL (or NOT_IN_SESSION, GARBAGE_ARGS) before
+			// anything ran.
+			return nil, ErrChainUnsupported
+		}
 		if len(raw.results) == 0 || raw.results[0].GetResop() != nfsv4.OP_SEQUENCE {
+			if raw.chain != nil && *raw.chain != nfsv4.NFS4_OK {
+				return nil, chainErr(*raw.chain)
+			}
 			if raw.txn != nil && *raw.txn != nfsv4.NFS4_OK {
 				if !cp.TxnID.IsZero() {
 					return nil, txnJoinErr(*raw.txn)
@@ -793,6 +821,9 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 				return nil, txnJoinErr(*raw.txn)
 			}
 			return nil, &StatusError{Op: OpTxn, Status: *raw.txn}
+		}
+		if raw.chain != nil && *raw.chain != nfsv4.NFS4_OK {
+			return nil, chainErr(*raw.chain)
 		}
 		rep := &Reply{Status: raw.status, Results: raw.results[1:], Statuses: raw.statuses[1:]}
 		if err := checkReply(cp.ops, rep); err != nil {

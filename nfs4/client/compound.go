@@ -57,6 +57,12 @@ type Compound struct {
 	// Cred, if set, is the AUTH_SYS credential of this COMPOUND instead
 	// of the Client's (e.g. a FUSE mount sends each caller's identity).
 	Cred *Cred
+	// Chain, if set, sends the compound as a COMPOUND of an ordered
+	// chain (OpChain; docs/protocol.md §4). Do then returns an error
+	// wrapping ErrChainRefused or ErrChainUnsupported, and nothing ran,
+	// if the server refused it; it does not resend it chained. Not with
+	// Txn or TxnID.
+	Chain *Chain
 
 	ops  []nfsv4.NfsArgop4
 	size int // encoded size of ops
@@ -333,27 +339,33 @@ func (r *Reply) FailedAt() int {
 // encodeArgs encodes COMPOUND4args with the extra leading ops (TXN,
 // SEQUENCE) before c's operations.
 func encodeArgs(tag string, minor uint32, txn bool, seq *nfsv4.Sequence4args, ops []nfsv4.NfsArgop4, size int) ([]byte, error) {
-	return encodeArgsJoin(tag, minor, txn, TxnID{}, 0, seq, ops, size)
+	return encodeArgsJoin(tag, minor, txn, TxnID{}, 0, nil, seq, ops, size)
 }
 
 // encodeArgsJoin is encodeArgs with TXN_JOIN(join, clientID) first if
 // join is not zero.
-func encodeArgsJoin(tag string, minor uint32, txn bool, join TxnID, clientID uint64, seq *nfsv4.Sequence4args, ops []nfsv4.NfsArgop4, size int) ([]byte, error) {
+func encodeArgsJoin(tag string, minor uint32, txn bool, join TxnID, clientID uint64, chain *Chain, seq *nfsv4.Sequence4args, ops []nfsv4.NfsArgop4, size int) ([]byte, error) {
 	if txn && !join.IsZero() {
 		return nil, errors.New("nfs4 client: Compound.Txn and Compound.TxnID are exclusive")
+	}
+	if chain != nil && (txn || !join.IsZero()) {
+		return nil, errors.New("nfs4 client: Compound.Chain is not for transactional compounds")
 	}
 	var b bytes.Buffer
 	b.Grow(size + 128 + len(tag))
 	runtime.WriteUTF8String(&b, 1024, tag)
 	runtime.WriteUnsignedInt(&b, minor)
 	n := len(ops)
-	if txn || !join.IsZero() {
+	if txn || !join.IsZero() || chain != nil {
 		n++
 	}
 	if seq != nil {
 		n++
 	}
 	runtime.WriteUnsignedInt(&b, uint32(n))
+	if chain != nil {
+		writeChain(&b, chain)
+	}
 	if txn {
 		runtime.WriteUnsignedInt(&b, uint32(OpTxn))
 		runtime.WriteUnsignedInt(&b, 0)
@@ -379,6 +391,7 @@ func encodeArgsJoin(tag string, minor uint32, txn bool, join TxnID, clientID uin
 type rawReply struct {
 	status   nfsv4.Nfsstat4
 	txn      *nfsv4.Nfsstat4 // TXN (or TXN_JOIN) result, if present
+	chain    *nfsv4.Nfsstat4 // CHAIN result, if present
 	results  []nfsv4.NfsResop4
 	statuses []nfsv4.Nfsstat4
 }
@@ -461,6 +474,11 @@ func decodeReply(b []byte) (*rawReply, error) {
 		}
 		op := nfsv4.NfsOpnum4(binary.BigEndian.Uint32(b[pos:]))
 		ost := nfsv4.Nfsstat4(binary.BigEndian.Uint32(b[pos+4:]))
+		if op == OpChain && i == 0 {
+			r.Seek(8, io.SeekCurrent)
+			rep.chain = &ost
+			continue
+		}
 		if (op == OpTxn || op == OpTxnJoin) && i == 0 {
 			r.Seek(8, io.SeekCurrent)
 			rep.txn = &ost

@@ -110,6 +110,9 @@ func OpName(op nfsv4.NfsOpnum4) string {
 	if op == OpTxn {
 		return "TXN"
 	}
+	if op == OpChain {
+		return "CHAIN"
+	}
 	return fmt.Sprintf("OP_%d", op)
 }
 

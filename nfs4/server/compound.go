@@ -260,12 +260,31 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 		return encodeCompound(st, tag, nil, nil), true
 	}
 	ops := make([]decodedOp, 0, min(n, 64))
-	learnt := false // a large WRITE's payload offset was passed to the connection
+	var chain *chainArgs // OpChain's arguments, if first
+	var chr *txnResult   // OpChain's result
+	learnt := false      // a large WRITE's payload offset was passed to the connection
 	for i := uint32(0); i < n; i++ {
 		if r.Len() < 4 {
 			return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
 		}
 		code := nfsv4.NfsOpnum4(binary.BigEndian.Uint32(call.Args[len(call.Args)-r.Len():]))
+		if i == 0 && code == OpChain {
+			r.Seek(4, 1)
+			var a chainArgs
+			var err error
+			a.id, _, err = runtime.ReadUnsignedHyper(r)
+			if err == nil {
+				a.seq, _, err = runtime.ReadUnsignedInt(r)
+			}
+			if err == nil {
+				a.flags, _, err = runtime.ReadUnsignedInt(r)
+			}
+			if err != nil {
+				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
+			}
+			chain = &a
+			continue
+		}
 		if i == 0 && code == OpTxn {
 			r.Seek(4, 1)
 			flags, _, err := runtime.ReadUnsignedInt(r)
@@ -331,8 +350,8 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	for i := 0; i+1 < len(ops); i++ {
 		ops[i].wantOffset = ops[i].code == nfsv4.OP_WRITE && ops[i+1].code == OpAppendOffset
 	}
-	if !quickOps(ops) {
-		call.Release() // let the connection's next request run meanwhile
+	if !quickOps(ops) || chain != nil {
+		call.Release() // let the connection's next request run meanwhile (a chained one may wait)
 	}
 	s.st.MaybeTick()
 	var txr *txnResult
@@ -346,7 +365,21 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	}
 	// The reply so far: RPC reply header (24 bytes with AUTH_NONE), status,
 	// tag, result count, OP_TXN result.
-	c.replySize = 24 + 12 + (len(tag)+3)&^3 + 8*boolInt(txr != nil)
+	if chain != nil {
+		// OP_CHAIN is first (OP_TXN and TXN_JOIN after it were decoded
+		// as OP_ILLEGAL) and needs a session: it runs nothing else.
+		chr = &txnResult{op: OpChain, status: nfsv4.NFS4_OK}
+		switch {
+		case minor == 0:
+			chr.status = nfsv4.NFS4ERR_NOTSUPP
+		case len(ops) == 0 || ops[0].code != nfsv4.OP_SEQUENCE:
+			chr.status = nfsv4.NFS4ERR_OP_NOT_IN_SESSION
+		}
+		if chr.status != nfsv4.NFS4_OK {
+			return encodeCompound(chr.status, tag, chr, nil), true
+		}
+	}
+	c.replySize = 24 + 12 + (len(tag)+3)&^3 + 8*boolInt(txr != nil || chr != nil)
 	obs := s.met.plain
 	if join != nil {
 		obs = s.met.join
@@ -358,11 +391,12 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	var results []nfsv4.NfsResop4
 	status := nfsv4.NFS4_OK
 	i := 0
+	var finalStatus *nfsv4.Nfsstat4 // set to the compound's status (a chained one)
 	// Session rules for 4.1+ (RFC 8881 §2.10.6, §18.46.3).
 	if minor > 0 && len(ops) > 0 {
 		switch ops[0].code {
 		case nfsv4.OP_SEQUENCE:
-			res, st, replay := c.sequence(ops[0].arg.(*nfsv4.NfsArgop4_OP_SEQUENCE), len(ops)+boolInt(txr != nil))
+			res, st, replay := c.sequence(ops[0].arg.(*nfsv4.NfsArgop4_OP_SEQUENCE), len(ops)+boolInt(txr != nil || chain != nil))
 			if replay != nil {
 				return encoded{head: replay}, true
 			}
@@ -372,6 +406,18 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 			}
 			status = st
 			i = 1
+			if chain != nil {
+				sess := ops[0].arg.(*nfsv4.NfsArgop4_OP_SEQUENCE).Opsequence.SaSessionid
+				if st != nfsv4.NFS4_OK {
+					s.chains.refuse(sess, chain)
+				} else if cst := s.chains.enter(c.ctx, sess, chain); cst != nfsv4.NFS4_OK {
+					chr.status, status = cst, cst
+				} else {
+					chainStatus := nfsv4.NFS4ERR_SERVERFAULT // a panic: the chain stops
+					defer func() { s.chains.leave(sess, chain, chainStatus) }()
+					finalStatus = &chainStatus
+				}
+			}
 		case nfsv4.OP_EXCHANGE_ID, nfsv4.OP_CREATE_SESSION, nfsv4.OP_DESTROY_SESSION,
 			nfsv4.OP_BIND_CONN_TO_SESSION, nfsv4.OP_DESTROY_CLIENTID:
 			if len(ops) > 1 {
@@ -426,6 +472,12 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 		}
 	}
 	c.endView()
+	if finalStatus != nil {
+		*finalStatus = status
+	}
+	if chr != nil {
+		txr = chr
+	}
 	body := encodeCompound(status, tag, txr, results)
 	if c.slot != nil {
 		// Only replies small enough to cache are flattened (READ data

@@ -135,6 +135,8 @@ type Server struct {
 	rpc  *rpc.Server
 	met  *metrics
 	txns *txnTable // multi-compound transactions (ops_txn.go)
+	// chains are the live ordered chains of compounds (chain.go).
+	chains *chainTable
 	// dirLocks serializes grouped runs changing one directory (dirlocks.go).
 	dirLocks *dirLocks
 	fsid     uint64
@@ -201,6 +203,7 @@ func New(cfg Config) (*Server, error) {
 	if s.met, err = newMetrics(cfg.Registry); err != nil {
 		return nil, err
 	}
+	s.chains = newChainTable()
 	if s.txns, err = newTxnTable(s, cfg.Registry); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,166 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"github.com/txnfs/txnfs/nfs4/client"
+	"github.com/txnfs/txnfs/nfs4/server"
+)
+
+// chainMkdir is a COMPOUND of the chain id that makes /path/name (path
+// is looked up from the root).
+func chainMkdir(id uint64, seq uint32, last bool, path []string, name string) *client.Compound {
+	cp := &client.Compound{Chain: &client.Chain{ID: id, Seq: seq, Last: last}}
+	cp.PutRootFH()
+	for _, c := range path {
+		cp.Lookup(c)
+	}
+	cp.Mkdir(name, nfsv4.Fattr4{})
+	return cp
+}
+
+func chainExists(t *testing.T, c *client.Client, path ...string) bool {
+	t.Helper()
+	var cp client.Compound
+	cp.PutRootFH()
+	for _, p := range path {
+		cp.Lookup(p)
+	}
+	rep, err := c.Do(context.Background(), &cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep.Status == nfsv4.NFS4_OK
+}
+
+// sendReversed sends cps concurrently, the last first, each a few
+// milliseconds after the one behind it, and returns their outcomes.
+func sendReversed(c *client.Client, cps []*client.Compound) ([]*client.Reply, []error) {
+	reps, errs := make([]*client.Reply, len(cps)), make([]error, len(cps))
+	done := make(chan int)
+	for i := len(cps) - 1; i >= 0; i-- {
+		go func(i int) {
+			reps[i], errs[i] = c.Do(context.Background(), cps[i])
+			done <- i
+		}(i)
+		time.Sleep(5 * time.Millisecond)
+	}
+	for range cps {
+		<-done
+	}
+	return reps, errs
+}
+
+// TestChainOrder: the COMPOUNDs of a chain run in the chain's order even
+// when they arrive in reverse (each needs the directory the one before
+// it makes), and the server forgets the chain after its last COMPOUND.
+func TestChainOrder(t *testing.T) {
+	ts := startServer(t)
+	ctx := context.Background()
+	c, err := client.Dial(ctx, client.Config{Addr: ts.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	id := c.NewChainID()
+	cps := []*client.Compound{
+		chainMkdir(id, 0, false, nil, "a"),
+		chainMkdir(id, 1, false, []string{"a"}, "b"),
+		chainMkdir(id, 2, true, []string{"a", "b"}, "c"),
+	}
+	reps, errs := sendReversed(c, cps)
+	for i := range cps {
+		if errs[i] != nil || reps[i].Status != nfsv4.NFS4_OK {
+			t.Fatalf("COMPOUND %d: %v %v", i, errs[i], reps[i])
+		}
+	}
+	if !chainExists(t, c, "a", "b", "c") {
+		t.Fatal("a/b/c missing")
+	}
+	if n := server.ChainsForTest(ts.srv); n != 0 {
+		t.Fatalf("%d chains left after the last COMPOUND", n)
+	}
+}
+
+// TestChainStopsAfterFailure: once a COMPOUND of the chain stops early,
+// every later one is refused with nothing run — also one that arrived
+// before it and was waiting — and a COMPOUND that already ran its seq is
+// refused too.
+func TestChainStopsAfterFailure(t *testing.T) {
+	ts := startServer(t)
+	ctx := context.Background()
+	c, err := client.Dial(ctx, client.Config{Addr: ts.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	id := c.NewChainID()
+	cps := []*client.Compound{
+		chainMkdir(id, 0, false, nil, "x"),
+		chainMkdir(id, 1, false, []string{"missing"}, "y"), // fails: NOENT
+		chainMkdir(id, 2, false, []string{"x"}, "z"),
+		chainMkdir(id, 3, true, nil, "w"),
+	}
+	reps, errs := sendReversed(c, cps)
+	if errs[0] != nil || reps[0].Status != nfsv4.NFS4_OK {
+		t.Fatalf("COMPOUND 0: %v %v", errs[0], reps[0])
+	}
+	if errs[1] != nil || reps[1].Status != nfsv4.NFS4ERR_NOENT {
+		t.Fatalf("COMPOUND 1: %v %v, want NOENT", errs[1], reps[1])
+	}
+	for _, i := range []int{2, 3} {
+		var se *client.StatusError
+		if !errors.Is(errs[i], client.ErrChainRefused) || !errors.As(errs[i], &se) || se.Status != nfsv4.NFS4ERR_SEQ_MISORDERED {
+			t.Fatalf("COMPOUND %d: %v, want refused with SEQ_MISORDERED", i, errs[i])
+		}
+	}
+	if chainExists(t, c, "x", "z") || chainExists(t, c, "w") {
+		t.Fatal("a refused COMPOUND ran")
+	}
+	// A resent seq is refused: it already ran.
+	if _, err := c.Do(ctx, chainMkdir(id, 0, false, nil, "v")); !errors.Is(err, client.ErrChainRefused) {
+		t.Fatalf("seq 0 again: %v, want refused", err)
+	}
+	if chainExists(t, c, "v") {
+		t.Fatal("the resent COMPOUND ran")
+	}
+}
+
+// TestChainMissingPredecessor: a COMPOUND whose predecessor never comes
+// is refused with NFS4ERR_DELAY after the server's wait, and so is every
+// later one; a chain's first COMPOUND does not wait.
+func TestChainMissingPredecessor(t *testing.T) {
+	defer server.SetChainWaitForTest(server.SetChainWaitForTest(100 * time.Millisecond))
+	ts := startServer(t)
+	ctx := context.Background()
+	c, err := client.Dial(ctx, client.Config{Addr: ts.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	id := c.NewChainID()
+	start := time.Now()
+	_, err = c.Do(ctx, chainMkdir(id, 1, false, nil, "p"))
+	var se *client.StatusError
+	if !errors.Is(err, client.ErrChainRefused) || !errors.As(err, &se) || se.Status != nfsv4.NFS4ERR_DELAY {
+		t.Fatalf("seq 1 without seq 0: %v, want refused with DELAY", err)
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Fatalf("refused after %v, before the wait", d)
+	}
+	if _, err := c.Do(ctx, chainMkdir(id, 2, false, nil, "q")); !errors.Is(err, client.ErrChainRefused) {
+		t.Fatalf("seq 2: %v, want refused", err)
+	}
+	// The missing one still runs (nothing after it does).
+	if rep, err := c.Do(ctx, chainMkdir(id, 0, false, nil, "o")); err != nil || rep.Status != nfsv4.NFS4_OK {
+		t.Fatalf("seq 0: %v %v", err, rep)
+	}
+	if chainExists(t, c, "p") || chainExists(t, c, "q") || !chainExists(t, c, "o") {
+		t.Fatal("wrong COMPOUNDs ran")
+	}
+}

@@ -1,0 +1,133 @@
+package vnfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txnfs/txnfs/nfs4/client"
+)
+
+// flightCounter sends COMPOUNDs through the client, each held a little so
+// that COMPOUNDs in flight together overlap, and records the most in
+// flight at once and how many were chained. refuse, if set, answers a
+// chained COMPOUND itself instead (nothing sent).
+type flightCounter struct {
+	c       *client.Client
+	refuse  func(ch *client.Chain) error
+	mu      sync.Mutex
+	cur     int
+	max     int
+	chained int
+}
+
+func (f *flightCounter) do(ctx context.Context, cp *client.Compound) (*client.Reply, error) {
+	f.mu.Lock()
+	if cp.Chain != nil {
+		f.chained++
+		if f.refuse != nil {
+			if err := f.refuse(cp.Chain); err != nil {
+				f.mu.Unlock()
+				return nil, err
+			}
+		}
+	}
+	f.cur++
+	f.max = max(f.max, f.cur)
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.cur--
+		f.mu.Unlock()
+	}()
+	time.Sleep(2 * time.Millisecond)
+	return f.c.Do(ctx, cp)
+}
+
+// TestChainedWrites: an ordered vector write split over many COMPOUNDs
+// keeps several in flight against a server that chains them (with
+// Config.NoChain, one), stops at its first failure
+// with nothing after it run, and falls back to one COMPOUND at a time —
+// still writing everything — when the server lacks the extension or
+// refuses a chained COMPOUND.
+func TestChainedWrites(t *testing.T) {
+	addr := startServer(t)
+	ctx := context.Background()
+	vec := func(dir string, k int) []IO {
+		ios := make([]IO, k)
+		for i := range ios {
+			ios[i] = IO{File: P(fmt.Sprintf("%s/f%03d", dir, i)), Data: []byte{byte(i)}, Flags: Create | Stable}
+		}
+		return ios
+	}
+	count := func(t *testing.T, n *nfsFS, dir string) int {
+		ents, err := ReadDir(ctx, n, dir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	for _, tc := range []struct {
+		name        string
+		noChain     bool
+		refuse      func(ch *client.Chain) error
+		wantMax     func(int) bool
+		wantChainOK int32
+	}{
+		{name: "chained", wantMax: func(m int) bool { return m > 1 }, wantChainOK: 1},
+		{name: "nochain", noChain: true, wantMax: func(m int) bool { return m == 1 }, wantChainOK: 2},
+		{name: "unsupported", refuse: func(*client.Chain) error { return client.ErrChainUnsupported },
+			wantMax: func(m int) bool { return m == 1 }, wantChainOK: 2},
+		{name: "refused", refuse: func(ch *client.Chain) error {
+			if ch.Seq >= 3 { // as a server whose wait for seq 3 expired
+				return fmt.Errorf("test: %w", client.ErrChainRefused)
+			}
+			return nil
+		}, wantMax: func(m int) bool { return m > 1 }, wantChainOK: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fsys, err := Dial(ctx, Config{Addr: addr, MaxOps: 24, NoChain: tc.noChain})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fsys.Close()
+			n := fsys.(*nfsFS)
+			fc := &flightCounter{c: n.c, refuse: tc.refuse}
+			n.sh.do = fc.do
+			dir := "/" + tc.name
+			if err := Mkdir(ctx, n, dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			const files = 300
+			if k, err := n.VWrite(ctx, vec(dir, files)); err != nil || k != files {
+				t.Fatalf("write: %d, %v", k, err)
+			}
+			if got := count(t, n, dir); got != files {
+				t.Fatalf("%d files written, want %d", got, files)
+			}
+			if !tc.wantMax(fc.max) || n.sh.chainOK.Load() != tc.wantChainOK {
+				t.Fatalf("%d COMPOUNDs in flight at most (%d chained), chain support %d", fc.max, fc.chained, n.sh.chainOK.Load())
+			}
+			t.Logf("%d COMPOUNDs in flight at most, %d chained", fc.max, fc.chained)
+
+			// The failure at item 200 of 300: nothing after it ran.
+			dir2 := dir + "/fail"
+			if err := Mkdir(ctx, n, dir2, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			ios := vec(dir2, files)
+			ios[200].File = P(dir2 + "/nodir/x")
+			k, err := n.VWrite(ctx, ios)
+			var ve *Error
+			if k != 200 || !errors.As(err, &ve) || ve.Index != 200 {
+				t.Fatalf("write with a failure at 200: %d, %v", k, err)
+			}
+			if got := count(t, n, dir2); got != 200 {
+				t.Fatalf("%d files after a failure at item 200", got)
+			}
+		})
+	}
+}
