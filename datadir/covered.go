@@ -57,6 +57,16 @@ func recoverCovered(disk vfs.FS, dir string, log *slog.Logger) error {
 	if !slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "MANIFEST-") }) {
 		return nil // a new store
 	}
+	// A cut that crashed before its rename left its copy behind; the log
+	// it was copied from is intact (the rename is the cut).
+	for _, n := range names {
+		if strings.HasSuffix(n, cutSuffix) {
+			if err := disk.Remove(filepath.Join(metaDir, n)); err != nil {
+				return fmt.Errorf("covered puts: removing %s left by a crashed cut: %w", n, err)
+			}
+			log.Info("covered puts: removed the copy of a cut that did not finish", "file", n)
+		}
+	}
 	for round := 0; ; round++ {
 		bad, total, flushed, acked, err := checkCovered(disk, dir)
 		if err != nil {
@@ -306,6 +316,10 @@ func cutLog(disk vfs.FS, metaDir string, bad map[string]badDescriptor, flushed, 
 	return true, nil
 }
 
+// cutSuffix names truncateFile's copy of a log prefix until it is renamed
+// over the log.
+const cutSuffix = ".cut"
+
 // truncateFile cuts name to size bytes (copying the prefix into a new file
 // renamed over it: vfs has no truncate) and syncs it.
 func truncateFile(disk vfs.FS, name string, size int64) error {
@@ -313,7 +327,7 @@ func truncateFile(disk vfs.FS, name string, size int64) error {
 	if err != nil {
 		return err
 	}
-	tmp := name + ".cut"
+	tmp := name + cutSuffix
 	dst, err := disk.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		src.Close()

@@ -435,6 +435,11 @@ func TestCoveredRecoverAfterCrashedCut(t *testing.T) {
 			}
 		}
 	}
+	// And one of a log that this Open does not cut (a cut's own copy
+	// goes over the log it cuts).
+	if err := os.WriteFile(filepath.Join(metaDir, "999999.log.cut"), []byte("half a copy"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	e, err := Open(c.ctx, Options{Dir: c.dir, CacheBytes: -1, Logger: slog.New(slog.NewTextHandler(c.logs, nil))})
 	if err != nil {
 		t.Fatalf("open with Covered off after a crashed cut: %v\n%s", err, c.logs)
@@ -451,5 +456,8 @@ func TestCoveredRecoverAfterCrashedCut(t *testing.T) {
 	}
 	if rep, err := c.e.FS.Check(c.ctx); err != nil || !rep.OK() {
 		t.Fatalf("fsck: %v %v", err, rep.Problems)
+	}
+	if left, _ := filepath.Glob(filepath.Join(metaDir, "*.cut")); len(left) > 0 {
+		t.Errorf("copies of the crashed cut left behind: %v", left)
 	}
 }
