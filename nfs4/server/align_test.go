@@ -112,11 +112,7 @@ func TestWritePayloadAlignedClient(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	ts := startServerDir(t, t.TempDir(), func(c *server.Config) { c.Registry = reg })
 	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Config{Addr: ts.addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := ts.dialClient(t)
 	var cp client.Compound
 	cp.PutRootFH()
 	cp.Open(c.ClientID(), c.OpenOwner(), client.OpenArgs{Name: "f", Access: nfsv4.OPEN4_SHARE_ACCESS_BOTH, Create: true})

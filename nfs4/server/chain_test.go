@@ -61,12 +61,7 @@ func sendReversed(c *client.Client, cps []*client.Compound) ([]*client.Reply, []
 // it makes), and the server forgets the chain after its last COMPOUND.
 func TestChainOrder(t *testing.T) {
 	ts := startServer(t)
-	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Config{Addr: ts.addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := ts.dialClient(t)
 	id := c.NewChainID()
 	cps := []*client.Compound{
 		chainMkdir(id, 0, false, nil, "a"),
@@ -94,11 +89,7 @@ func TestChainOrder(t *testing.T) {
 func TestChainStopsAfterFailure(t *testing.T) {
 	ts := startServer(t)
 	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Config{Addr: ts.addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := ts.dialClient(t)
 	id := c.NewChainID()
 	cps := []*client.Compound{
 		chainMkdir(id, 0, false, nil, "x"),
@@ -138,14 +129,10 @@ func TestChainMissingPredecessor(t *testing.T) {
 	defer server.SetChainWaitForTest(server.SetChainWaitForTest(100 * time.Millisecond))
 	ts := startServer(t)
 	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Config{Addr: ts.addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := ts.dialClient(t)
 	id := c.NewChainID()
 	start := time.Now()
-	_, err = c.Do(ctx, chainMkdir(id, 1, false, nil, "p"))
+	_, err := c.Do(ctx, chainMkdir(id, 1, false, nil, "p"))
 	var se *client.StatusError
 	if !errors.Is(err, client.ErrChainRefused) || !errors.As(err, &se) || se.Status != nfsv4.NFS4ERR_DELAY {
 		t.Fatalf("seq 1 without seq 0: %v, want refused with DELAY", err)

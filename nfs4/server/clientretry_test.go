@@ -23,11 +23,7 @@ func TestClientResendsDuringGrace(t *testing.T) {
 	ts.stop()
 	ts = startServerDir(t, dir, graceConfig(dir))
 	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Config{Addr: ts.addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := ts.dialClient(t)
 	var cp client.Compound
 	cp.PutRootFH()
 	cp.Open(c.ClientID(), c.OpenOwner(), client.OpenArgs{Name: "new", Access: nfsv4.OPEN4_SHARE_ACCESS_BOTH, Create: true})

@@ -12,6 +12,7 @@ import (
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
 	"github.com/txnfs/txnfs/datadir"
+	"github.com/txnfs/txnfs/nfs4/client"
 	"github.com/txnfs/txnfs/nfs4/internal/testclient"
 	"github.com/txnfs/txnfs/nfs4/server"
 )
@@ -41,6 +42,18 @@ type testServer struct {
 	clock *fakeClock
 	dir   string
 	stop  func()
+}
+
+// dialClient connects an nfs4/client Client (an NFSv4.1 session) to the
+// server, closed when the test ends.
+func (ts *testServer) dialClient(t testing.TB) *client.Client {
+	t.Helper()
+	c, err := client.Dial(context.Background(), client.Config{Addr: ts.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 func startServer(t testing.TB) *testServer {

@@ -627,11 +627,7 @@ func TestTxnMultiBank(t *testing.T) {
 	const accounts, workers, initial = 6, 4, 1000
 	ts := startServer(t)
 	ctx := context.Background()
-	setup, err := client.Dial(ctx, client.Config{Addr: ts.addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer setup.Close()
+	setup := ts.dialClient(t)
 	fhs := make([][]byte, accounts)
 	for i := range fhs {
 		var cp client.Compound
@@ -865,11 +861,7 @@ func FuzzTxnOps(f *testing.F) {
 func TestTxnMultiConcurrentJoins(t *testing.T) {
 	ts := startServer(t)
 	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Config{Addr: ts.addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := ts.dialClient(t)
 	id, err := c.TxnBegin(ctx)
 	if err != nil {
 		t.Fatal(err)
