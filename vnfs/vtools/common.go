@@ -83,23 +83,7 @@ func (e *ReportedError) Unwrap() error { return e.Err }
 // final symbolic links): the same device and inode locally, the same
 // server and file id over NFS. Errors (a missing path) count as different.
 func sameFile(ctx context.Context, a, b vnfs.Target) bool {
-	if a.Server != b.Server {
-		// nfs://localhost:P/f and nfs://127.0.0.1:P/f: one server
-		// reached twice.
-		if a.Server == "" || b.Server == "" || !sameServer(ctx, a.Server, b.Server) {
-			return false
-		}
-		x := []vnfs.AttrItem{{File: vnfs.P(a.Path), Mask: vnfs.AttrType | vnfs.AttrIno}}
-		y := []vnfs.AttrItem{{File: vnfs.P(b.Path), Mask: vnfs.AttrType | vnfs.AttrIno}}
-		if _, err := a.FS.VGetAttrs(ctx, x); err != nil {
-			return false
-		}
-		if _, err := b.FS.VGetAttrs(ctx, y); err != nil {
-			return false
-		}
-		return x[0].Attr.Ino == y[0].Attr.Ino && x[0].Attr.Type == y[0].Attr.Type
-	}
-	if a.Server == "" {
+	if a.Server == "" && b.Server == "" {
 		fa, err := os.Lstat(a.Path)
 		if err != nil {
 			return false
@@ -107,11 +91,17 @@ func sameFile(ctx context.Context, a, b vnfs.Target) bool {
 		fb, err := os.Lstat(b.Path)
 		return err == nil && os.SameFile(fa, fb)
 	}
-	it := []vnfs.AttrItem{{File: vnfs.P(a.Path), Mask: vnfs.AttrType | vnfs.AttrIno}, {File: vnfs.P(b.Path), Mask: vnfs.AttrType | vnfs.AttrIno}}
-	if _, err := a.FS.VGetAttrs(ctx, it); err != nil {
+	// nfs://localhost:P/f and nfs://127.0.0.1:P/f: one server reached
+	// twice.
+	if a.Server == "" || b.Server == "" || a.Server != b.Server && !sameServer(ctx, a.Server, b.Server) {
 		return false
 	}
-	return it[0].Attr.Ino == it[1].Attr.Ino && it[0].Attr.Type == it[1].Attr.Type
+	x, err := vnfs.Stat(ctx, a.FS, a.Path)
+	if err != nil {
+		return false
+	}
+	y, err := vnfs.Stat(ctx, b.FS, b.Path)
+	return err == nil && x.Ino == y.Ino && x.Type == y.Type
 }
 
 // sameServer reports whether two host:port strings reach one address.
