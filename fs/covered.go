@@ -200,26 +200,14 @@ func (f *FS) committedCovered(n int) {
 // coveredKeys returns the keys of the descriptors committed so far, in
 // sequence order.
 func (f *FS) coveredKeys(ctx context.Context) ([][]byte, error) {
-	t, err := f.kv.Begin(ctx, kv.TxnOptions{ReadOnly: true})
-	if err != nil {
-		return nil, kvErr(err)
-	}
-	defer t.Rollback()
 	var keys [][]byte
-	start, end := meta.CoveredPrefix(), kv.PrefixEnd(meta.CoveredPrefix())
-	for {
-		pairs, err := t.Scan(ctx, start, end, 1024)
-		if err != nil {
-			return nil, kvErr(err)
-		}
-		for _, p := range pairs {
+	err := f.View(ctx, RootCred, func(t *Txn) error {
+		return t.scanAll(ctx, meta.CoveredPrefix(), func(p kv.Pair) error {
 			keys = append(keys, append([]byte(nil), p.Key...))
-		}
-		if len(pairs) < 1024 {
-			return keys, nil
-		}
-		start = append(append([]byte(nil), pairs[len(pairs)-1].Key...), 0)
-	}
+			return nil
+		})
+	})
+	return keys, err
 }
 
 // dropCovered makes every commit so far durable (FS.Sync, always) and
