@@ -2,10 +2,13 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"github.com/txnfs/txnfs/fs"
 )
 
 // OpChain is the private operation that makes a COMPOUND part of an
@@ -16,6 +19,12 @@ const OpChain nfsv4.NfsOpnum4 = 0x74786e05 // "txn\5"
 
 // chainLast is the CHAIN4args flag of a chain's last COMPOUND.
 const chainLast = 0x1
+
+// errChainNotDurable fails the reply of a chained COMPOUND that ran
+// while the sync of an earlier one of its chain failed (or could not be
+// waited for): its effects are visible but may not survive a crash
+// (NFS4ERR_IO, docs/protocol.md §4).
+var errChainNotDurable = fmt.Errorf("%w: an earlier COMPOUND of the chain was not made durable", fs.ErrIO)
 
 // chainArgs are the arguments of OpChain.
 type chainArgs struct {
@@ -38,13 +47,17 @@ type chainKey struct {
 }
 
 // chainState is one live chain: next is the seq of the COMPOUND that may
-// run now, broken the first seq refused (noSeq: none). changed is closed
-// (and replaced) whenever next or broken change.
+// run now, broken the first seq refused (noSeq: none). replied is the seq
+// of the COMPOUND whose reply may be sent next (replies go in the chain's
+// order), durFailed the first seq whose commits were not made durable
+// (noSeq: none). changed is closed (and replaced) whenever one of them
+// changes.
 type chainState struct {
-	next, broken uint32
-	changed      chan struct{}
-	waiters      int
-	touched      time.Time
+	next, broken       uint32
+	replied, durFailed uint32
+	changed            chan struct{}
+	waiters            int
+	touched            time.Time
 }
 
 const noSeq = ^uint32(0)
@@ -89,7 +102,7 @@ func (t *chainTable) get(k chainKey, now time.Time) *chainState {
 				delete(t.m, k2)
 			}
 		}
-		s = &chainState{broken: noSeq, changed: make(chan struct{})}
+		s = &chainState{broken: noSeq, durFailed: noSeq, changed: make(chan struct{})}
 		t.m[k] = s
 	}
 	s.touched = now
@@ -145,33 +158,107 @@ func (t *chainTable) enter(ctx context.Context, sess [16]byte, a *chainArgs) nfs
 	}
 }
 
-// leave records that the COMPOUND a of session sess, which enter let
-// run, finished with status st: the next one may run, or, if st is not
-// NFS4_OK, every later one is refused.
-func (t *chainTable) leave(sess [16]byte, a *chainArgs, st nfsv4.Nfsstat4) {
-	t.breakAt(sess, a, a.seq+1, st == nfsv4.NFS4_OK && a.flags&chainLast != 0, st != nfsv4.NFS4_OK)
+// executed records that the COMPOUND a of session sess, which enter let
+// run, executed its operations with status st (before the sync that makes
+// them durable): the next one may run, or, if st is not NFS4_OK, every
+// later one is refused. The caller must then call replyTurn.
+func (t *chainTable) executed(sess [16]byte, a *chainArgs, st nfsv4.Nfsstat4) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.get(chainKey{sess, a.id}, time.Now())
+	if a.seq == s.next {
+		s.next = a.seq + 1
+	}
+	if st != nfsv4.NFS4_OK && a.seq+1 < s.broken {
+		s.broken = a.seq + 1
+	}
+	s.signal()
+}
+
+// replyTurn is called by the executed COMPOUND a once the sync covering
+// its commits returned (durFailed: the sync failed). It waits until the
+// replies of the chain's earlier COMPOUNDs are settled and reports
+// whether the reply of a must fail because the commits of one of them,
+// or its own, were not made durable (or it could not learn that, its
+// context ending or the wait expiring). Such a failure breaks the chain
+// after a: the COMPOUNDs that did not run yet are refused.
+func (t *chainTable) replyTurn(ctx context.Context, sess [16]byte, a *chainArgs, durFailed bool) bool {
+	k := chainKey{sess, a.id}
+	timer := time.NewTimer(chainWait)
+	defer timer.Stop()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.get(k, time.Now())
+	s.waiters++
+	defer func() { s.waiters-- }()
+	for s.replied != a.seq && s.durFailed > a.seq && !durFailed {
+		ch := s.changed
+		t.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer.C:
+			durFailed = true
+		case <-ctx.Done():
+			durFailed = true
+		}
+		t.mu.Lock()
+	}
+	fail := durFailed || s.durFailed < a.seq
+	if fail {
+		s.durFailed = min(s.durFailed, a.seq)
+		s.broken = min(s.broken, a.seq+1)
+	}
+	if s.replied == a.seq {
+		s.replied = a.seq + 1
+		if a.flags&chainLast != 0 && s.waiters == 1 {
+			delete(t.m, k)
+		}
+	}
+	s.touched = time.Now()
+	s.signal()
+	return fail
 }
 
 // refuse records that the COMPOUND a of session sess did not run (its
 // SEQUENCE failed): it and every later one are refused.
 func (t *chainTable) refuse(sess [16]byte, a *chainArgs) {
-	t.breakAt(sess, a, a.seq, false, true)
-}
-
-func (t *chainTable) breakAt(sess [16]byte, a *chainArgs, next uint32, done, broken bool) {
-	k := chainKey{sess, a.id}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.get(k, time.Now())
-	if done && s.waiters == 0 {
-		delete(t.m, k)
-		return
-	}
-	if a.seq+1 == next && a.seq == s.next {
-		s.next = next
-	}
-	if broken && next < s.broken {
-		s.broken = next
-	}
+	s := t.get(chainKey{sess, a.id}, time.Now())
+	s.broken = min(s.broken, a.seq)
 	s.signal()
+}
+
+// chainRun is the part a chained COMPOUND that enter let run plays in its
+// chain: executed once its operations ran, replyTurn once its sync
+// returned, and end (deferred) doing whichever of them a panic skipped.
+type chainRun struct {
+	t    *chainTable
+	sess [16]byte
+	a    *chainArgs
+	// ran, replied: executed and replyTurn were called.
+	ran, replied bool
+}
+
+// executed: see chainTable.executed. No-op on a nil run (unchained).
+func (r *chainRun) executed(st nfsv4.Nfsstat4) {
+	if r != nil && !r.ran {
+		r.ran = true
+		r.t.executed(r.sess, r.a, st)
+	}
+}
+
+// replyTurn: see chainTable.replyTurn. False on a nil run.
+func (r *chainRun) replyTurn(ctx context.Context, durFailed bool) bool {
+	if r == nil || r.replied {
+		return false
+	}
+	r.replied = true
+	return r.t.replyTurn(ctx, r.sess, r.a, durFailed)
+}
+
+// end finishes a run a panic interrupted: the chain stops after it.
+func (r *chainRun) end(ctx context.Context) {
+	r.executed(nfsv4.NFS4ERR_SERVERFAULT)
+	r.replyTurn(ctx, true)
 }

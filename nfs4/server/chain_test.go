@@ -3,11 +3,15 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
+	"github.com/txnfs/txnfs/fs"
 	"github.com/txnfs/txnfs/nfs4/client"
 	"github.com/txnfs/txnfs/nfs4/server"
 )
@@ -149,5 +153,129 @@ func TestChainMissingPredecessor(t *testing.T) {
 	}
 	if chainExists(t, c, "p") || chainExists(t, c, "q") || !chainExists(t, c, "o") {
 		t.Fatal("wrong COMPOUNDs ran")
+	}
+}
+
+// blockedSync arms the server's FS.Sync: the next call signals entered
+// and waits for release, then returns the error sent on it (nil: the
+// real sync runs); later calls run normally.
+func blockedSync(t *testing.T, ts *testServer) (entered chan struct{}, release chan error) {
+	entered, release = make(chan struct{}), make(chan error, 1)
+	// A failed test releases the sync so that the server can stop (the
+	// cleanup runs before startServer's).
+	t.Cleanup(func() {
+		select {
+		case release <- nil:
+		default:
+		}
+	})
+	var armed atomic.Bool
+	armed.Store(true)
+	server.SetSyncForTest(ts.srv, func(ctx context.Context, sync func(context.Context) error) error {
+		if !armed.Swap(false) {
+			return sync(ctx)
+		}
+		close(entered)
+		if err := <-release; err != nil {
+			return err
+		}
+		return sync(ctx)
+	})
+	return entered, release
+}
+
+// waitExists polls until path exists, failing the test after a second.
+func waitExists(t *testing.T, c *client.Client, path ...string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Second); !chainExists(t, c, path...); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v not created within a second", path)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestChainRunsDuringSync: a chain's next COMPOUND runs while the sync of
+// the one before it is in flight, but its reply is not sent before that
+// one's.
+func TestChainRunsDuringSync(t *testing.T) {
+	ts := startServer(t)
+	c := ts.dialClient(t)
+	entered, release := blockedSync(t, ts)
+	id := c.NewChainID()
+	cps := []*client.Compound{
+		chainMkdir(id, 0, false, nil, "a"),
+		chainMkdir(id, 1, true, []string{"a"}, "b"),
+	}
+	type outcome struct {
+		i   int
+		rep *client.Reply
+		err error
+	}
+	done := make(chan outcome, len(cps))
+	for i, cp := range cps {
+		go func() {
+			rep, err := c.Do(context.Background(), cp)
+			done <- outcome{i, rep, err}
+		}()
+	}
+	<-entered // COMPOUND 0 ran and waits in its sync
+	waitExists(t, c, "a", "b")
+	select {
+	case o := <-done:
+		t.Fatalf("COMPOUND %d replied before the sync of COMPOUND 0 returned", o.i)
+	case <-time.After(20 * time.Millisecond):
+	}
+	release <- nil
+	for want := range cps {
+		o := <-done
+		if o.i != want || o.err != nil || o.rep.Status != nfsv4.NFS4_OK {
+			t.Fatalf("reply %d: COMPOUND %d: %v %v", want, o.i, o.err, o.rep)
+		}
+	}
+	if n := server.ChainsForTest(ts.srv); n != 0 {
+		t.Fatalf("%d chains left after the last COMPOUND", n)
+	}
+}
+
+// TestChainSyncFailure: when the sync of a chained COMPOUND fails, its
+// reply fails at its last operation with NFS4ERR_IO, so does the reply of
+// the next COMPOUND that already ran meanwhile (its effects are visible,
+// their durability unknown), and the COMPOUNDs that had not run are
+// refused with nothing run.
+func TestChainSyncFailure(t *testing.T) {
+	ts := startServer(t)
+	ctx := context.Background()
+	c := ts.dialClient(t)
+	entered, release := blockedSync(t, ts)
+	id := c.NewChainID()
+	cps := []*client.Compound{
+		chainMkdir(id, 0, false, nil, "x"),
+		chainMkdir(id, 1, false, nil, "y"),
+		chainMkdir(id, 2, true, nil, "z"),
+	}
+	reps, errs := make([]*client.Reply, 2), make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reps[i], errs[i] = c.Do(ctx, cps[i])
+		}()
+	}
+	<-entered
+	waitExists(t, c, "y") // COMPOUND 1 ran during the sync of COMPOUND 0
+	release <- fmt.Errorf("injected: %w", fs.ErrIO)
+	wg.Wait()
+	for i := range 2 {
+		if errs[i] != nil || reps[i].Status != nfsv4.NFS4ERR_IO {
+			t.Fatalf("COMPOUND %d: %v %v, want NFS4ERR_IO", i, errs[i], reps[i])
+		}
+	}
+	if _, err := c.Do(ctx, cps[2]); !errors.Is(err, client.ErrChainRefused) {
+		t.Fatalf("COMPOUND 2: %v, want refused", err)
+	}
+	if chainExists(t, c, "z") {
+		t.Fatal("the COMPOUND after the failed sync's ran")
 	}
 }

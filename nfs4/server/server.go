@@ -137,6 +137,9 @@ type Server struct {
 	txns *txnTable // multi-compound transactions (ops_txn.go)
 	// chains are the live ordered chains of compounds (chain.go).
 	chains *chainTable
+	// sync is the FS.Sync a compound's reply waits for (replaced by
+	// tests to delay or fail it).
+	sync func(context.Context) error
 	// dirLocks serializes grouped runs changing one directory (dirlocks.go).
 	dirLocks *dirLocks
 	fsid     uint64
@@ -204,6 +207,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.chains = newChainTable()
+	s.sync = s.fs.Sync
 	if s.txns, err = newTxnTable(s, cfg.Registry); err != nil {
 		return nil, err
 	}
