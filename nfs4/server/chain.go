@@ -48,8 +48,8 @@ type chainKey struct {
 
 // chainState is one live chain: next is the seq of the COMPOUND that may
 // run now, broken the first seq refused (noSeq: none). replied is the seq
-// of the COMPOUND whose reply may be sent next (replies go in the chain's
-// order), durFailed the first seq whose commits were not made durable
+// of the COMPOUND whose reply is settled next (in the chain's order: see
+// replyTurn), durFailed the first seq whose commits were not made durable
 // (noSeq: none). changed is closed (and replaced) whenever one of them
 // changes.
 type chainState struct {
