@@ -237,6 +237,58 @@ func TestChainRunsDuringSync(t *testing.T) {
 	}
 }
 
+// TestChainRunsDuringSyncNoDirOps: the same for COMPOUNDs that change no
+// directory (SETATTR), whose last run would otherwise commit durably
+// inside its execution.
+func TestChainRunsDuringSyncNoDirOps(t *testing.T) {
+	ts := startServer(t)
+	c := ts.dialClient(t)
+	entered, release := blockedSync(t, ts)
+	id := c.NewChainID()
+	chmod := func(seq uint32, mode uint32) *client.Compound {
+		cp := &client.Compound{Chain: &client.Chain{ID: id, Seq: seq, Last: seq == 1}}
+		cp.PutRootFH()
+		cp.SetAttr(nfsv4.Stateid4{}, (&client.SetAttrs{SetMode: true, Mode: mode}).Encode())
+		return cp
+	}
+	done := make(chan error, 2)
+	for i, mode := range []uint32{0o711, 0o755} {
+		go func() {
+			rep, err := c.Do(context.Background(), chmod(uint32(i), mode))
+			if err == nil && rep.Status != nfsv4.NFS4_OK {
+				err = fmt.Errorf("status %v", rep.Status)
+			}
+			done <- err
+		}()
+	}
+	select {
+	case <-entered: // COMPOUND 0 ran and waits in its sync
+	case <-time.After(time.Second):
+		t.Fatal("COMPOUND 0 did not sync after its execution")
+	}
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(2 * time.Millisecond) {
+		var cp client.Compound
+		cp.PutRootFH()
+		cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_MODE))
+		rep, err := c.Do(context.Background(), &cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, err := client.DecodeAttrs(attrVals(t, rep.Results[1])); err == nil && a.Mode == 0o755 {
+			break // COMPOUND 1 ran
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("COMPOUND 1 did not run during the sync of COMPOUND 0")
+		}
+	}
+	release <- nil
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestChainSyncFailure: when the sync of a chained COMPOUND fails, its
 // reply fails at its last operation with NFS4ERR_IO, so does the reply of
 // the next COMPOUND that already ran meanwhile (its effects are visible,

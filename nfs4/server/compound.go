@@ -100,6 +100,10 @@ type compound struct {
 	// durableRun is set while runGrouped runs the compound's last
 	// changing run with a durable commit.
 	durableRun bool
+	// chained is set for a compound of an ordered chain that runs: its
+	// sync follows its execution (never a durable commit inside it), so
+	// that the chain's next compound runs meanwhile (chainRun).
+	chained bool
 	// dirsHeld are the directory-lock stripes the current grouped run
 	// holds; split is set by an operation that must start a new run
 	// (lockDir).
@@ -414,6 +418,7 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 					chr.status, status = cst, cst
 				} else {
 					chained = &chainRun{t: s.chains, sess: sess, a: chain}
+					c.chained = true
 					defer chained.end(c.ctx) // after a panic: the chain stops
 				}
 			}
@@ -692,8 +697,10 @@ func (c *compound) runGrouped(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat
 			// WAL flush also covers the compound's earlier NoSync
 			// commits, so no Sync is left to do.
 			// A run taking directory locks commits NoSync even then,
-			// so that it does not hold them during the flush.
-			c.durableRun = !anyChange(ops[n:]) && anyNeedsDurable(ops[:n]) && !c.takesDirLocks(ops[:n])
+			// so that it does not hold them during the flush, and so
+			// does a chained compound, so that the flush overlaps the
+			// chain's next compound.
+			c.durableRun = !anyChange(ops[n:]) && anyNeedsDurable(ops[:n]) && !c.takesDirLocks(ops[:n]) && !c.chained
 			res, st, failedAt := c.runGroup(ops[:n])
 			durable := c.durableRun
 			c.durableRun = false
