@@ -19,6 +19,7 @@ func ChainsForTest(s *Server) int { return s.chains.len() }
 // SetSyncForTest replaces the FS.Sync that compounds wait for before
 // their replies with fn(ctx, sync), sync being the real one.
 func SetSyncForTest(s *Server, fn func(ctx context.Context, sync func(context.Context) error) error) {
-	real := s.sync
-	s.sync = func(ctx context.Context) error { return fn(ctx, real) }
+	real := *s.sync.Load()
+	hook := func(ctx context.Context) error { return fn(ctx, real) }
+	s.sync.Store(&hook)
 }

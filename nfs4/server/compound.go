@@ -456,7 +456,7 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 			chained.executed(st)
 			var syncErr error
 			if c.needSync {
-				syncErr = s.sync(c.ctx)
+				syncErr = (*s.sync.Load())(c.ctx)
 			}
 			if chained.replyTurn(c.ctx, syncErr != nil) && syncErr == nil && st == nfsv4.NFS4_OK {
 				syncErr = errChainNotDurable
