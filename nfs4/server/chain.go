@@ -38,10 +38,12 @@ type chainKey struct {
 }
 
 // chainState is one live chain: next is the seq of the COMPOUND that may
-// run now, broken the first seq refused (noSeq: none). changed is closed
-// (and replaced) whenever next or broken change.
+// run now, running whether it does (so another COMPOUND with the same seq
+// is refused: the seq is used), broken the first seq refused (noSeq:
+// none). changed is closed (and replaced) whenever next or broken change.
 type chainState struct {
 	next, broken uint32
+	running      bool
 	changed      chan struct{}
 	waiters      int
 	touched      time.Time
@@ -118,9 +120,10 @@ func (t *chainTable) enter(ctx context.Context, sess [16]byte, a *chainArgs) nfs
 	defer func() { s.waiters-- }()
 	for {
 		switch {
-		case a.seq >= s.broken || a.seq < s.next:
+		case a.seq >= s.broken || a.seq < s.next || a.seq == s.next && s.running:
 			return nfsv4.NFS4ERR_SEQ_MISORDERED
 		case a.seq == s.next:
+			s.running = true
 			return nfsv4.NFS4_OK
 		}
 		ch := s.changed
@@ -153,7 +156,8 @@ func (t *chainTable) leave(sess [16]byte, a *chainArgs, st nfsv4.Nfsstat4) {
 }
 
 // refuse records that the COMPOUND a of session sess did not run (its
-// SEQUENCE failed): it and every later one are refused.
+// SEQUENCE failed): it and every later one are refused — unless its seq
+// was already used (ran or runs), which it then does not change.
 func (t *chainTable) refuse(sess [16]byte, a *chainArgs) {
 	t.breakAt(sess, a, a.seq, false, true)
 }
@@ -168,7 +172,10 @@ func (t *chainTable) breakAt(sess [16]byte, a *chainArgs, next uint32, done, bro
 		return
 	}
 	if a.seq+1 == next && a.seq == s.next {
-		s.next = next
+		s.next, s.running = next, false
+	}
+	if a.seq == next && (a.seq < s.next || a.seq == s.next && s.running) {
+		return // refused, but that seq was used
 	}
 	if broken && next < s.broken {
 		s.broken = next

@@ -1,0 +1,144 @@
+package server_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"github.com/txnfs/txnfs/nfs4/internal/testclient"
+)
+
+// chainSender sends chained COMPOUNDs of base's session with explicit
+// slots and sequence ids, each on its own connection (so several can be in
+// flight at once, and a retransmission can come on another connection as
+// after a reconnection).
+type chainSender struct {
+	t    *testing.T
+	ts   *testServer
+	base *testclient.Client
+}
+
+// chainReq is OP_CHAIN(id, seq, flags), SEQUENCE(slot, seqid), ops.
+func (cs chainSender) req(id uint64, seq, flags, slot, seqid uint32, ops ...nfsv4.NfsArgop4) []nfsv4.NfsArgop4 {
+	return append([]nfsv4.NfsArgop4{
+		&testclient.ChainArgs{ID: id, Seq: seq, Flags: flags},
+		&nfsv4.NfsArgop4_OP_SEQUENCE{Opsequence: nfsv4.Sequence4args{
+			SaSessionid: cs.base.SessionID, SaSequenceid: seqid, SaSlotid: slot, SaHighestSlotid: 7, SaCachethis: true}},
+	}, ops...)
+}
+
+// send sends ops on a new connection and returns the reply's channel.
+func (cs chainSender) send(ops []nfsv4.NfsArgop4) <-chan *testclient.Reply {
+	cs.t.Helper()
+	c := cs.ts.dial(cs.t)
+	ch := make(chan *testclient.Reply, 1)
+	go func() {
+		rep, err := c.CompoundRaw(cs.base.Minor, false, ops...)
+		if err != nil {
+			cs.t.Error(err)
+		}
+		ch <- rep
+	}()
+	return ch
+}
+
+// wait returns the reply from ch (failing after 20 s).
+func (cs chainSender) wait(ch <-chan *testclient.Reply) *testclient.Reply {
+	cs.t.Helper()
+	select {
+	case rep := <-ch:
+		if rep == nil {
+			cs.t.FailNow()
+		}
+		return rep
+	case <-time.After(20 * time.Second):
+		cs.t.Fatal("no reply")
+		return nil
+	}
+}
+
+func chainStatus(rep *testclient.Reply) nfsv4.Nfsstat4 {
+	if rep.Chain == nil {
+		return 0xffff
+	}
+	return *rep.Chain
+}
+
+func (cs chainSender) exists(name string) bool {
+	rep, err := cs.base.Compound(putroot(), lookup(name))
+	if err != nil {
+		cs.t.Fatal(err)
+	}
+	return rep.Status == nfsv4.NFS4_OK
+}
+
+// TestChainRetransmissionDoesNotBreakChain: a chained COMPOUND resent on
+// its slot and sequence id (on a new connection, as after a reconnection)
+// while the first copy waits for its predecessor is answered
+// NFS4ERR_DELAY by SEQUENCE (RFC 8881 §2.10.6.2) — it is not a new
+// COMPOUND of the chain (docs/protocol.md §4), so the first copy still
+// runs once its predecessor did. (It broke the chain: the waiting copy
+// was refused with SEQ_MISORDERED.)
+func TestChainRetransmissionDoesNotBreakChain(t *testing.T) {
+	ts := startServer(t)
+	cs := chainSender{t, ts, ts.session(t, 1, "chain-rx")}
+	second := cs.req(7, 1, 0, 1, 1, putroot(), mkdir("b"))
+	first := cs.send(second)
+	time.Sleep(50 * time.Millisecond) // it waits for seq 0
+	resent := cs.wait(cs.send(second))
+	if len(resent.Results) == 0 || resent.Status != nfsv4.NFS4ERR_DELAY {
+		t.Fatalf("retransmission while in progress: status %d, want DELAY", resent.Status)
+	}
+	if rep := cs.wait(cs.send(cs.req(7, 0, 0, 2, 1, putroot(), mkdir("a")))); rep.Status != nfsv4.NFS4_OK || chainStatus(rep) != nfsv4.NFS4_OK {
+		t.Fatalf("seq 0: status %d chain %d", rep.Status, chainStatus(rep))
+	}
+	rep := cs.wait(first)
+	if rep.Status != nfsv4.NFS4_OK || chainStatus(rep) != nfsv4.NFS4_OK {
+		t.Fatalf("seq 1 (first copy): status %d chain %d, want OK", rep.Status, chainStatus(rep))
+	}
+	if !cs.exists("b") {
+		t.Fatal("seq 1 did not run")
+	}
+	// And the retransmission now gets the first copy's reply.
+	if rep := cs.wait(cs.send(second)); rep.Status != nfsv4.NFS4_OK || chainStatus(rep) != nfsv4.NFS4_OK {
+		t.Fatalf("retransmission after: status %d chain %d, want the cached OK", rep.Status, chainStatus(rep))
+	}
+	// The chain goes on.
+	if rep := cs.wait(cs.send(cs.req(7, 2, 1, 3, 1, putroot(), mkdir("c")))); rep.Status != nfsv4.NFS4_OK || chainStatus(rep) != nfsv4.NFS4_OK {
+		t.Fatalf("seq 2: status %d chain %d", rep.Status, chainStatus(rep))
+	}
+}
+
+// TestChainDuplicateSeqRunsOnce: two COMPOUNDs with the same chain seq
+// (on different slots, so neither is a retransmission) both waiting for
+// their predecessor: exactly one runs, the other is refused with
+// SEQ_MISORDERED ("seq was already used", docs/protocol.md §4). (Both
+// ran, concurrently.)
+func TestChainDuplicateSeqRunsOnce(t *testing.T) {
+	ts := startServer(t)
+	cs := chainSender{t, ts, ts.session(t, 1, "chain-dup")}
+	b := cs.send(cs.req(9, 1, 0, 1, 1, putroot(), mkdir("b")))
+	c := cs.send(cs.req(9, 1, 0, 2, 1, putroot(), mkdir("c")))
+	time.Sleep(50 * time.Millisecond)
+	if rep := cs.wait(cs.send(cs.req(9, 0, 0, 3, 1, putroot(), mkdir("a")))); rep.Status != nfsv4.NFS4_OK {
+		t.Fatalf("seq 0: status %d", rep.Status)
+	}
+	rb, rc := cs.wait(b), cs.wait(c)
+	ran := 0
+	for _, r := range []*testclient.Reply{rb, rc} {
+		switch chainStatus(r) {
+		case nfsv4.NFS4_OK:
+			ran++
+		case nfsv4.NFS4ERR_SEQ_MISORDERED:
+			if len(r.Results) != 1 {
+				t.Fatalf("refused COMPOUND has %d results, want SEQUENCE's only", len(r.Results))
+			}
+		default:
+			t.Fatalf("chain status %d", chainStatus(r))
+		}
+	}
+	if ran != 1 || cs.exists("b") == cs.exists("c") {
+		t.Fatalf("%d COMPOUNDs with seq 1 ran (b %v, c %v), want 1", ran, cs.exists("b"), cs.exists("c"))
+	}
+}
