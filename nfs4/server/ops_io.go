@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/binary"
+	"errors"
 	"io"
 	"math"
 	"time"
@@ -188,8 +189,11 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			na.set.Mode = nil
 		}
 		if na.set.Size != nil {
-			if *na.set.Size != 0 {
-				// Only truncation to zero is meaningful at open.
+			if *na.set.Size != 0 || verf != nil {
+				// Only truncation to zero is meaningful at open, and
+				// only UNCHECKED4 opens an existing file with it: an
+				// exclusive create that finds its own file (a
+				// retransmission) does not apply the attributes again.
 				na.set.Size = nil
 			} else {
 				truncate = true
@@ -273,6 +277,12 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 				set.Atime = &fs.SetTime{Time: exclTime(*verf)}
 			}
 		} else if truncate {
+			// Share reservations are checked (again) when the open
+			// is recorded, after this commit: a file another owner
+			// opened with OPEN4_SHARE_DENY_WRITE is not truncated.
+			if c.s.st.ShareDenied(cl, a.Owner.Owner, uint64(obj.Ino), access, a.ShareDeny, c.isClosing) {
+				return errShareDenied
+			}
 			// O_TRUNC: POSIX updates mtime and ctime even when the
 			// file is already empty.
 			zero := uint64(0)
@@ -296,6 +306,9 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	pinned := false
 	for attempt := 0; ; attempt++ {
 		err := run(body)
+		if errors.Is(err, errShareDenied) {
+			return fail(nfsv4.NFS4ERR_SHARE_DENIED)
+		}
 		if err != nil {
 			// CLAIM_FH and CLAIM_PREVIOUS of a deleted file: STALE
 			// (a Linux client then looks the name up again).
@@ -394,6 +407,10 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	}
 	return &nfsv4.NfsResop4_OP_OPEN{Opopen: ok}, nfsv4.NFS4_OK
 }
+
+// errShareDenied ends an OPEN's transaction when a share reservation
+// forbids the truncation it was about to make.
+var errShareDenied = errors.New("share reservation denies the truncating open")
 
 func isExist(err error) bool { return errorsIs(err, fs.ErrExist) }
 
