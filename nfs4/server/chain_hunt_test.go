@@ -1,12 +1,18 @@
 package server_test
 
 import (
+	"bytes"
+	"context"
 	"testing"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
+	"github.com/buildbarn/go-xdr/pkg/runtime"
 
+	"github.com/txnfs/txnfs/nfs4/internal/rpc"
 	"github.com/txnfs/txnfs/nfs4/internal/testclient"
+	"github.com/txnfs/txnfs/nfs4/server"
 )
 
 // chainSender sends chained COMPOUNDs of base's session with explicit
@@ -141,4 +147,81 @@ func TestChainDuplicateSeqRunsOnce(t *testing.T) {
 	if ran != 1 || cs.exists("b") == cs.exists("c") {
 		t.Fatalf("%d COMPOUNDs with seq 1 ran (b %v, c %v), want 1", ran, cs.exists("b"), cs.exists("c"))
 	}
+}
+
+// FuzzChain feeds COMPOUNDs made of OP_CHAIN (arbitrary arguments), a
+// SEQUENCE of a live session (the slot's next sequence id, so the rest
+// runs) and arbitrary operation bytes to the server. Every input must get
+// a decodable reply or GARBAGE_ARGS (no crash, no hang), and a COMPOUND
+// whose OP_CHAIN failed must have run nothing (SEQUENCE's result at
+// most).
+func FuzzChain(f *testing.F) {
+	defer server.SetChainWaitForTest(server.SetChainWaitForTest(20 * time.Millisecond))
+	ts := startServer(f)
+	sess := ts.session(f, 1, "fuzz-chain")
+	enc := func(ops ...nfsv4.NfsArgop4) []byte {
+		var b bytes.Buffer
+		for _, op := range ops {
+			op.WriteTo(&b)
+		}
+		return b.Bytes()
+	}
+	f.Add(uint64(1), uint32(0), uint32(1), uint8(2), enc(putroot(), mkdir("a")))
+	f.Add(uint64(1), uint32(1), uint32(0), uint8(1), enc(putroot()))
+	f.Add(uint64(2), uint32(0), uint32(2), uint8(1), enc(putroot()))
+	f.Add(uint64(3), uint32(0), uint32(0), uint8(2), enc(&testclient.ChainArgs{ID: 3}, putroot()))
+	f.Add(uint64(4), uint32(0), uint32(0), uint8(2), append([]byte{0x74, 0x78, 0x6e, 0, 0, 0, 0, 0}, enc(putroot())...)) // OP_TXN
+
+	f.Add(uint64(5), uint32(0), uint32(1), uint8(3), enc(putroot(), lookup("a"), remove("a")))
+	f.Add(uint64(6), uint32(0xffffffff), uint32(1), uint8(0), []byte{})
+	slotSeq := uint32(0)
+	f.Fuzz(func(t *testing.T, id uint64, seq, flags uint32, nops uint8, tail []byte) {
+		var b bytes.Buffer
+		runtime.WriteUTF8String(&b, 1024, "")
+		runtime.WriteUnsignedInt(&b, 1)
+		runtime.WriteUnsignedInt(&b, 2+uint32(nops))
+		(&testclient.ChainArgs{ID: id, Seq: seq, Flags: flags}).WriteTo(&b)
+		(&nfsv4.NfsArgop4_OP_SEQUENCE{Opsequence: nfsv4.Sequence4args{SaSessionid: sess.SessionID,
+			SaSequenceid: slotSeq + 1, SaHighestSlotid: 0, SaCachethis: true}}).WriteTo(&b)
+		b.Write(tail)
+		rep := ts.srv.Handle(context.Background(), &rpc.Call{Prog: 100003, Vers: 4, Proc: 1, Args: b.Bytes(),
+			Cred: rpc.Cred{Flavor: rpcv2.AUTH_SYS}})
+		switch rep.Stat {
+		case rpcv2.GARBAGE_ARGS:
+			return
+		case rpcv2.SUCCESS:
+		default:
+			t.Fatalf("accept stat %d", rep.Stat)
+		}
+		body := rep.Body
+		for _, m := range rep.More {
+			body = append(body[:len(body):len(body)], m...)
+		}
+		if rep.Done != nil {
+			rep.Done()
+		}
+		r, err := testclient.DecodeCompound(body)
+		if err != nil {
+			t.Fatalf("reply does not decode: %v", err)
+		}
+		if len(r.Results) > 0 {
+			if sr, ok := r.Results[0].(*nfsv4.NfsResop4_OP_SEQUENCE); ok {
+				if _, ok := sr.Opsequence.(*nfsv4.Sequence4res_NFS4_OK); ok {
+					slotSeq++
+				}
+			}
+		}
+		if r.Chain == nil {
+			if r.Status == nfsv4.NFS4_OK {
+				t.Fatal("OP_CHAIN first, but no CHAIN result in a successful reply")
+			}
+			return
+		}
+		if *r.Chain != nfsv4.NFS4_OK && len(r.Results) > 1 {
+			t.Fatalf("chain status %d with %d results: something ran", *r.Chain, len(r.Results))
+		}
+		if n := server.ChainsForTest(ts.srv); n > 4096 {
+			t.Fatalf("%d live chains", n)
+		}
+	})
 }

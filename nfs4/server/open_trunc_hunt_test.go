@@ -45,3 +45,26 @@ func TestOpenExclusiveRetransmitDoesNotTruncate(t *testing.T) {
 		t.Fatalf("after the resent exclusive OPEN: %q, want \"data\"", d)
 	}
 }
+
+// TestOpenTruncateNeedsWriteAccess: a truncating OPEN (UNCHECKED4, size
+// 0) of an existing file the caller may only read fails with ACCESS, also
+// when it asks only for read access, and of a directory with ISDIR; both
+// leave the object alone.
+func TestOpenTruncateNeedsWriteAccess(t *testing.T) {
+	ts := startServer(t)
+	root := ts.session(t, 1, "trunc-root")
+	writeFile(t, root, "f", []byte("keep me")) // 0644, owned by root
+	okT(t)(root.Compound(putroot(), mkdir("d"), openCreate(root, "inside"), closeOp(current)))
+	user := ts.session(t, 1, "trunc-user")
+	user.Uid, user.Gid = 1000, 1000
+	for _, access := range []uint32{nfsv4.OPEN4_SHARE_ACCESS_WRITE, nfsv4.OPEN4_SHARE_ACCESS_READ} {
+		r, err := user.Compound(putroot(), openWith(user, "f", "o", access, 0, &nfsv4.Createhow4_UNCHECKED4{Createattrs: sizeAttr(0)}))
+		wantStatus(t, r, err, nfsv4.NFS4ERR_ACCESS)
+	}
+	if d := readFile(t, root, "f"); string(d) != "keep me" {
+		t.Fatalf("after the refused OPENs: %q", d)
+	}
+	r, err := root.Compound(putroot(), openWith(root, "d", "o", nfsv4.OPEN4_SHARE_ACCESS_WRITE, 0, &nfsv4.Createhow4_UNCHECKED4{Createattrs: sizeAttr(0)}))
+	wantStatus(t, r, err, nfsv4.NFS4ERR_ISDIR)
+	okT(t)(root.Compound(putroot(), lookup("d"), lookup("inside")))
+}
