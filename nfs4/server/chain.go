@@ -150,9 +150,11 @@ func (t *chainTable) enter(ctx context.Context, sess [16]byte, a *chainArgs) nfs
 
 // leave records that the COMPOUND a of session sess, which enter let
 // run, finished with status st: the next one may run, or, if st is not
-// NFS4_OK, every later one is refused.
+// NFS4_OK, every later one is refused. After the chain's last COMPOUND,
+// whatever its status, the chain is forgotten: every COMPOUND before it
+// ran, and none may come after it.
 func (t *chainTable) leave(sess [16]byte, a *chainArgs, st nfsv4.Nfsstat4) {
-	t.breakAt(sess, a, a.seq+1, st == nfsv4.NFS4_OK && a.flags&chainLast != 0, st != nfsv4.NFS4_OK)
+	t.breakAt(sess, a, a.seq+1, a.flags&chainLast != 0, st != nfsv4.NFS4_OK)
 }
 
 // refuse records that the COMPOUND a of session sess did not run (its

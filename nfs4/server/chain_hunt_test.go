@@ -225,3 +225,30 @@ func FuzzChain(f *testing.F) {
 		}
 	})
 }
+
+// TestChainTableForgetsDeadChains: the server keeps no state for a chain
+// whose last COMPOUND stopped early (nothing of the chain can run any
+// more; it was kept for a minute), nor for a chained COMPOUND of an
+// unknown session (a peer without a session filled the table, evicting
+// other clients' live chains).
+func TestChainTableForgetsDeadChains(t *testing.T) {
+	ts := startServer(t)
+	cs := chainSender{t, ts, ts.session(t, 1, "chain-dead")}
+	rep := cs.wait(cs.send(cs.req(11, 0, 1, 1, 1, putroot(), lookup("missing"))))
+	if rep.Status != nfsv4.NFS4ERR_NOENT || chainStatus(rep) != nfsv4.NFS4_OK {
+		t.Fatalf("failing last COMPOUND: status %d chain %d", rep.Status, chainStatus(rep))
+	}
+	if n := server.ChainsForTest(ts.srv); n != 0 {
+		t.Fatalf("%d chains left after a chain's last COMPOUND failed", n)
+	}
+	bogus := chainSender{t, ts, &testclient.Client{Minor: 1, SessionID: [16]byte{0xba, 0xd}}}
+	for i := range 10 {
+		ops := bogus.req(uint64(i), 0, 0, 0, 1, putroot())
+		if rep := cs.wait(cs.send(ops)); rep.Status != nfsv4.NFS4ERR_BADSESSION {
+			t.Fatalf("unknown session: status %d", rep.Status)
+		}
+	}
+	if n := server.ChainsForTest(ts.srv); n != 0 {
+		t.Fatalf("%d chains recorded for an unknown session", n)
+	}
+}
