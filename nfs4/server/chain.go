@@ -159,9 +159,26 @@ func (t *chainTable) leave(sess [16]byte, a *chainArgs, st nfsv4.Nfsstat4) {
 
 // refuse records that the COMPOUND a of session sess did not run (its
 // SEQUENCE failed): it and every later one are refused — unless its seq
-// was already used (ran or runs), which it then does not change.
-func (t *chainTable) refuse(sess [16]byte, a *chainArgs) {
-	t.breakAt(sess, a, a.seq, false, true)
+// was already used (ran or runs): it is then not the chain's COMPOUND of
+// that seq and changes nothing. For an unknown session (!known) no
+// COMPOUND can run: only waiters of a chain it had are woken, no state is
+// made (a peer without a session does not grow the table).
+func (t *chainTable) refuse(sess [16]byte, a *chainArgs, known bool) {
+	k := chainKey{sess, a.id}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.m[k]
+	if s == nil && !known {
+		return
+	}
+	s = t.get(k, time.Now())
+	if a.seq < s.next || a.seq == s.next && s.running {
+		return
+	}
+	if a.seq < s.broken {
+		s.broken = a.seq
+	}
+	s.signal()
 }
 
 func (t *chainTable) breakAt(sess [16]byte, a *chainArgs, next uint32, done, broken bool) {
@@ -175,9 +192,6 @@ func (t *chainTable) breakAt(sess [16]byte, a *chainArgs, next uint32, done, bro
 	}
 	if a.seq+1 == next && a.seq == s.next {
 		s.next, s.running = next, false
-	}
-	if a.seq == next && (a.seq < s.next || a.seq == s.next && s.running) {
-		return // refused, but that seq was used
 	}
 	if broken && next < s.broken {
 		s.broken = next

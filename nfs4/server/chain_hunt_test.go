@@ -252,3 +252,37 @@ func TestChainTableForgetsDeadChains(t *testing.T) {
 		t.Fatalf("%d chains recorded for an unknown session", n)
 	}
 }
+
+// TestChainAcrossDestroySession: a chained COMPOUND waiting for its
+// predecessor when its session is destroyed is refused as soon as the
+// predecessor comes (and fails SEQUENCE with BADSESSION), not after the
+// server's whole wait — and runs nothing.
+func TestChainAcrossDestroySession(t *testing.T) {
+	defer server.SetChainWaitForTest(server.SetChainWaitForTest(5 * time.Second))
+	ts := startServer(t)
+	cs := chainSender{t, ts, ts.session(t, 1, "chain-destroy")}
+	waiting := cs.send(cs.req(12, 1, 1, 1, 1, putroot(), mkdir("late")))
+	time.Sleep(50 * time.Millisecond)
+	okT(t)(cs.base.CompoundRaw(1, false, &nfsv4.NfsArgop4_OP_DESTROY_SESSION{
+		OpdestroySession: nfsv4.DestroySession4args{DsaSessionid: cs.base.SessionID}}))
+	start := time.Now()
+	if rep := cs.wait(cs.send(cs.req(12, 0, 0, 2, 1, putroot(), mkdir("early")))); rep.Status != nfsv4.NFS4ERR_BADSESSION {
+		t.Fatalf("seq 0 after DESTROY_SESSION: status %d", rep.Status)
+	}
+	rep := cs.wait(waiting)
+	if chainStatus(rep) != nfsv4.NFS4ERR_SEQ_MISORDERED || len(rep.Results) != 1 {
+		t.Fatalf("waiting seq 1: chain %d, %d results; want refused", chainStatus(rep), len(rep.Results))
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("refused after %v: it waited out the chain wait", d)
+	}
+	if server.ChainsForTest(ts.srv) > 1 {
+		t.Fatalf("%d chains", server.ChainsForTest(ts.srv))
+	}
+	c2 := ts.session(t, 1, "chain-destroy-2")
+	for _, name := range []string{"late", "early"} {
+		if rep, _ := c2.Compound(putroot(), lookup(name)); rep.Status != nfsv4.NFS4ERR_NOENT {
+			t.Fatalf("%s: status %d, want NOENT", name, rep.Status)
+		}
+	}
+}

@@ -413,12 +413,8 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 					// COMPOUND in progress, or one run whose reply
 					// was not cached): not a new COMPOUND of the
 					// chain, so it breaks nothing (docs/protocol.md §4).
-				} else if st == nfsv4.NFS4ERR_BADSESSION {
-					// No COMPOUND of an unknown session runs:
-					// nothing to record (a peer without a session
-					// does not grow the chain table).
 				} else if st != nfsv4.NFS4_OK {
-					s.chains.refuse(sess, chain)
+					s.chains.refuse(sess, chain, st != nfsv4.NFS4ERR_BADSESSION)
 				} else if cst := s.chains.enter(c.ctx, sess, chain); cst != nfsv4.NFS4_OK {
 					chr.status, status = cst, cst
 				} else {
