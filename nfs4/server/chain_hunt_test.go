@@ -286,3 +286,46 @@ func TestChainAcrossDestroySession(t *testing.T) {
 		}
 	}
 }
+
+// TestChainArgumentErrors: the refusals of docs/protocol.md §4 that run
+// nothing: NFSv4.0 (NOTSUPP), no SEQUENCE after OP_CHAIN
+// (OP_NOT_IN_SESSION), unknown flags (INVAL, after SEQUENCE), OP_CHAIN
+// not first (OP_ILLEGAL), OP_TXN after it, truncated arguments (BADXDR).
+func TestChainArgumentErrors(t *testing.T) {
+	ts := startServer(t)
+	cs := chainSender{t, ts, ts.session(t, 1, "chain-args")}
+	ch := &testclient.ChainArgs{ID: 1}
+	check := func(name string, rep *testclient.Reply, err error, status, chain nfsv4.Nfsstat4, results int) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if rep.Status != status || chainStatus(rep) != chain || len(rep.Results) != results {
+			t.Fatalf("%s: status %d chain %d, %d results; want %d, %d, %d", name, rep.Status, chainStatus(rep), len(rep.Results), status, chain, results)
+		}
+	}
+	v40 := ts.dial(t)
+	rep, err := v40.CompoundRaw(0, false, ch, putroot(), mkdir("v40"))
+	check("4.0", rep, err, nfsv4.NFS4ERR_NOTSUPP, nfsv4.NFS4ERR_NOTSUPP, 0)
+	rep, err = cs.base.CompoundRaw(1, false, ch, putroot(), mkdir("noseq"))
+	check("no SEQUENCE", rep, err, nfsv4.NFS4ERR_OP_NOT_IN_SESSION, nfsv4.NFS4ERR_OP_NOT_IN_SESSION, 0)
+	rep = cs.wait(cs.send(cs.req(1, 0, 2, 1, 1, putroot(), mkdir("flags"))))
+	check("flags 2", rep, nil, nfsv4.NFS4ERR_INVAL, nfsv4.NFS4ERR_INVAL, 1)
+	seq := cs.req(1, 0, 0, 2, 1)[1]
+	rep, err = cs.base.CompoundRaw(1, false, seq, ch, putroot())
+	check("not first", rep, err, nfsv4.NFS4ERR_OP_ILLEGAL, 0xffff, 2)
+	rep, err = cs.base.CompoundRaw(1, false, ch, &testclient.AppendOffsetArgs{}, seq)
+	check("extension op instead of SEQUENCE", rep, err, nfsv4.NFS4ERR_OP_NOT_IN_SESSION, nfsv4.NFS4ERR_OP_NOT_IN_SESSION, 0)
+	args := testclient.EncodeCompound(1, false, []nfsv4.NfsArgop4{ch})
+	rr, err := cs.base.CallRaw(nfsv4.NFS4_PROGRAM_PROGRAM_NUMBER, 4, 1, args[:len(args)-3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err = testclient.DecodeCompound(rr.Body)
+	check("truncated", rep, err, nfsv4.NFS4ERR_BADXDR, 0xffff, 0)
+	for _, name := range []string{"v40", "noseq", "flags"} {
+		if cs.exists(name) {
+			t.Fatalf("%s: a refused COMPOUND ran", name)
+		}
+	}
+}
