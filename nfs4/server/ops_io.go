@@ -280,8 +280,8 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			// Share reservations are checked (again) when the open
 			// is recorded, after this commit: a file another owner
 			// opened with OPEN4_SHARE_DENY_WRITE is not truncated.
-			if c.s.st.ShareDenied(cl, a.Owner.Owner, uint64(obj.Ino), access, a.ShareDeny, c.isClosing) {
-				return errShareDenied
+			if st := c.s.st.CheckOpen(cl, a.Owner.Owner, uint64(obj.Ino), access, a.ShareDeny, c.isClosing); st != nfsv4.NFS4_OK {
+				return openRefused{st}
 			}
 			// O_TRUNC: POSIX updates mtime and ctime even when the
 			// file is already empty.
@@ -306,8 +306,9 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	pinned := false
 	for attempt := 0; ; attempt++ {
 		err := run(body)
-		if errors.Is(err, errShareDenied) {
-			return fail(nfsv4.NFS4ERR_SHARE_DENIED)
+		var refused openRefused
+		if errors.As(err, &refused) {
+			return fail(refused.st)
 		}
 		if err != nil {
 			// CLAIM_FH and CLAIM_PREVIOUS of a deleted file: STALE
@@ -408,9 +409,12 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	return &nfsv4.NfsResop4_OP_OPEN{Opopen: ok}, nfsv4.NFS4_OK
 }
 
-// errShareDenied ends an OPEN's transaction when a share reservation
-// forbids the truncation it was about to make.
-var errShareDenied = errors.New("share reservation denies the truncating open")
+// openRefused ends an OPEN's transaction before the truncation it was
+// about to make when the open could not be recorded (a share reservation
+// denies it, the client expired): st is the OPEN's status.
+type openRefused struct{ st nfsv4.Nfsstat4 }
+
+func (e openRefused) Error() string { return "open refused: " + statusName(e.st) }
 
 func isExist(err error) bool { return errorsIs(err, fs.ErrExist) }
 

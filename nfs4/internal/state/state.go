@@ -780,14 +780,19 @@ func (m *Manager) OpenSkipping(c *Client, owner []byte, ino uint64, access, deny
 	return s.Stateid(), OpenUndo{s: s, created: true}, OK
 }
 
-// ShareDenied reports whether OpenSkipping would refuse the same open
-// with NFS4ERR_SHARE_DENIED (another owner's share reservation conflicts),
-// recording nothing: an OPEN checks it before it truncates the file.
-func (m *Manager) ShareDenied(c *Client, owner []byte, ino uint64, access, deny uint32, closing func(other [12]byte) bool) bool {
+// CheckOpen returns the error OpenSkipping would refuse the same open
+// with (NFS4ERR_EXPIRED, NFS4ERR_SHARE_DENIED), or OK, recording nothing:
+// an OPEN checks it before it truncates the file.
+func (m *Manager) CheckOpen(c *Client, owner []byte, ino uint64, access, deny uint32, closing func(other [12]byte) bool) Status {
 	m.lock()
 	defer m.unlock()
-	_, denied := m.shareLocked(m.ownerLocked(c, owner, false), ino, access, deny, closing)
-	return denied
+	if m.mu.clients[c.ID] != c {
+		return nfsv4.NFS4ERR_EXPIRED
+	}
+	if _, denied := m.shareLocked(m.ownerLocked(c, owner, false), ino, access, deny, closing); denied {
+		return nfsv4.NFS4ERR_SHARE_DENIED
+	}
+	return OK
 }
 
 // shareLocked returns open-owner o's open state of ino (nil if none, or
