@@ -64,6 +64,17 @@ func (cs chainSender) wait(ch <-chan *testclient.Reply) *testclient.Reply {
 	}
 }
 
+// waitChains waits until the server has n live chains (a COMPOUND sent
+// has arrived and waits).
+func (cs chainSender) waitChains(n int) {
+	cs.t.Helper()
+	for start := time.Now(); server.ChainsForTest(cs.ts.srv) != n; time.Sleep(time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			cs.t.Fatalf("%d live chains, want %d", server.ChainsForTest(cs.ts.srv), n)
+		}
+	}
+}
+
 func chainStatus(rep *testclient.Reply) nfsv4.Nfsstat4 {
 	if rep.Chain == nil {
 		return 0xffff
@@ -91,7 +102,7 @@ func TestChainRetransmissionDoesNotBreakChain(t *testing.T) {
 	cs := chainSender{t, ts, ts.session(t, 1, "chain-rx")}
 	second := cs.req(7, 1, 0, 1, 1, putroot(), mkdir("b"))
 	first := cs.send(second)
-	time.Sleep(50 * time.Millisecond) // it waits for seq 0
+	cs.waitChains(1) // it waits for seq 0
 	resent := cs.wait(cs.send(second))
 	if len(resent.Results) == 0 || resent.Status != nfsv4.NFS4ERR_DELAY {
 		t.Fatalf("retransmission while in progress: status %d, want DELAY", resent.Status)
@@ -262,7 +273,7 @@ func TestChainAcrossDestroySession(t *testing.T) {
 	ts := startServer(t)
 	cs := chainSender{t, ts, ts.session(t, 1, "chain-destroy")}
 	waiting := cs.send(cs.req(12, 1, 1, 1, 1, putroot(), mkdir("late")))
-	time.Sleep(50 * time.Millisecond)
+	cs.waitChains(1)
 	okT(t)(cs.base.CompoundRaw(1, false, &nfsv4.NfsArgop4_OP_DESTROY_SESSION{
 		OpdestroySession: nfsv4.DestroySession4args{DsaSessionid: cs.base.SessionID}}))
 	start := time.Now()
