@@ -75,7 +75,7 @@ func (t *chainTable) get(k chainKey, now time.Time) *chainState {
 	if s == nil {
 		if len(t.m) >= 64 {
 			for k2, s2 := range t.m {
-				if s2.waiters == 0 && now.Sub(s2.touched) > chainIdle {
+				if s2.waiters == 0 && !s2.running && now.Sub(s2.touched) > chainIdle {
 					delete(t.m, k2)
 				}
 			}
@@ -84,10 +84,10 @@ func (t *chainTable) get(k chainKey, now time.Time) *chainState {
 			if len(t.m) < maxChains {
 				break
 			}
-			// Too many live chains: forget one nobody waits in (its
-			// next COMPOUND waits for a first one, times out and is
-			// refused: the client sends it again unchained).
-			if s2.waiters == 0 {
+			// Too many live chains: forget one nobody waits or runs
+			// in (its next COMPOUND waits for a first one, times out
+			// and is refused: the client sends it again unchained).
+			if s2.waiters == 0 && !s2.running {
 				delete(t.m, k2)
 			}
 		}
