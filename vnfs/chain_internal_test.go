@@ -182,3 +182,39 @@ func TestChainLostReplyLaterMayRun(t *testing.T) {
 	}
 	t.Logf("failed at item %d, %d files exist", k, len(ents))
 }
+
+// TestChainedItemNeedingAllOps: an item that needs every operation a
+// COMPOUND may have (here a mkdir reached from the root through 5
+// directories: 8 ops, the limit) fits no chained COMPOUND (OP_CHAIN takes one); it is
+// sent unchained, in order after the chained COMPOUNDs before it. (It
+// failed with "item does not fit one COMPOUND" where an unchained call
+// succeeded.)
+func TestChainedItemNeedingAllOps(t *testing.T) {
+	addr := startServer(t)
+	ctx := context.Background()
+	fsys, err := Dial(ctx, Config{Addr: addr, MaxOps: 8, NoPathCompression: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Close()
+	n := fsys.(*nfsFS)
+	var items []MkdirItem
+	deep := ""
+	for _, c := range "abcde" {
+		deep += "/" + string(c)
+		items = append(items, MkdirItem{Path: deep})
+	}
+	items = append(items, MkdirItem{Path: deep + "/g"}) // 8 ops, from the root through 5 directories
+	for i := range 20 {
+		items = append(items, MkdirItem{Path: fmt.Sprintf("/x%02d", i)})
+	}
+	items = append(items, MkdirItem{Path: deep + "/h"}, MkdirItem{Path: "/a/z"})
+	if k, err := n.VMkdir(ctx, items); err != nil || k != len(items) {
+		t.Fatalf("VMkdir: %d of %d, %v", k, len(items), err)
+	}
+	for _, it := range items {
+		if _, err := Stat(ctx, n, it.Path); err != nil {
+			t.Fatalf("%s: %v", it.Path, err)
+		}
+	}
+}
