@@ -26,8 +26,8 @@ import (
 // ordered call sent as a chain of COMPOUNDs (docs/vnfs.md, "Chains"): the
 // COMPOUNDs already sent after it (up to Config.Window) may have run too,
 // as the server runs a chain's COMPOUND once the one before it succeeded,
-// whether or not its reply reached the client. Per-item outputs (bytes read, attributes, descriptors) are
-// written into the items themselves.
+// whether or not its reply reached the client. Per-item outputs (bytes
+// read, attributes, descriptors) are written into the items themselves.
 //
 // # Paths and descriptors
 //
