@@ -277,9 +277,10 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 				set.Atime = &fs.SetTime{Time: exclTime(*verf)}
 			}
 		} else if truncate {
-			// Share reservations are checked (again) when the open
-			// is recorded, after this commit: a file another owner
-			// opened with OPEN4_SHARE_DENY_WRITE is not truncated.
+			// The open is recorded only after this commit: what
+			// would refuse it (a share reservation of another
+			// owner, e.g. OPEN4_SHARE_DENY_WRITE) is checked before
+			// the file is truncated, not just after.
 			if st := c.s.st.CheckOpen(cl, a.Owner.Owner, uint64(obj.Ino), access, a.ShareDeny, c.isClosing); st != nfsv4.NFS4_OK {
 				return openRefused{st}
 			}
