@@ -340,3 +340,36 @@ func TestChainArgumentErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestChainsInterleaved: two chains of one session are independent: one
+// waiting for its first COMPOUND does not hold up the other, a failure in
+// one does not refuse the other, and each keeps its own order.
+func TestChainsInterleaved(t *testing.T) {
+	ts := startServer(t)
+	cs := chainSender{t, ts, ts.session(t, 1, "chain-two")}
+	a1 := cs.send(cs.req(21, 1, 1, 1, 1, putroot(), lookup("a0"), mkdir("a1")))
+	cs.waitChains(1)
+	if rep := cs.wait(cs.send(cs.req(22, 0, 0, 2, 1, putroot(), mkdir("b0")))); rep.Status != nfsv4.NFS4_OK {
+		t.Fatalf("b0: %d", rep.Status)
+	}
+	if rep := cs.wait(cs.send(cs.req(22, 1, 0, 2, 2, putroot(), lookup("missing")))); rep.Status != nfsv4.NFS4ERR_NOENT {
+		t.Fatalf("b1: %d, want NOENT", rep.Status)
+	}
+	if rep := cs.wait(cs.send(cs.req(22, 2, 1, 2, 3, putroot(), mkdir("b2")))); chainStatus(rep) != nfsv4.NFS4ERR_SEQ_MISORDERED {
+		t.Fatalf("b2 after b1 failed: chain %d, want refused", chainStatus(rep))
+	}
+	if rep := cs.wait(cs.send(cs.req(21, 0, 0, 3, 1, putroot(), mkdir("a0")))); rep.Status != nfsv4.NFS4_OK {
+		t.Fatalf("a0: %d", rep.Status)
+	}
+	if rep := cs.wait(a1); rep.Status != nfsv4.NFS4_OK || chainStatus(rep) != nfsv4.NFS4_OK {
+		t.Fatalf("a1: status %d chain %d", rep.Status, chainStatus(rep))
+	}
+	if !cs.exists("b0") || cs.exists("b2") || !cs.exists("a0") {
+		t.Fatal("wrong COMPOUNDs ran")
+	}
+	// Chain 21 ended with its last COMPOUND; 22, refused at its last,
+	// stays until idle (it refuses stragglers at once meanwhile).
+	if n := server.ChainsForTest(ts.srv); n != 1 {
+		t.Fatalf("%d chains left, want 1", n)
+	}
+}
