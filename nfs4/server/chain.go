@@ -38,10 +38,12 @@ type chainKey struct {
 }
 
 // chainState is one live chain: next is the seq of the COMPOUND that may
-// run now, broken the first seq refused (noSeq: none). changed is closed
-// (and replaced) whenever next or broken change.
+// run now, running whether it does (so another COMPOUND with the same seq
+// is refused: the seq is used), broken the first seq refused (noSeq:
+// none). changed is closed (and replaced) whenever next or broken change.
 type chainState struct {
 	next, broken uint32
+	running      bool
 	changed      chan struct{}
 	waiters      int
 	touched      time.Time
@@ -73,7 +75,7 @@ func (t *chainTable) get(k chainKey, now time.Time) *chainState {
 	if s == nil {
 		if len(t.m) >= 64 {
 			for k2, s2 := range t.m {
-				if s2.waiters == 0 && now.Sub(s2.touched) > chainIdle {
+				if s2.waiters == 0 && !s2.running && now.Sub(s2.touched) > chainIdle {
 					delete(t.m, k2)
 				}
 			}
@@ -82,10 +84,10 @@ func (t *chainTable) get(k chainKey, now time.Time) *chainState {
 			if len(t.m) < maxChains {
 				break
 			}
-			// Too many live chains: forget one nobody waits in (its
-			// next COMPOUND waits for a first one, times out and is
-			// refused: the client sends it again unchained).
-			if s2.waiters == 0 {
+			// Too many live chains: forget one nobody waits or runs
+			// in (its next COMPOUND waits for a first one, times out
+			// and is refused: the client sends it again unchained).
+			if s2.waiters == 0 && !s2.running {
 				delete(t.m, k2)
 			}
 		}
@@ -118,9 +120,10 @@ func (t *chainTable) enter(ctx context.Context, sess [16]byte, a *chainArgs) nfs
 	defer func() { s.waiters-- }()
 	for {
 		switch {
-		case a.seq >= s.broken || a.seq < s.next:
+		case a.seq >= s.broken || a.seq < s.next || a.seq == s.next && s.running:
 			return nfsv4.NFS4ERR_SEQ_MISORDERED
 		case a.seq == s.next:
+			s.running = true
 			return nfsv4.NFS4_OK
 		}
 		ch := s.changed
@@ -147,15 +150,35 @@ func (t *chainTable) enter(ctx context.Context, sess [16]byte, a *chainArgs) nfs
 
 // leave records that the COMPOUND a of session sess, which enter let
 // run, finished with status st: the next one may run, or, if st is not
-// NFS4_OK, every later one is refused.
+// NFS4_OK, every later one is refused. After the chain's last COMPOUND,
+// whatever its status, the chain is forgotten: every COMPOUND before it
+// ran, and none may come after it.
 func (t *chainTable) leave(sess [16]byte, a *chainArgs, st nfsv4.Nfsstat4) {
-	t.breakAt(sess, a, a.seq+1, st == nfsv4.NFS4_OK && a.flags&chainLast != 0, st != nfsv4.NFS4_OK)
+	t.breakAt(sess, a, a.seq+1, a.flags&chainLast != 0, st != nfsv4.NFS4_OK)
 }
 
 // refuse records that the COMPOUND a of session sess did not run (its
-// SEQUENCE failed): it and every later one are refused.
-func (t *chainTable) refuse(sess [16]byte, a *chainArgs) {
-	t.breakAt(sess, a, a.seq, false, true)
+// SEQUENCE failed): it and every later one are refused — unless its seq
+// was already used (ran or runs): it is then not the chain's COMPOUND of
+// that seq and changes nothing. For an unknown session (!known) no
+// COMPOUND can run: only waiters of a chain it had are woken, no state is
+// made (a peer without a session does not grow the table).
+func (t *chainTable) refuse(sess [16]byte, a *chainArgs, known bool) {
+	k := chainKey{sess, a.id}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.m[k]
+	if s == nil && !known {
+		return
+	}
+	s = t.get(k, time.Now())
+	if a.seq < s.next || a.seq == s.next && s.running {
+		return
+	}
+	if a.seq < s.broken {
+		s.broken = a.seq
+	}
+	s.signal()
 }
 
 func (t *chainTable) breakAt(sess [16]byte, a *chainArgs, next uint32, done, broken bool) {
@@ -168,7 +191,7 @@ func (t *chainTable) breakAt(sess [16]byte, a *chainArgs, next uint32, done, bro
 		return
 	}
 	if a.seq+1 == next && a.seq == s.next {
-		s.next = next
+		s.next, s.running = next, false
 	}
 	if broken && next < s.broken {
 		s.broken = next
