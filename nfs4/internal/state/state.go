@@ -964,13 +964,29 @@ func (m *Manager) TestStateid(id nfsv4.Stateid4, c *Client) Status {
 }
 
 // CheckIO validates a stateid for READ/WRITE-like access to ino. It
-// returns nil state for the anonymous stateids.
+// returns nil state for the anonymous stateids, which are subject to the
+// share reservations of the file's opens: a write is refused with
+// NFS4ERR_LOCKED while an open denies writing, a read with the all-zeros
+// stateid while one denies reading; a read with the all-ones (READ
+// bypass) stateid is not (RFC 8881 §8.2.3, §9.7; as Linux's nfsd).
 func (m *Manager) CheckIO(id nfsv4.Stateid4, minor uint32, ino uint64, write bool) (*State, Status) {
-	if IsAnonymous(id) {
-		return nil, OK
-	}
 	m.lock()
 	defer m.unlock()
+	if IsAnonymous(id) {
+		deny := uint32(nfsv4.OPEN4_SHARE_DENY_READ)
+		switch {
+		case write:
+			deny = nfsv4.OPEN4_SHARE_DENY_WRITE
+		case id.Other == bypassOther:
+			return nil, OK
+		}
+		for _, s := range m.mu.opens[ino] {
+			if s.Deny&deny != 0 {
+				return nil, nfsv4.NFS4ERR_LOCKED
+			}
+		}
+		return nil, OK
+	}
 	s, st := m.lookupLocked(id, minor)
 	if st != OK {
 		return nil, st
