@@ -5,12 +5,17 @@ package fuse
 import (
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // populate creates a small tree: data.0000 .. data.0003 (as in WTF's
@@ -200,5 +205,265 @@ func sandboxConflict(t *testing.T, a, b string) {
 	writeFile(t, filepath.Join(b, "shared"), "v3 same len")
 	if _, err := Control(a, OpCommit); !errors.Is(err, syscall.EBUSY) {
 		t.Errorf("commit after reading data rewritten meanwhile: %v, want a conflict", err)
+	}
+}
+
+// The sandbox on a mount with the kernel writeback cache (the sandboxed
+// mount a), observed from a write-through mount b of the same engine.
+
+// TestWritebackSandboxFig8 is TestSandboxFig8 with the sandbox on a
+// writeback mount.
+func TestWritebackSandboxFig8(t *testing.T) {
+	e := newEnv(t, envOptions{group: true})
+	a, ma := e.mountWriteback(true)
+	b, _ := e.mountWriteback(false)
+	sandboxFig8(t, a, b, ma.Status)
+}
+
+// TestWritebackSandboxConflict is TestSandboxConflict with the sandbox on
+// a writeback mount.
+func TestWritebackSandboxConflict(t *testing.T) {
+	e := newEnv(t, envOptions{group: true})
+	a, _ := e.mountWriteback(true)
+	b, _ := e.mountWriteback(false)
+	sandboxConflict(t, a, b)
+}
+
+// fileState is what a stat and a read show of a file.
+type fileState struct {
+	size         int64
+	mtime, ctime unix.Timespec
+	data         string
+}
+
+func (s fileState) String() string {
+	data := s.data
+	if len(data) > 24 {
+		data = fmt.Sprintf("%q... (%d bytes, %d distinct)", data[:12], len(data), len(slices.Compact([]byte(data))))
+	} else {
+		data = fmt.Sprintf("%q", data)
+	}
+	return fmt.Sprintf("size %d mtime %d.%09d ctime %d.%09d data %s", s.size,
+		s.mtime.Sec, s.mtime.Nsec, s.ctime.Sec, s.ctime.Nsec, data)
+}
+
+// pathState stats and reads path through a new descriptor.
+func pathState(t *testing.T, path string) fileState {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatalf("stat %s: %v", path, err)
+	}
+	return fileState{size: st.Size, mtime: st.Mtim, ctime: st.Ctim, data: readFile(t, path)}
+}
+
+// fdState stats and reads the open file f.
+func fdState(f *os.File) (fileState, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fileState{}, err
+	}
+	buf := make([]byte, st.Size+4096)
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fileState{}, err
+	}
+	return fileState{size: st.Size, mtime: st.Mtim, ctime: st.Ctim, data: string(buf[:n])}, nil
+}
+
+// sandboxChanges are the changes TestWritebackSandboxAttrs makes to its
+// files in the sandbox, each through the writeback cache of mount a;
+// open holds the descriptors opened before the sandbox.
+var sandboxChanges = map[string]func(t *testing.T, path string, open *os.File){
+	// extended through a new descriptor
+	"grow": func(t *testing.T, path string, _ *os.File) {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(strings.Repeat("+", 5000)); err != nil {
+			t.Fatal(err)
+		}
+	},
+	// truncated through the descriptor opened before
+	"shrink": func(t *testing.T, _ string, open *os.File) {
+		if err := open.Truncate(10); err != nil {
+			t.Fatal(err)
+		}
+	},
+	// rewritten in place (same size) through the descriptor opened before,
+	// left dirty for Abort's write-back
+	"rewrite": func(t *testing.T, _ string, open *os.File) {
+		if _, err := open.WriteAt([]byte("REWRITTEN"), 3); err != nil {
+			t.Fatal(err)
+		}
+	},
+	// only its times
+	"touch": func(t *testing.T, path string, _ *os.File) {
+		when := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+		if err := os.Chtimes(path, when, when); err != nil {
+			t.Fatal(err)
+		}
+	},
+}
+
+// TestWritebackSandboxAttrs: under the writeback cache the kernel owns the
+// size, mtime and ctime of the regular files it holds. A file extended,
+// truncated, rewritten or touched in a sandbox shows its engine size,
+// mtime, ctime and content again after abort, through a new descriptor,
+// and a descriptor opened before fails with EIO instead of showing the
+// sandbox's (whether it is used before or after the name is looked up
+// again); a file the sandbox did not change keeps its descriptors. After
+// commit the other mount shows what the sandbox made, with the times the
+// sandboxed mount's kernel set.
+func TestWritebackSandboxAttrs(t *testing.T) {
+	e := newEnv(t, envOptions{group: true})
+	a, _ := e.mountWriteback(true)
+	b, _ := e.mountWriteback(false)
+	files := slices.Sorted(maps.Keys(sandboxChanges))
+	for _, end := range []string{"abort", "commit"} {
+		t.Run(end, func(t *testing.T) {
+			dir := filepath.Join(a, end)
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			before, kernelBefore := map[string]fileState{}, map[string]fileState{}
+			open := map[string]*os.File{}
+			for i, name := range append(files, "unchanged") {
+				p := filepath.Join(dir, name)
+				writeFile(t, p, strings.Repeat(string(rune('a'+i)), 1000+i))
+				old := time.Date(2020, 1, 1, 0, 0, i, 0, time.UTC)
+				if err := os.Chtimes(p, old, old); err != nil {
+					t.Fatal(err)
+				}
+				f, err := os.OpenFile(p, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				open[name] = f
+				if kernelBefore[name], err = fdState(f); err != nil { // caches the pages
+					t.Fatal(err)
+				}
+				// The engine's state: the kernel owns ctime under the
+				// writeback cache (its coarse clock, and the engine sets
+				// its own ctime when a SETATTR of times arrives), so
+				// mount a shows another ctime than the engine.
+				before[name] = pathState(t, filepath.Join(b, end, name))
+			}
+			time.Sleep(10 * time.Millisecond) // the kernel's clock ticks between before and the changes
+
+			if _, err := Control(a, OpBegin); err != nil {
+				t.Fatal(err)
+			}
+			inside := map[string]fileState{}
+			for _, name := range files {
+				p := filepath.Join(dir, name)
+				sandboxChanges[name](t, p, open[name])
+				inside[name] = pathState(t, p)
+				if inside[name] == before[name] {
+					t.Fatalf("%s: the change made no difference: %v", name, inside[name])
+				}
+				if got := pathState(t, filepath.Join(b, end, name)); got != before[name] {
+					t.Errorf("%s: other mount during the sandbox: %v, want %v", name, got, before[name])
+				}
+			}
+			if _, err := Control(a, OpStatus); err != nil {
+				t.Fatal(err)
+			}
+
+			if end == "commit" {
+				if _, err := Control(a, OpCommit); err != nil {
+					t.Fatal(err)
+				}
+				for _, name := range files {
+					// ctime: the engine's (see before).
+					want := inside[name]
+					got := pathState(t, filepath.Join(b, end, name))
+					want.ctime = got.ctime
+					if got != want {
+						t.Errorf("%s: other mount after commit: %v, want %v", name, got, want)
+					}
+					if got := pathState(t, filepath.Join(a, end, name)); got != inside[name] {
+						t.Errorf("%s: sandboxed mount after commit: %v, want %v", name, got, inside[name])
+					}
+				}
+				return
+			}
+
+			if _, err := Control(a, OpAbort); err != nil {
+				t.Fatal(err)
+			}
+			for i, name := range files {
+				p := filepath.Join(dir, name)
+				// Half the old descriptors are used before the name
+				// is looked up again, half after.
+				if i%2 == 0 {
+					if got, err := fdState(open[name]); !errors.Is(err, syscall.EIO) {
+						t.Errorf("%s: descriptor opened before, used first after abort: %v %v, want EIO", name, got, err)
+					}
+				}
+				if got := pathState(t, p); got != before[name] {
+					t.Errorf("%s: after abort: %v, want %v", name, got, before[name])
+				}
+				if i%2 == 1 {
+					if got, err := fdState(open[name]); !errors.Is(err, syscall.EIO) {
+						t.Errorf("%s: descriptor opened before, used after a lookup: %v %v, want EIO", name, got, err)
+					}
+				}
+				if got := pathState(t, filepath.Join(b, end, name)); got != before[name] {
+					t.Errorf("%s: other mount after abort: %v, want %v", name, got, before[name])
+				}
+			}
+			if got, err := fdState(open["unchanged"]); err != nil || got != kernelBefore["unchanged"] {
+				t.Errorf("unchanged file's descriptor after abort: %v %v, want %v", got, err, kernelBefore["unchanged"])
+			}
+		})
+	}
+}
+
+// TestWritebackSandboxDirtyBefore: data written through the writeback
+// cache before Begin and still in dirty pages is outside the sandbox: the
+// other mount sees it during the sandbox and it survives abort; a
+// descriptor of that file stays usable. Repeated, since whether syncfs
+// alone would have written the pages back in time varies (see
+// flushKernel).
+func TestWritebackSandboxDirtyBefore(t *testing.T) {
+	e := newEnv(t, envOptions{group: true})
+	a, _ := e.mountWriteback(true)
+	b, _ := e.mountWriteback(false)
+	writeFile(t, filepath.Join(a, "f"), "old")
+	f, err := os.OpenFile(filepath.Join(a, "f"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := range 20 {
+		want := fmt.Sprintf("written before sandbox %d, not yet written back", i)
+		if _, err := f.WriteAt([]byte(want), 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Control(a, OpBegin); err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, filepath.Join(b, "f")); got != want {
+			t.Errorf("round %d: other mount during the sandbox: %q, want %q", i, got, want)
+		}
+		writeFile(t, filepath.Join(a, "g"), "in the sandbox")
+		if _, err := Control(a, OpAbort); err != nil {
+			t.Fatal(err)
+		}
+		for _, dir := range []string{a, b} {
+			if got := readFile(t, filepath.Join(dir, "f")); got != want {
+				t.Errorf("round %d: %s after abort: %q, want %q", i, dir, got, want)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "g")); !os.IsNotExist(err) {
+				t.Errorf("round %d: %s after abort: g: %v", i, dir, err)
+			}
+		}
+		if got, err := fdState(f); err != nil || got.data != want {
+			t.Fatalf("round %d: descriptor after abort: %v %v", i, got, err)
+		}
 	}
 }
