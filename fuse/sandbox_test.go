@@ -271,6 +271,21 @@ func fdState(f *os.File) (fileState, error) {
 	return fileState{size: st.Size, mtime: st.Mtim, ctime: st.Ctim, data: string(buf[:n])}, nil
 }
 
+// retiredFile checks that f fails with EIO (stat, then read, then write).
+func retiredFile(t *testing.T, what string, f *os.File) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); !errors.Is(err, syscall.EIO) {
+		t.Errorf("%s: fstat: size %d, %v; want EIO", what, st.Size, err)
+	}
+	if n, err := f.ReadAt(make([]byte, 10), 0); !errors.Is(err, syscall.EIO) {
+		t.Errorf("%s: read: %d bytes, %v; want EIO", what, n, err)
+	}
+	if _, err := f.WriteAt([]byte("x"), 0); !errors.Is(err, syscall.EIO) {
+		t.Errorf("%s: write: %v; want EIO", what, err)
+	}
+}
+
 // sandboxChanges are the changes TestWritebackSandboxAttrs makes to its
 // files in the sandbox, each through the writeback cache of mount a;
 // open holds the descriptors opened before the sandbox.
@@ -400,17 +415,13 @@ func TestWritebackSandboxAttrs(t *testing.T) {
 				// Half the old descriptors are used before the name
 				// is looked up again, half after.
 				if i%2 == 0 {
-					if got, err := fdState(open[name]); !errors.Is(err, syscall.EIO) {
-						t.Errorf("%s: descriptor opened before, used first after abort: %v %v, want EIO", name, got, err)
-					}
+					retiredFile(t, name+": descriptor opened before, used first after abort", open[name])
 				}
 				if got := pathState(t, p); got != before[name] {
 					t.Errorf("%s: after abort: %v, want %v", name, got, before[name])
 				}
 				if i%2 == 1 {
-					if got, err := fdState(open[name]); !errors.Is(err, syscall.EIO) {
-						t.Errorf("%s: descriptor opened before, used after a lookup: %v %v, want EIO", name, got, err)
-					}
+					retiredFile(t, name+": descriptor opened before, used after a lookup", open[name])
 				}
 				if got := pathState(t, filepath.Join(b, end, name)); got != before[name] {
 					t.Errorf("%s: other mount after abort: %v, want %v", name, got, before[name])
