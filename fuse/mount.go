@@ -83,7 +83,8 @@ type Config struct {
 	// flushed, at close, fsync or by the kernel's writeback. Only safe
 	// for a mount that is the only writer of its files: the kernel then
 	// owns sizes, mtimes and O_APPEND offsets and ignores other mounts'
-	// changes to them. A sandbox cannot be used on such a mount.
+	// changes to them. A sandbox abort then replaces the kernel's inodes
+	// of the regular files it changed (see sandbox.go).
 	Writeback bool
 	// DirtyMaxRatio, with Writeback, is the share (percent) of the
 	// kernel's dirty page threshold that the mount's dirty pages may
