@@ -39,7 +39,14 @@ import (
 var (
 	errNoSandbox     = errors.New("no sandbox is active")
 	errSandboxActive = errors.New("a sandbox is already active")
+	// Retiring the kernel's inodes at abort needs FUSE_NOTIFY_INC_EPOCH.
+	errWritebackSandbox = errors.New("a sandbox on a --writeback mount needs FUSE protocol 7.44 " +
+		"(Linux 6.16 or later) to restore the kernel's file sizes at abort")
 )
+
+// writebackSandboxOK reports whether a kernel that sent init can retire
+// inodes at abort (see retire): it takes FUSE_NOTIFY_INC_EPOCH.
+func writebackSandboxOK(init *raw.InitIn) bool { return init.SupportsVersion(7, 44) }
 
 // sandbox is the state of a mount's sandbox.
 //
@@ -67,6 +74,9 @@ type SandboxStatus struct {
 }
 
 func (m *Server) begin() error {
+	if m.cfg.Writeback && !writebackSandboxOK(m.srv.KernelSettings()) {
+		return errWritebackSandbox
+	}
 	if err := m.flushKernel(); err != nil {
 		return err
 	}

@@ -212,12 +212,22 @@ func sandboxConflict(t *testing.T, a, b string) {
 // The sandbox on a mount with the kernel writeback cache (the sandboxed
 // mount a), observed from a write-through mount b of the same engine.
 
+// needWritebackSandbox skips the test if the kernel of writeback mount m
+// is too old for its sandbox (before FUSE 7.44, Linux 6.16).
+func needWritebackSandbox(t *testing.T, m *Server) {
+	t.Helper()
+	if !writebackSandboxOK(m.srv.KernelSettings()) {
+		t.Skipf("kernel speaks FUSE 7.%d: a writeback mount's sandbox needs 7.44", m.srv.KernelSettings().Minor)
+	}
+}
+
 // TestWritebackSandboxFig8 is TestSandboxFig8 with the sandbox on a
 // writeback mount.
 func TestWritebackSandboxFig8(t *testing.T) {
 	e := newEnv(t, envOptions{group: true})
 	a, ma := e.mountWriteback(true)
 	b, _ := e.mountWriteback(false)
+	needWritebackSandbox(t, ma)
 	sandboxFig8(t, a, b, ma.Status)
 }
 
@@ -225,8 +235,9 @@ func TestWritebackSandboxFig8(t *testing.T) {
 // a writeback mount.
 func TestWritebackSandboxConflict(t *testing.T) {
 	e := newEnv(t, envOptions{group: true})
-	a, _ := e.mountWriteback(true)
+	a, ma := e.mountWriteback(true)
 	b, _ := e.mountWriteback(false)
+	needWritebackSandbox(t, ma)
 	sandboxConflict(t, a, b)
 }
 
@@ -335,8 +346,9 @@ var sandboxChanges = map[string]func(t *testing.T, path string, open *os.File){
 // sandboxed mount's kernel set.
 func TestWritebackSandboxAttrs(t *testing.T) {
 	e := newEnv(t, envOptions{group: true})
-	a, _ := e.mountWriteback(true)
+	a, ma := e.mountWriteback(true)
 	b, _ := e.mountWriteback(false)
+	needWritebackSandbox(t, ma)
 	files := slices.Sorted(maps.Keys(sandboxChanges))
 	for _, end := range []string{"abort", "commit"} {
 		t.Run(end, func(t *testing.T) {
@@ -448,8 +460,9 @@ func TestWritebackSandboxAttrs(t *testing.T) {
 // flushKernel).
 func TestWritebackSandboxDirtyBefore(t *testing.T) {
 	e := newEnv(t, envOptions{group: true})
-	a, _ := e.mountWriteback(true)
+	a, ma := e.mountWriteback(true)
 	b, _ := e.mountWriteback(false)
+	needWritebackSandbox(t, ma)
 	writeFile(t, filepath.Join(a, "f"), "old")
 	f, err := os.OpenFile(filepath.Join(a, "f"), os.O_RDWR, 0)
 	if err != nil {
@@ -494,6 +507,7 @@ func TestWritebackSandboxDirtyBefore(t *testing.T) {
 // generation, after which requests are served again.
 func TestWritebackSandboxRetiredRequests(t *testing.T) {
 	a, m := newEnv(t, envOptions{}).mountWriteback(true)
+	needWritebackSandbox(t, m)
 	p := filepath.Join(a, "f")
 	writeFile(t, p, "committed")
 	f, err := os.OpenFile(p, os.O_RDWR, 0)
@@ -562,5 +576,22 @@ func TestWritebackSandboxRetiredRequests(t *testing.T) {
 	}
 	if got := readFile(t, p); got != "committed" {
 		t.Errorf("after abort: %q", got)
+	}
+}
+
+// TestWritebackSandboxKernel: this kernel takes FUSE_NOTIFY_INC_EPOCH
+// (so a writeback mount's sandbox is allowed), sent through go-fuse's
+// FUSE device found by reflection (incEpoch); a kernel before protocol
+// 7.44 would refuse the sandbox of a writeback mount.
+func TestWritebackSandboxKernel(t *testing.T) {
+	_, m := newEnv(t, envOptions{}).mountWriteback(true)
+	needWritebackSandbox(t, m)
+	if err := incEpoch(m.srv); err != nil {
+		t.Errorf("FUSE_NOTIFY_INC_EPOCH: %v", err)
+	}
+	for minor, want := range map[uint32]bool{43: false, 44: true, 45: true} {
+		if got := writebackSandboxOK(&raw.InitIn{Major: 7, Minor: minor}); got != want {
+			t.Errorf("protocol 7.%d: sandbox allowed %v, want %v", minor, got, want)
+		}
 	}
 }
