@@ -98,8 +98,8 @@ func (m *Server) written(fh uint64) error {
 // so it outlives its last link while open.)
 func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.Status {
 	ino := fs.Ino(in.NodeId)
-	if st, retired := m.retiredStatus(ino); retired {
-		return st
+	if m.nodes.isRetired(ino) {
+		return raw.EIO
 	}
 	var a fs.Attr
 	var err error
@@ -222,8 +222,8 @@ func (m *Server) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 
 // Read implements RawFileSystem. Permission was checked at open.
 func (m *Server) Read(_ <-chan struct{}, in *raw.ReadIn, buf []byte) (raw.ReadResult, raw.Status) {
-	if st, retired := m.retiredStatus(fs.Ino(in.NodeId)); retired {
-		return nil, st
+	if m.nodes.isRetired(fs.Ino(in.NodeId)) {
+		return nil, raw.EIO
 	}
 	buf = buf[:min(len(buf), int(in.Size))]
 	var n int
@@ -243,8 +243,8 @@ func (m *Server) Read(_ <-chan struct{}, in *raw.ReadIn, buf []byte) (raw.ReadRe
 // mount may have appended meanwhile).
 func (m *Server) Write(cancel <-chan struct{}, in *raw.WriteIn, data []byte) (uint32, raw.Status) {
 	ino := fs.Ino(in.NodeId)
-	if st, retired := m.retiredStatus(ino); retired {
-		return 0, st // pages of a file the sandbox changed, written after it ended
+	if m.nodes.isRetired(ino) {
+		return 0, raw.EIO // pages of a file the sandbox changed, written after it ended
 	}
 	c := m.cred(&in.InHeader)
 	h := m.handles.get(in.Fh)
@@ -433,8 +433,8 @@ func fallocMode(in *raw.FallocateIn) (punch, allocate bool, st raw.Status) {
 // and ZERO_RANGE drop the range's slices (metadata only).
 func (m *Server) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Status {
 	ino := fs.Ino(in.NodeId)
-	if st, retired := m.retiredStatus(ino); retired {
-		return st
+	if m.nodes.isRetired(ino) {
+		return raw.EIO
 	}
 	punch, allocate, st := fallocMode(in)
 	if st != raw.OK {
@@ -514,8 +514,8 @@ func (m *Server) CopyFileRange(_ <-chan struct{}, in *raw.CopyFileRangeIn) (uint
 	}
 	src, dst := fs.Ino(in.NodeId), fs.Ino(in.NodeIdOut)
 	for _, ino := range []fs.Ino{src, dst} {
-		if st, retired := m.retiredStatus(ino); retired {
-			return 0, st
+		if m.nodes.isRetired(ino) {
+			return 0, raw.EIO
 		}
 	}
 	var copied uint64

@@ -152,7 +152,7 @@ func (m *Server) Forget(nodeid, nlookup uint64) {
 
 // GetAttr implements RawFileSystem.
 func (m *Server) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.AttrOut) raw.Status {
-	if _, retired := m.retiredStatus(fs.Ino(in.NodeId)); retired {
+	if m.nodes.isRetired(fs.Ino(in.NodeId)) {
 		return retiredAttr(out)
 	}
 	var a fs.Attr
@@ -170,7 +170,7 @@ func (m *Server) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.AttrOut)
 // SetAttr implements RawFileSystem (chmod, chown, truncate, utimens).
 func (m *Server) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.AttrOut) raw.Status {
 	ino := fs.Ino(in.NodeId)
-	if _, retired := m.retiredStatus(ino); retired {
+	if m.nodes.isRetired(ino) {
 		return retiredAttr(out)
 	}
 	var sa fs.SetAttr

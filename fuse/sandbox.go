@@ -206,10 +206,11 @@ func (m *Server) flushKernel() error {
 // reports. Called with the gate held exclusively, so that every request
 // after the sandbox ends sees it. From then on, until the mount answers
 // an entry (LOOKUP, READDIRPLUS, CREATE...) for such a file, requests for
-// it come from the retired kernel inode and fail (retiredStatus): a
-// GETATTR or SETATTR gets attributes the kernel rejects, which makes it
-// mark the inode bad (EIO for every later use; fuse_make_bad), the rest
-// EIO. The entry carries a new generation, and the kernel, finding its
+// it come from the retired kernel inode and fail (nodeTable.isRetired,
+// checked by the handlers of requests for a regular file): a GETATTR or
+// SETATTR gets attributes the kernel rejects (retiredAttr), which makes
+// it mark the inode bad (EIO for every later use; fuse_make_bad), the
+// others (OPEN, READ, WRITE, FALLOCATE, COPY_FILE_RANGE) EIO. The entry carries a new generation, and the kernel, finding its
 // inode of that node id with another generation, marks it bad and makes
 // a new one from the engine's attributes (fuse_stale_inode in fuse_iget).
 // forgetRetired then has the kernel look its cached names up again, so
@@ -224,8 +225,7 @@ func (m *Server) retire(touched *invalidation) []fs.Ino {
 // forgetRetired makes the kernel revalidate every dentry it cached
 // (FUSE_NOTIFY_INC_EPOCH) once inodes were retired: a dentry whose entry
 // timeout has not expired would otherwise lead path walks to the retired
-// inode. Must be called without the gate (the notification is answered by
-// the kernel at once, but keep the rule of invalidateAll).
+// inode (and its first GETATTR to EIO) instead of a LOOKUP.
 func (m *Server) forgetRetired(retired []fs.Ino) {
 	if len(retired) == 0 {
 		return
@@ -234,16 +234,6 @@ func (m *Server) forgetRetired(retired []fs.Ino) {
 		m.log.Warn("sandbox: the kernel did not take FUSE_NOTIFY_INC_EPOCH; cached names of files the sandbox changed "+
 			"lead to EIO until their entry timeout", "retired", len(retired), "err", err)
 	}
-}
-
-// retiredStatus reports whether a request for ino comes from a kernel
-// inode that a sandbox abort retired (see retire); if so, its answer is
-// EIO.
-func (m *Server) retiredStatus(ino fs.Ino) (raw.Status, bool) {
-	if m.nodes.isRetired(ino) {
-		return raw.EIO, true
-	}
-	return raw.OK, false
 }
 
 // retiredAttr answers a GETATTR or SETATTR from a retired kernel inode
