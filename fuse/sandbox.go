@@ -21,7 +21,6 @@ import (
 // are invisible to every other mount and client; Commit makes all of them
 // visible atomically (the engine replays the operation log on conflict and
 // fails only if a replayed result differs); Abort discards them.
-
 //
 // On a mount with the kernel's writeback cache (Config.Writeback) three
 // more things are needed, since the kernel holds written data and owns
@@ -210,9 +209,10 @@ func (m *Server) flushKernel() error {
 // checked by the handlers of requests for a regular file): a GETATTR or
 // SETATTR gets attributes the kernel rejects (retiredAttr), which makes
 // it mark the inode bad (EIO for every later use; fuse_make_bad), the
-// others (OPEN, READ, WRITE, FALLOCATE, COPY_FILE_RANGE) EIO. The entry carries a new generation, and the kernel, finding its
-// inode of that node id with another generation, marks it bad and makes
-// a new one from the engine's attributes (fuse_stale_inode in fuse_iget).
+// others (OPEN, READ, WRITE, FALLOCATE, COPY_FILE_RANGE) EIO. The entry
+// carries a new generation, and the kernel, finding its inode of that
+// node id with another generation, marks it bad and makes a new one from
+// the engine's attributes (fuse_stale_inode in fuse_iget).
 // forgetRetired then has the kernel look its cached names up again, so
 // that the next path walk reaches the new inode.
 func (m *Server) retire(touched *invalidation) []fs.Ino {
