@@ -641,8 +641,14 @@ func TestWritebackSandboxRandom(t *testing.T) {
 		op, _ := randomOp(rng, pick, data)
 		op(ra)
 	}
+	var held []*os.File
+	defer func() { // before the unmount, also after a failure
+		for _, f := range held {
+			f.Close()
+		}
+	}()
 	for round := range 8 {
-		var held []*os.File
+		held = held[:0]
 		for range 3 {
 			if f, err := os.OpenFile(filepath.Join(ra, pick()), os.O_RDWR, 0); err == nil {
 				f.WriteAt(data(), int64(rng.IntN(30000))) // dirty before Begin
@@ -693,5 +699,6 @@ func TestWritebackSandboxRandom(t *testing.T) {
 		for _, f := range held {
 			f.Close() // EIO if the sandbox changed it and was aborted
 		}
+		held = held[:0]
 	}
 }
