@@ -98,6 +98,9 @@ func (m *Server) written(fh uint64) error {
 // so it outlives its last link while open.)
 func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.Status {
 	ino := fs.Ino(in.NodeId)
+	if m.nodes.isRetired(ino) {
+		return raw.EIO
+	}
 	var a fs.Attr
 	var err error
 	if in.Flags&syscall.O_TRUNC != 0 {
@@ -219,6 +222,9 @@ func (m *Server) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 
 // Read implements RawFileSystem. Permission was checked at open.
 func (m *Server) Read(_ <-chan struct{}, in *raw.ReadIn, buf []byte) (raw.ReadResult, raw.Status) {
+	if m.nodes.isRetired(fs.Ino(in.NodeId)) {
+		return nil, raw.EIO
+	}
 	buf = buf[:min(len(buf), int(in.Size))]
 	var n int
 	err := m.view(m.cred(&in.InHeader), func(t *fs.Txn) (err error) {
@@ -237,6 +243,9 @@ func (m *Server) Read(_ <-chan struct{}, in *raw.ReadIn, buf []byte) (raw.ReadRe
 // mount may have appended meanwhile).
 func (m *Server) Write(cancel <-chan struct{}, in *raw.WriteIn, data []byte) (uint32, raw.Status) {
 	ino := fs.Ino(in.NodeId)
+	if m.nodes.isRetired(ino) {
+		return 0, raw.EIO // pages of a file the sandbox changed, written after it ended
+	}
 	c := m.cred(&in.InHeader)
 	h := m.handles.get(in.Fh)
 	// The first write after an fsync that followed a single write
@@ -424,6 +433,9 @@ func fallocMode(in *raw.FallocateIn) (punch, allocate bool, st raw.Status) {
 // and ZERO_RANGE drop the range's slices (metadata only).
 func (m *Server) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Status {
 	ino := fs.Ino(in.NodeId)
+	if m.nodes.isRetired(ino) {
+		return raw.EIO
+	}
 	punch, allocate, st := fallocMode(in)
 	if st != raw.OK {
 		return st
@@ -501,6 +513,11 @@ func (m *Server) CopyFileRange(_ <-chan struct{}, in *raw.CopyFileRangeIn) (uint
 		return 0, raw.OK
 	}
 	src, dst := fs.Ino(in.NodeId), fs.Ino(in.NodeIdOut)
+	for _, ino := range []fs.Ino{src, dst} {
+		if m.nodes.isRetired(ino) {
+			return 0, raw.EIO
+		}
+	}
 	var copied uint64
 	err := m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{dst}}, func(t *fs.Txn) (err error) {
 		copied, err = t.CopyRange(m.ctx, src, in.OffIn, dst, in.OffOut, n)

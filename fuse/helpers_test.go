@@ -74,6 +74,13 @@ func newEnv(t testing.TB, o envOptions) *env {
 // mount mounts the engine on a new temporary directory.
 func (e *env) mount() (string, *Server) {
 	e.t.Helper()
+	return e.mountWriteback(e.writeback)
+}
+
+// mountWriteback is mount with or without the kernel writeback cache,
+// whatever the env's default.
+func (e *env) mountWriteback(writeback bool) (string, *Server) {
+	e.t.Helper()
 	dir := filepath.Join(e.t.TempDir(), "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		e.t.Fatal(err)
@@ -87,7 +94,7 @@ func (e *env) mount() (string, *Server) {
 		AllowOther:  true,
 		DirectMount: true,
 		Group:       e.group,
-		Writeback:   e.writeback,
+		Writeback:   writeback,
 		Logger:      testLogger(e.t),
 
 		WriteBehindDelay: e.wbDelay,

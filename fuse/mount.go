@@ -83,7 +83,8 @@ type Config struct {
 	// flushed, at close, fsync or by the kernel's writeback. Only safe
 	// for a mount that is the only writer of its files: the kernel then
 	// owns sizes, mtimes and O_APPEND offsets and ignores other mounts'
-	// changes to them. A sandbox cannot be used on such a mount.
+	// changes to them. A sandbox abort then replaces the kernel's inodes
+	// of the regular files it changed (see sandbox.go).
 	Writeback bool
 	// DirtyMaxRatio, with Writeback, is the share (percent) of the
 	// kernel's dirty page threshold that the mount's dirty pages may
@@ -522,6 +523,21 @@ func (h *handleTable) get(id uint64) *handle {
 	return h.mu.m[id]
 }
 
+// writableInos returns the inodes open for writing (each once).
+func (h *handleTable) writableInos() []fs.Ino {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[fs.Ino]bool{}
+	var out []fs.Ino
+	for _, fh := range h.mu.m {
+		if fh.write && !seen[fh.ino] {
+			seen[fh.ino] = true
+			out = append(out, fh.ino)
+		}
+	}
+	return out
+}
+
 func (h *handleTable) remove(id uint64) *handle {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -546,29 +562,74 @@ type nodeTable struct {
 		sync.Mutex
 		m map[fs.Ino]*node
 	}
+	retiredN atomic.Int64 // nodes with retired set (requests check it first)
 }
 
 type node struct {
 	removed bool // its last link may have been removed through this mount
+	regular bool // a regular file
 	lookups uint64
 	change  uint64 // fs.Attr.Change the kernel's pages reflect; 0: unknown
+	// With the writeback cache, a sandbox abort retires the kernel's
+	// inodes of the regular files it changed (see retire): gen is added
+	// to the engine's generation in entry replies, and retired says that
+	// no entry reply with the current gen was given yet, so requests for
+	// the inode come from a retired kernel inode.
+	gen     uint64
+	retired bool
 }
 
 func (n *nodeTable) init() { n.mu.m = map[fs.Ino]*node{} }
 
-// ref records one kernel lookup of ino, found at change, and reports
-// whether it is the first (the inode must be pinned). A first reference
-// has no cached pages, so they are current at change.
-func (n *nodeTable) ref(ino fs.Ino, change uint64) bool {
+// ref records one kernel lookup of ino, a regular file or not, found at
+// change, and reports whether it is the first (the inode must be pinned)
+// and what to add to the engine's generation in the entry reply. A first
+// reference has no cached pages, so they are current at change.
+func (n *nodeTable) ref(ino fs.Ino, change uint64, regular bool) (first bool, gen uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	nd := n.mu.m[ino]
 	if nd == nil {
-		nd = &node{change: change}
+		nd = &node{change: change, regular: regular}
 		n.mu.m[ino] = nd
 	}
 	nd.lookups++
-	return nd.lookups == 1
+	if nd.retired { // the reply makes the kernel replace the retired inode
+		nd.retired = false
+		n.retiredN.Add(-1)
+	}
+	return nd.lookups == 1, nd.gen
+}
+
+// retire marks the kernel's current inodes of those of inos that are
+// regular files as retired (see Server.retire) and returns them.
+func (n *nodeTable) retire(inos []fs.Ino) []fs.Ino {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []fs.Ino
+	for _, ino := range inos {
+		nd := n.mu.m[ino]
+		if nd == nil || !nd.regular || nd.retired {
+			continue
+		}
+		nd.gen++
+		nd.retired = true
+		n.retiredN.Add(1)
+		out = append(out, ino)
+	}
+	return out
+}
+
+// isRetired reports whether requests for ino come from a retired kernel
+// inode.
+func (n *nodeTable) isRetired(ino fs.Ino) bool {
+	if n.retiredN.Load() == 0 {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	nd := n.mu.m[ino]
+	return nd != nil && nd.retired
 }
 
 // forget drops k lookups of ino and reports whether none is left (the
@@ -581,6 +642,9 @@ func (n *nodeTable) forget(ino fs.Ino, k uint64) bool {
 		return false
 	}
 	if nd.lookups <= k {
+		if nd.retired {
+			n.retiredN.Add(-1)
+		}
 		delete(n.mu.m, ino)
 		return true
 	}
@@ -597,6 +661,7 @@ func (n *nodeTable) drain() []fs.Ino {
 		out = append(out, ino)
 	}
 	clear(n.mu.m)
+	n.retiredN.Store(0)
 	return out
 }
 

@@ -81,12 +81,13 @@ func fillAttr(out *raw.Attr, a *fs.Attr) {
 
 // entry fills out for a lookup result and counts the kernel's reference.
 func (m *Server) entry(out *raw.EntryOut, a *fs.Attr) {
+	first, gen := m.nodes.ref(a.Ino, a.Change, a.Type == fs.TypeRegular)
 	out.NodeId = uint64(a.Ino)
-	out.Generation = a.Gen
+	out.Generation = a.Gen + gen
 	out.SetEntryTimeout(m.cfg.EntryTimeout)
 	out.SetAttrTimeout(m.cfg.AttrTimeout)
 	fillAttr(&out.Attr, a)
-	if m.nodes.ref(a.Ino, a.Change) {
+	if first {
 		m.pin(a.Ino)
 	}
 }
@@ -151,6 +152,9 @@ func (m *Server) Forget(nodeid, nlookup uint64) {
 
 // GetAttr implements RawFileSystem.
 func (m *Server) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.AttrOut) raw.Status {
+	if m.nodes.isRetired(fs.Ino(in.NodeId)) {
+		return retiredAttr(out)
+	}
 	var a fs.Attr
 	err := m.view(m.cred(&in.InHeader), func(t *fs.Txn) (err error) {
 		a, err = t.GetAttr(m.ctx, fs.Ino(in.NodeId))
@@ -166,6 +170,9 @@ func (m *Server) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.AttrOut)
 // SetAttr implements RawFileSystem (chmod, chown, truncate, utimens).
 func (m *Server) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.AttrOut) raw.Status {
 	ino := fs.Ino(in.NodeId)
+	if m.nodes.isRetired(ino) {
+		return retiredAttr(out)
+	}
 	var sa fs.SetAttr
 	if mode, ok := in.GetMode(); ok {
 		sa.Mode = &mode

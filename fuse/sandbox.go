@@ -21,14 +21,31 @@ import (
 // are invisible to every other mount and client; Commit makes all of them
 // visible atomically (the engine replays the operation log on conflict and
 // fails only if a replayed result differs); Abort discards them.
+//
+// On a mount with the kernel's writeback cache (Config.Writeback) three
+// more things are needed, since the kernel holds written data and owns
+// regular files' sizes, mtimes and ctimes there:
+//   - Begin, Commit and Abort first have the kernel write back the
+//     mount's dirty pages and times (flushKernel), so that what was
+//     written before Begin commits outside the sandbox and what was
+//     written inside reaches the sandbox before it ends;
+//   - Abort (and a failed Commit) drop the pages, as on any mount;
+//   - the kernel never takes a server's size, mtime or ctime for a regular
+//     file it holds, so Abort retires its inodes of the regular files the
+//     sandbox changed (retire): they are replaced by new ones made from
+//     the engine's attributes, and descriptors open on them fail with EIO.
 
 var (
 	errNoSandbox     = errors.New("no sandbox is active")
 	errSandboxActive = errors.New("a sandbox is already active")
-	// The kernel's writeback cache keeps sizes and data the engine would
-	// discard at abort.
-	errWritebackSandbox = errors.New("a sandbox needs a mount without --writeback")
+	// Retiring the kernel's inodes at abort needs FUSE_NOTIFY_INC_EPOCH.
+	errWritebackSandbox = errors.New("a sandbox on a --writeback mount needs FUSE protocol 7.44 " +
+		"(Linux 6.16 or later) to restore the kernel's file sizes at abort")
 )
+
+// writebackSandboxOK reports whether a kernel that sent init can retire
+// inodes at abort (see retire): it takes FUSE_NOTIFY_INC_EPOCH.
+func writebackSandboxOK(init *raw.InitIn) bool { return init.SupportsVersion(7, 44) }
 
 // sandbox is the state of a mount's sandbox.
 //
@@ -56,13 +73,16 @@ type SandboxStatus struct {
 }
 
 func (m *Server) begin() error {
+	if m.cfg.Writeback && !writebackSandboxOK(m.srv.KernelSettings()) {
+		return errWritebackSandbox
+	}
+	if err := m.flushKernel(); err != nil {
+		return err
+	}
 	m.sb.gate.Lock()
 	defer m.sb.gate.Unlock()
 	if m.sb.txn != nil {
 		return errSandboxActive
-	}
-	if m.cfg.Writeback {
-		return errWritebackSandbox
 	}
 	// Writes answered before Begin commit outside the sandbox; none is
 	// queued after (a WRITE checks for the sandbox under the gate).
@@ -92,6 +112,12 @@ func (m *Server) Begin() error {
 // none does (the error then wraps fs.ErrConflict, or the I/O error) and
 // the mount shows the committed state again.
 func (m *Server) Commit() error {
+	if !m.inSandbox() {
+		return errNoSandbox
+	}
+	if err := m.flushKernel(); err != nil {
+		return err // still active: the caller may retry or abort
+	}
 	m.sb.gate.Lock()
 	t, touched, ops := m.sb.txn, m.sb.touched, m.sb.ops
 	if t == nil {
@@ -99,10 +125,15 @@ func (m *Server) Commit() error {
 		return errNoSandbox
 	}
 	err := t.Commit(m.ctx)
+	var retired []fs.Ino
+	if err != nil {
+		retired = m.retire(&touched)
+	}
 	m.sb.txn, m.sb.touched = nil, invalidation{}
 	m.sb.gate.Unlock()
 	if err != nil {
 		m.log.Warn("sandbox commit failed; its changes are discarded", "operations", ops, "err", err)
+		m.forgetRetired(retired)
 		m.invalidateAll(&touched)
 		return err
 	}
@@ -116,6 +147,14 @@ func (m *Server) Commit() error {
 
 // Abort discards the sandbox's changes.
 func (m *Server) Abort() error {
+	if !m.inSandbox() {
+		return errNoSandbox
+	}
+	if err := m.flushKernel(); err != nil {
+		// Pages it could not write back are dropped below (or fail
+		// with their retired inodes); the abort goes on.
+		m.log.Warn("sandbox abort: writing back the kernel's dirty pages", "err", err)
+	}
 	m.sb.gate.Lock()
 	t, touched, ops := m.sb.txn, m.sb.touched, m.sb.ops
 	if t == nil {
@@ -123,11 +162,86 @@ func (m *Server) Abort() error {
 		return errNoSandbox
 	}
 	t.Abort()
+	retired := m.retire(&touched)
 	m.sb.txn, m.sb.touched = nil, invalidation{}
 	m.sb.gate.Unlock()
 	m.log.Info("sandbox aborted", "operations", ops)
+	m.forgetRetired(retired)
 	m.invalidateAll(&touched)
 	return nil
+}
+
+// flushKernel has the kernel write back the mount's dirty pages and the
+// times it owns, under the writeback cache (other mounts have neither),
+// and returns once the mount has answered those WRITE and SETATTR
+// requests. It must be called without the sandbox gate, which they take.
+//
+// syncfs alone is not enough: it starts the writeback of every dirty
+// inode and sends the kernel's times (SETATTR, fuse_write_inode), but
+// this kernel (6.18) does not wait for a FUSE mount's pages under
+// writeback (their WRITEs are background requests), so a WRITE could
+// still arrive after Begin and land in the sandbox (measured: 17 of 30
+// rewrites of one file not yet in the engine when syncfs returned).
+// Dirty pages only exist for files open for writing (the kernel writes a
+// file back at its last close, fuse_flush; a mapping holds its file
+// open), so invalidating those files' pages finishes the job: the kernel
+// waits for pages under writeback and writes still dirty ones back
+// (fuse_launder_folio) before dropping them.
+func (m *Server) flushKernel() error {
+	if !m.cfg.Writeback {
+		return nil
+	}
+	err := syncMount(m.dir)
+	<-m.notify.pushDone(&invalidation{inos: m.handles.writableInos()})
+	if err != nil {
+		return fmt.Errorf("writing back the kernel's dirty pages of the mount: %w", err)
+	}
+	return nil
+}
+
+// retire retires the kernel's inodes of the regular files the sandbox
+// changed (touched), under the writeback cache, where the kernel keeps
+// its own size, mtime and ctime of a regular file whatever the mount
+// reports. Called with the gate held exclusively, so that every request
+// after the sandbox ends sees it. From then on, until the mount answers
+// an entry (LOOKUP, READDIRPLUS, CREATE...) for such a file, requests for
+// it come from the retired kernel inode and fail (nodeTable.isRetired,
+// checked by the handlers of requests for a regular file): a GETATTR or
+// SETATTR gets attributes the kernel rejects (retiredAttr), which makes
+// it mark the inode bad (EIO for every later use; fuse_make_bad), the
+// others (OPEN, READ, WRITE, FALLOCATE, COPY_FILE_RANGE) EIO. The entry
+// carries a new generation, and the kernel, finding its inode of that
+// node id with another generation, marks it bad and makes a new one from
+// the engine's attributes (fuse_stale_inode in fuse_iget).
+// forgetRetired then has the kernel look its cached names up again, so
+// that the next path walk reaches the new inode.
+func (m *Server) retire(touched *invalidation) []fs.Ino {
+	if !m.cfg.Writeback {
+		return nil
+	}
+	return m.nodes.retire(touched.inos)
+}
+
+// forgetRetired makes the kernel revalidate every dentry it cached
+// (FUSE_NOTIFY_INC_EPOCH) once inodes were retired: a dentry whose entry
+// timeout has not expired would otherwise lead path walks to the retired
+// inode (and its first GETATTR to EIO) instead of a LOOKUP.
+func (m *Server) forgetRetired(retired []fs.Ino) {
+	if len(retired) == 0 {
+		return
+	}
+	if err := incEpoch(m.srv); err != nil {
+		m.log.Warn("sandbox: the kernel did not take FUSE_NOTIFY_INC_EPOCH; cached names of files the sandbox changed "+
+			"lead to EIO until their entry timeout", "retired", len(retired), "err", err)
+	}
+}
+
+// retiredAttr answers a GETATTR or SETATTR from a retired kernel inode
+// with attributes of no file type, which the kernel rejects by marking
+// the inode bad (fuse_invalid_attr).
+func retiredAttr(out *raw.AttrOut) raw.Status {
+	*out = raw.AttrOut{}
+	return raw.OK
 }
 
 // Status reports the sandbox state.

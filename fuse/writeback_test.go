@@ -16,14 +16,10 @@ import (
 )
 
 // TestWriteback runs the POSIX suite and the metamorphic test on a mount
-// with the kernel writeback cache (Config.Writeback), and checks that the
-// sandbox refuses it.
+// with the kernel writeback cache (Config.Writeback). The sandbox on such
+// a mount: sandbox_test.go.
 func TestWriteback(t *testing.T) {
-	dir, m := newEnv(t, envOptions{writeback: true}).mount()
-	if err := m.Begin(); err == nil {
-		t.Error("sandbox began on a writeback mount")
-		m.Abort()
-	}
+	dir, _ := newEnv(t, envOptions{writeback: true}).mount()
 	for _, tc := range []struct {
 		name string
 		fn   func(t *testing.T, dir string)

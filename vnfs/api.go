@@ -21,8 +21,13 @@ import (
 // Every vector call executes its items in order and returns the number of
 // items that succeeded and, on failure, an *Error naming the first failed
 // item (Error.Index == n), its path and the reason. Items after it were not
-// executed. Per-item outputs (bytes read, attributes, descriptors) are
-// written into the items themselves.
+// executed — unless the failed item's outcome is unknown (the error wraps
+// client.ErrTransport, client.ErrUncertain or a context error) in an
+// ordered call sent as a chain of COMPOUNDs (docs/vnfs.md, "Chains"): the
+// COMPOUNDs already sent after it (up to Config.Window) may have run too,
+// as the server runs a chain's COMPOUND once the one before it succeeded,
+// whether or not its reply reached the client. Per-item outputs (bytes
+// read, attributes, descriptors) are written into the items themselves.
 //
 // # Paths and descriptors
 //

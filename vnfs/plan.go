@@ -601,6 +601,14 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 				continue
 			}
 		}
+		if r == emitFull && b.empty() && chain {
+			// The item needs every operation a COMPOUND may have:
+			// none is left for OP_CHAIN. It and the rest of the run
+			// go unchained (after the chained COMPOUNDs in flight).
+			chain = false
+			b = n.newBatch()
+			continue
+		}
 		if r == emitFull && b.empty() {
 			for len(q) > 0 {
 				finish()

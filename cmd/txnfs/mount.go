@@ -111,7 +111,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	entryTimeout := fl.Duration("entry-timeout", fuse.DefaultTimeout, "kernel cache lifetime of directory entries (0: none)")
 	attrTimeout := fl.Duration("attr-timeout", fuse.DefaultTimeout, "kernel cache lifetime of attributes (0: none)")
 	negTimeout := fl.Duration("negative-timeout", fuse.DefaultTimeout, "kernel cache lifetime of failed lookups (0: none)")
-	writeback := fl.Bool("writeback", false, "use the kernel writeback cache (faster small writes; only for a mount that is its files' only writer; no sandbox)")
+	writeback := fl.Bool("writeback", false, "use the kernel writeback cache (faster small writes; only for a mount that is its files' only writer)")
 	dirtyMaxRatio := fl.Int("dirty-max-ratio", fuse.DefaultDirtyMaxRatio, "with --writeback: percent of the kernel's dirty page threshold the mount's dirty pages may use before writers are throttled (needs root; negative: the kernel's 1% for FUSE)")
 	writeBehind := fl.Int("write-behind", fuse.DefaultWriteBehindBytes, "bytes of writes answered before they commit (local mounts; 0 or negative: every write commits first)")
 	writeBehindDelay := fl.Duration("write-behind-delay", fuse.DefaultWriteBehindDelay, "longest an answered write waits for its commit when nothing asks for it (0: commit at once)")

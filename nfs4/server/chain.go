@@ -47,14 +47,18 @@ type chainKey struct {
 }
 
 // chainState is one live chain: next is the seq of the COMPOUND that may
-// run now, broken the first seq refused (noSeq: none). replied is the seq
-// of the COMPOUND whose reply is settled next (in the chain's order: see
-// replyTurn), durFailed the first seq whose commits were not made durable
-// (noSeq: none). changed is closed (and replaced) whenever one of them
-// changes.
+// run now, running whether it does (so another COMPOUND with the same seq
+// is refused: the seq is used), broken the first seq refused (noSeq:
+// none). replied is the seq of the COMPOUND whose reply is settled next
+// (in the chain's order: see replyTurn), syncing the number of COMPOUNDs
+// between executed and replyTurn, durFailed the first seq whose commits
+// were not made durable (noSeq: none). changed is closed (and replaced)
+// whenever one of them changes.
 type chainState struct {
 	next, broken       uint32
+	running            bool
 	replied, durFailed uint32
+	syncing            int
 	changed            chan struct{}
 	waiters            int
 	touched            time.Time
@@ -86,7 +90,7 @@ func (t *chainTable) get(k chainKey, now time.Time) *chainState {
 	if s == nil {
 		if len(t.m) >= 64 {
 			for k2, s2 := range t.m {
-				if s2.waiters == 0 && now.Sub(s2.touched) > chainIdle {
+				if !s2.busy() && now.Sub(s2.touched) > chainIdle {
 					delete(t.m, k2)
 				}
 			}
@@ -95,10 +99,10 @@ func (t *chainTable) get(k chainKey, now time.Time) *chainState {
 			if len(t.m) < maxChains {
 				break
 			}
-			// Too many live chains: forget one nobody waits in (its
-			// next COMPOUND waits for a first one, times out and is
-			// refused: the client sends it again unchained).
-			if s2.waiters == 0 {
+			// Too many live chains: forget one nobody waits or runs
+			// in (its next COMPOUND waits for a first one, times out
+			// and is refused: the client sends it again unchained).
+			if !s2.busy() {
 				delete(t.m, k2)
 			}
 		}
@@ -108,6 +112,9 @@ func (t *chainTable) get(k chainKey, now time.Time) *chainState {
 	s.touched = now
 	return s
 }
+
+// busy reports whether a COMPOUND waits, runs or syncs in the chain.
+func (s *chainState) busy() bool { return s.waiters > 0 || s.running || s.syncing > 0 }
 
 func (s *chainState) signal() {
 	close(s.changed)
@@ -131,9 +138,10 @@ func (t *chainTable) enter(ctx context.Context, sess [16]byte, a *chainArgs) nfs
 	defer func() { s.waiters-- }()
 	for {
 		switch {
-		case a.seq >= s.broken || a.seq < s.next:
+		case a.seq >= s.broken || a.seq < s.next || a.seq == s.next && s.running:
 			return nfsv4.NFS4ERR_SEQ_MISORDERED
 		case a.seq == s.next:
+			s.running = true
 			return nfsv4.NFS4_OK
 		}
 		ch := s.changed
@@ -167,8 +175,9 @@ func (t *chainTable) executed(sess [16]byte, a *chainArgs, st nfsv4.Nfsstat4) {
 	defer t.mu.Unlock()
 	s := t.get(chainKey{sess, a.id}, time.Now())
 	if a.seq == s.next {
-		s.next = a.seq + 1
+		s.next, s.running = a.seq+1, false
 	}
+	s.syncing++
 	if st != nfsv4.NFS4_OK && a.seq+1 < s.broken {
 		s.broken = a.seq + 1
 	}
@@ -189,28 +198,33 @@ func (t *chainTable) replyTurn(ctx context.Context, sess [16]byte, a *chainArgs,
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.get(k, time.Now())
+	s.syncing--
 	s.waiters++
 	defer func() { s.waiters-- }()
-	for s.replied != a.seq && s.durFailed > a.seq && !durFailed {
+	expired := false
+	for s.replied != a.seq && !expired {
 		ch := s.changed
 		t.mu.Unlock()
 		select {
 		case <-ch:
 		case <-timer.C:
-			durFailed = true
+			expired = true
 		case <-ctx.Done():
-			durFailed = true
+			expired = true
 		}
 		t.mu.Lock()
 	}
-	fail := durFailed || s.durFailed < a.seq
+	settled := s.replied == a.seq // else the wait ended first
+	fail := durFailed || !settled || s.durFailed < a.seq
 	if fail {
 		s.durFailed = min(s.durFailed, a.seq)
 		s.broken = min(s.broken, a.seq+1)
 	}
-	if s.replied == a.seq {
+	if settled {
 		s.replied = a.seq + 1
 		if a.flags&chainLast != 0 && s.waiters == 1 {
+			// Every COMPOUND of the chain ran and is settled,
+			// whatever their status: forget the chain.
 			delete(t.m, k)
 		}
 	}
@@ -220,12 +234,26 @@ func (t *chainTable) replyTurn(ctx context.Context, sess [16]byte, a *chainArgs,
 }
 
 // refuse records that the COMPOUND a of session sess did not run (its
-// SEQUENCE failed): it and every later one are refused.
-func (t *chainTable) refuse(sess [16]byte, a *chainArgs) {
+// SEQUENCE failed): it and every later one are refused — unless its seq
+// was already used (ran or runs): it is then not the chain's COMPOUND of
+// that seq and changes nothing. For an unknown session (!known) no
+// COMPOUND can run: only waiters of a chain it had are woken, no state is
+// made (a peer without a session does not grow the table).
+func (t *chainTable) refuse(sess [16]byte, a *chainArgs, known bool) {
+	k := chainKey{sess, a.id}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.get(chainKey{sess, a.id}, time.Now())
-	s.broken = min(s.broken, a.seq)
+	s := t.m[k]
+	if s == nil && !known {
+		return
+	}
+	s = t.get(k, time.Now())
+	if a.seq < s.next || a.seq == s.next && s.running {
+		return
+	}
+	if a.seq < s.broken {
+		s.broken = a.seq
+	}
 	s.signal()
 }
 

@@ -412,8 +412,13 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 			i = 1
 			if chain != nil {
 				sess := ops[0].arg.(*nfsv4.NfsArgop4_OP_SEQUENCE).Opsequence.SaSessionid
-				if st != nfsv4.NFS4_OK {
-					s.chains.refuse(sess, chain)
+				if st == nfsv4.NFS4ERR_DELAY || st == nfsv4.NFS4ERR_RETRY_UNCACHED_REP {
+					// The slot answered a retransmission (of a
+					// COMPOUND in progress, or one run whose reply
+					// was not cached): not a new COMPOUND of the
+					// chain, so it breaks nothing (docs/protocol.md §4).
+				} else if st != nfsv4.NFS4_OK {
+					s.chains.refuse(sess, chain, st != nfsv4.NFS4ERR_BADSESSION)
 				} else if cst := s.chains.enter(c.ctx, sess, chain); cst != nfsv4.NFS4_OK {
 					chr.status, status = cst, cst
 				} else {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/binary"
+	"errors"
 	"io"
 	"math"
 	"time"
@@ -188,8 +189,11 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 			na.set.Mode = nil
 		}
 		if na.set.Size != nil {
-			if *na.set.Size != 0 {
-				// Only truncation to zero is meaningful at open.
+			if *na.set.Size != 0 || verf != nil {
+				// Only truncation to zero is meaningful at open, and
+				// only UNCHECKED4 opens an existing file with it: an
+				// exclusive create that finds its own file (a
+				// retransmission) does not apply the attributes again.
 				na.set.Size = nil
 			} else {
 				truncate = true
@@ -273,6 +277,13 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 				set.Atime = &fs.SetTime{Time: exclTime(*verf)}
 			}
 		} else if truncate {
+			// The open is recorded only after this commit: what
+			// would refuse it (a share reservation of another
+			// owner, e.g. OPEN4_SHARE_DENY_WRITE) is checked before
+			// the file is truncated, not just after.
+			if st := c.s.st.CheckOpen(cl, a.Owner.Owner, uint64(obj.Ino), access, a.ShareDeny, c.isClosing); st != nfsv4.NFS4_OK {
+				return openRefused{st}
+			}
 			// O_TRUNC: POSIX updates mtime and ctime even when the
 			// file is already empty.
 			zero := uint64(0)
@@ -296,6 +307,10 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	pinned := false
 	for attempt := 0; ; attempt++ {
 		err := run(body)
+		var refused openRefused
+		if errors.As(err, &refused) {
+			return fail(refused.st)
+		}
 		if err != nil {
 			// CLAIM_FH and CLAIM_PREVIOUS of a deleted file: STALE
 			// (a Linux client then looks the name up again).
@@ -394,6 +409,13 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	}
 	return &nfsv4.NfsResop4_OP_OPEN{Opopen: ok}, nfsv4.NFS4_OK
 }
+
+// openRefused ends an OPEN's transaction before the truncation it was
+// about to make when the open could not be recorded (a share reservation
+// denies it, the client expired): st is the OPEN's status.
+type openRefused struct{ st nfsv4.Nfsstat4 }
+
+func (e openRefused) Error() string { return "open refused: " + statusName(e.st) }
 
 func isExist(err error) bool { return errorsIs(err, fs.ErrExist) }
 

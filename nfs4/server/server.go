@@ -65,7 +65,8 @@ type Config struct {
 	// with 16 WRITEs). A connection may hold MaxInflight+1 requests in
 	// memory.
 	MaxRequest uint32
-	// MaxInflight caps concurrent requests per connection (default 32).
+	// MaxInflight caps concurrent requests per connection (default 32),
+	// and is the number of slots a session gets.
 	MaxInflight int
 	// TxnRetries is how many times a transactional compound is re-run
 	// after a serialization conflict before NFS4ERR_DELAY (default 16).
@@ -192,6 +193,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	stc := state.Config{
 		Clock: cfg.Clock, Rand: cfg.Rand, Lease: cfg.Lease, Grace: cfg.Grace, Previous: previous,
+		// A session gets no more slots than a connection runs requests
+		// at once: a chained COMPOUND waiting for its predecessor
+		// (chain.go) must never keep that predecessor from being read.
+		Slots: cfg.MaxInflight,
 		Pin:   func(ino uint64) { s.fs.Pin(fs.Ino(ino)) },
 		Unpin: func(ino uint64) { s.unpin(fs.Ino(ino)) },
 	}

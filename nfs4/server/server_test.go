@@ -488,3 +488,29 @@ func TestSessionSizeLimits(t *testing.T) {
 	rep, err = c0.Compound(putroot(), lookup("big"), read(anon, 0, 64<<10), read(anon, 0, 64<<10))
 	wantStatus(t, rep, err, nfsv4.NFS4ERR_RESOURCE)
 }
+
+// TestSessionSlotsFitInflight: a session is granted no more slots than a
+// connection runs requests at once (Config.MaxInflight), whatever the
+// client asks for, so a chained COMPOUND waiting for its predecessor can
+// never hold the last place the predecessor needs to be read (with 64
+// slots and 32 requests per connection, 32 waiting successors stalled
+// the connection for the 10 s chain wait; found by D11).
+func TestSessionSlotsFitInflight(t *testing.T) {
+	for _, inflight := range []int{0, 5} {
+		ts := startServerDir(t, t.TempDir(), func(c *server.Config) { c.MaxInflight = inflight })
+		c := ts.dial(t)
+		attrs := testclient.DefaultChannel
+		attrs.CaMaxrequests = 1000
+		got, err := c.NewSessionWith(1, "slots", attrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := uint32(inflight)
+		if inflight == 0 {
+			want = 32 // the default MaxInflight
+		}
+		if got.CaMaxrequests != want {
+			t.Fatalf("MaxInflight %d: granted %d slots, want %d", inflight, got.CaMaxrequests, want)
+		}
+	}
+}

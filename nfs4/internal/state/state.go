@@ -759,17 +759,9 @@ func (m *Manager) OpenSkipping(c *Client, owner []byte, ino uint64, access, deny
 		return nfsv4.Stateid4{}, OpenUndo{}, nfsv4.NFS4ERR_EXPIRED
 	}
 	o := m.ownerLocked(c, owner, false)
-	var mine *State
-	for _, s := range m.mu.opens[ino] {
-		if s.Owner == o {
-			if closing == nil || !closing(s.Other) {
-				mine = s
-			}
-			continue
-		}
-		if s.Deny&access != 0 || s.Access&deny != 0 {
-			return nfsv4.Stateid4{}, OpenUndo{}, nfsv4.NFS4ERR_SHARE_DENIED
-		}
+	mine, denied := m.shareLocked(o, ino, access, deny, closing)
+	if denied {
+		return nfsv4.Stateid4{}, OpenUndo{}, nfsv4.NFS4ERR_SHARE_DENIED
 	}
 	c.expires = m.expiryLocked()
 	if mine != nil {
@@ -786,6 +778,39 @@ func (m *Manager) OpenSkipping(c *Client, owner []byte, ino uint64, access, deny
 		m.mu.deferred = append(m.mu.deferred, func() { m.cfg.Pin(ino) })
 	}
 	return s.Stateid(), OpenUndo{s: s, created: true}, OK
+}
+
+// CheckOpen returns the error OpenSkipping would refuse the same open
+// with (NFS4ERR_EXPIRED, NFS4ERR_SHARE_DENIED), or OK, recording nothing:
+// an OPEN checks it before it truncates the file.
+func (m *Manager) CheckOpen(c *Client, owner []byte, ino uint64, access, deny uint32, closing func(other [12]byte) bool) Status {
+	m.lock()
+	defer m.unlock()
+	if m.mu.clients[c.ID] != c {
+		return nfsv4.NFS4ERR_EXPIRED
+	}
+	if _, denied := m.shareLocked(m.ownerLocked(c, owner, false), ino, access, deny, closing); denied {
+		return nfsv4.NFS4ERR_SHARE_DENIED
+	}
+	return OK
+}
+
+// shareLocked returns open-owner o's open state of ino (nil if none, or
+// if closing says it is being closed) and whether another owner's share
+// reservation conflicts with access and deny.
+func (m *Manager) shareLocked(o *Owner, ino uint64, access, deny uint32, closing func(other [12]byte) bool) (mine *State, denied bool) {
+	for _, s := range m.mu.opens[ino] {
+		if s.Owner == o {
+			if closing == nil || !closing(s.Other) {
+				mine = s
+			}
+			continue
+		}
+		if s.Deny&access != 0 || s.Access&deny != 0 {
+			return nil, true
+		}
+	}
+	return mine, false
 }
 
 // OpenUndo records what Open changed so a transactional compound that
@@ -939,13 +964,29 @@ func (m *Manager) TestStateid(id nfsv4.Stateid4, c *Client) Status {
 }
 
 // CheckIO validates a stateid for READ/WRITE-like access to ino. It
-// returns nil state for the anonymous stateids.
+// returns nil state for the anonymous stateids, which are subject to the
+// share reservations of the file's opens: a write is refused with
+// NFS4ERR_LOCKED while an open denies writing, a read with the all-zeros
+// stateid while one denies reading; a read with the all-ones (READ
+// bypass) stateid is not (RFC 8881 §8.2.3, §9.7; as Linux's nfsd).
 func (m *Manager) CheckIO(id nfsv4.Stateid4, minor uint32, ino uint64, write bool) (*State, Status) {
-	if IsAnonymous(id) {
-		return nil, OK
-	}
 	m.lock()
 	defer m.unlock()
+	if IsAnonymous(id) {
+		deny := uint32(nfsv4.OPEN4_SHARE_DENY_READ)
+		switch {
+		case write:
+			deny = nfsv4.OPEN4_SHARE_DENY_WRITE
+		case id.Other == bypassOther:
+			return nil, OK
+		}
+		for _, s := range m.mu.opens[ino] {
+			if s.Deny&deny != 0 {
+				return nil, nfsv4.NFS4ERR_LOCKED
+			}
+		}
+		return nil, OK
+	}
 	s, st := m.lookupLocked(id, minor)
 	if st != OK {
 		return nil, st

@@ -67,6 +67,35 @@ const (
 	OpTxnEnd   = 0x74786e04
 )
 
+// OpChain mirrors server.OpChain (docs/protocol.md §4).
+const OpChain = 0x74786e05
+
+// ChainArgs is the private OpChain operation (CHAIN4args) as an
+// nfsv4.NfsArgop4; it belongs first, before SEQUENCE.
+type ChainArgs struct {
+	nfsv4.NfsArgop4_OP_ILLEGAL
+	ID    uint64
+	Seq   uint32
+	Flags uint32 // 1: CHAIN4_LAST
+}
+
+// GetArgop implements nfsv4.NfsArgop4.
+func (a *ChainArgs) GetArgop() nfsv4.NfsOpnum4 { return OpChain }
+
+// GetEncodedSizeBytes implements nfsv4.NfsArgop4.
+func (a *ChainArgs) GetEncodedSizeBytes() int { return 20 }
+
+// WriteTo implements nfsv4.NfsArgop4.
+func (a *ChainArgs) WriteTo(w io.Writer) (int64, error) {
+	var b [20]byte
+	binary.BigEndian.PutUint32(b[:], OpChain)
+	binary.BigEndian.PutUint64(b[4:], a.ID)
+	binary.BigEndian.PutUint32(b[12:], a.Seq)
+	binary.BigEndian.PutUint32(b[16:], a.Flags)
+	n, err := w.Write(b[:])
+	return int64(n), err
+}
+
 // TxnResult is a decoded TXN_BEGIN or TXN_END result.
 type TxnResult struct {
 	nfsv4.NfsResop4_OP_ILLEGAL
@@ -170,7 +199,9 @@ type Reply struct {
 	Status nfsv4.Nfsstat4
 	Tag    string
 	// Txn is the OpTxn result if the reply has one.
-	Txn     *nfsv4.Nfsstat4
+	Txn *nfsv4.Nfsstat4
+	// Chain is the OpChain result if the reply has one.
+	Chain   *nfsv4.Nfsstat4
 	Results []nfsv4.NfsResop4
 }
 
@@ -210,7 +241,7 @@ func EncodeCompound(minor uint32, txn bool, ops []nfsv4.NfsArgop4) []byte {
 
 // DecodeCompound decodes COMPOUND4res, including the results of the
 // txnfs extension operations (OpTxn, OpAppendOffset, the multi-compound
-// transaction operations).
+// transaction operations, OpChain).
 func DecodeCompound(b []byte) (*Reply, error) {
 	r := bytes.NewReader(b)
 	var rep Reply
@@ -229,6 +260,12 @@ func DecodeCompound(b []byte) (*Reply, error) {
 	for i := uint32(0); i < n; i++ {
 		if r.Len() >= 8 {
 			switch op := binary.BigEndian.Uint32(b[len(b)-r.Len():]); op {
+			case OpChain:
+				r.Seek(4, io.SeekCurrent)
+				st, _, _ := runtime.ReadInt(r)
+				s := nfsv4.Nfsstat4(st)
+				rep.Chain = &s
+				continue
 			case OpTxnJoin:
 				r.Seek(4, io.SeekCurrent)
 				st, _, _ := runtime.ReadInt(r)
