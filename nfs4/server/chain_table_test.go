@@ -173,3 +173,39 @@ func TestChainTableRandomSchedules(t *testing.T) {
 		}
 	}
 }
+
+// TestChainTableSyncFailure: once the sync of a chain's COMPOUND failed,
+// the reply of a later one that already ran fails too, even though its
+// own sync succeeded and it settles first, and a later one that had not
+// run is refused; replies before the failed one are unaffected.
+func TestChainTableSyncFailure(t *testing.T) {
+	tab := newChainTable()
+	ctx := context.Background()
+	sess := [16]byte{3}
+	a := []*chainArgs{{id: 1, seq: 0}, {id: 1, seq: 1}, {id: 1, seq: 2}, {id: 1, seq: 3, flags: chainLast}}
+	for _, x := range a[:3] {
+		if st := tab.enter(ctx, sess, x); st != nfsv4.NFS4_OK {
+			t.Fatalf("enter %d: %d", x.seq, st)
+		}
+		tab.executed(sess, x, nfsv4.NFS4_OK)
+	}
+	later := make(chan bool)
+	go func() { later <- tab.replyTurn(ctx, sess, a[2], false) }() // its own sync succeeded
+	select {
+	case <-later:
+		t.Fatal("seq 2 settled before seq 0 and 1")
+	case <-time.After(10 * time.Millisecond):
+	}
+	if tab.replyTurn(ctx, sess, a[0], false) {
+		t.Fatal("seq 0 fails")
+	}
+	if !tab.replyTurn(ctx, sess, a[1], true) {
+		t.Fatal("seq 1, whose sync failed, does not fail")
+	}
+	if !<-later {
+		t.Fatal("seq 2, which ran during the failed sync, does not fail")
+	}
+	if st := tab.enter(ctx, sess, a[3]); st != nfsv4.NFS4ERR_SEQ_MISORDERED {
+		t.Fatalf("seq 3 after the failed sync: %d, want SEQ_MISORDERED", st)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,28 +155,28 @@ func TestChainMissingPredecessor(t *testing.T) {
 	}
 }
 
-// blockedSync arms the server's FS.Sync: the next call signals entered
-// and waits for release, then returns the error sent on it (nil: the
-// real sync runs); later calls run normally.
-func blockedSync(t *testing.T, ts *testServer) (entered chan struct{}, release chan error) {
-	entered, release = make(chan struct{}), make(chan error, 1)
-	// A failed test releases the sync so that the server can stop (the
+// holdSyncs makes every call of the server's FS.Sync from now on signal
+// entered (the first one) and wait until release(err) is called; they
+// then return err, or run the real sync if it is nil.
+func holdSyncs(t *testing.T, ts *testServer) (entered chan struct{}, release func(error)) {
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	var syncErr error
+	var once sync.Once
+	release = func(err error) {
+		once.Do(func() {
+			syncErr = err
+			close(gate)
+		})
+	}
+	// A failed test releases them so that the server can stop (the
 	// cleanup runs before startServer's).
-	t.Cleanup(func() {
-		select {
-		case release <- nil:
-		default:
-		}
-	})
-	var armed atomic.Bool
-	armed.Store(true)
+	t.Cleanup(func() { release(nil) })
 	server.SetSyncForTest(ts.srv, func(ctx context.Context, sync func(context.Context) error) error {
-		if !armed.Swap(false) {
-			return sync(ctx)
-		}
-		close(entered)
-		if err := <-release; err != nil {
-			return err
+		first.Do(func() { close(entered) })
+		<-gate
+		if syncErr != nil {
+			return syncErr
 		}
 		return sync(ctx)
 	})
@@ -196,12 +195,12 @@ func waitExists(t *testing.T, c *client.Client, path ...string) {
 }
 
 // TestChainRunsDuringSync: a chain's next COMPOUND runs while the sync of
-// the one before it is in flight, but its reply is not sent before that
-// sync returned.
+// the one before it is in flight (every sync is held), and no reply is
+// sent before the syncs return.
 func TestChainRunsDuringSync(t *testing.T) {
 	ts := startServer(t)
 	c := ts.dialClient(t)
-	entered, release := blockedSync(t, ts)
+	entered, release := holdSyncs(t, ts)
 	id := c.NewChainID()
 	cps := []*client.Compound{
 		chainMkdir(id, 0, false, nil, "a"),
@@ -223,10 +222,10 @@ func TestChainRunsDuringSync(t *testing.T) {
 	waitExists(t, c, "a", "b")
 	select {
 	case o := <-done:
-		t.Fatalf("COMPOUND %d replied before the sync of COMPOUND 0 returned", o.i)
+		t.Fatalf("COMPOUND %d replied before the syncs returned", o.i)
 	case <-time.After(20 * time.Millisecond):
 	}
-	release <- nil
+	release(nil)
 	for range cps {
 		if o := <-done; o.err != nil || o.rep.Status != nfsv4.NFS4_OK {
 			t.Fatalf("COMPOUND %d: %v %v", o.i, o.err, o.rep)
@@ -243,7 +242,7 @@ func TestChainRunsDuringSync(t *testing.T) {
 func TestChainRunsDuringSyncNoDirOps(t *testing.T) {
 	ts := startServer(t)
 	c := ts.dialClient(t)
-	entered, release := blockedSync(t, ts)
+	entered, release := holdSyncs(t, ts)
 	id := c.NewChainID()
 	chmod := func(seq uint32, mode uint32) *client.Compound {
 		cp := &client.Compound{Chain: &client.Chain{ID: id, Seq: seq, Last: seq == 1}}
@@ -281,7 +280,7 @@ func TestChainRunsDuringSyncNoDirOps(t *testing.T) {
 			t.Fatal("COMPOUND 1 did not run during the sync of COMPOUND 0")
 		}
 	}
-	release <- nil
+	release(nil)
 	for range 2 {
 		if err := <-done; err != nil {
 			t.Fatal(err)
@@ -291,14 +290,15 @@ func TestChainRunsDuringSyncNoDirOps(t *testing.T) {
 
 // TestChainSyncFailure: when the sync of a chained COMPOUND fails, its
 // reply fails at its last operation with NFS4ERR_IO, so does the reply of
-// the next COMPOUND that already ran meanwhile (its effects are visible,
-// their durability unknown), and the COMPOUNDs that had not run are
-// refused with nothing run.
+// the next COMPOUND, which ran while that sync was in flight (its effects
+// visible, their durability unknown), and the COMPOUNDs after it are
+// refused with nothing run. (A later reply fails even when its own sync
+// succeeds: TestChainTableSyncFailure.)
 func TestChainSyncFailure(t *testing.T) {
 	ts := startServer(t)
 	ctx := context.Background()
 	c := ts.dialClient(t)
-	entered, release := blockedSync(t, ts)
+	entered, release := holdSyncs(t, ts)
 	id := c.NewChainID()
 	cps := []*client.Compound{
 		chainMkdir(id, 0, false, nil, "x"),
@@ -316,7 +316,7 @@ func TestChainSyncFailure(t *testing.T) {
 	}
 	<-entered
 	waitExists(t, c, "y") // COMPOUND 1 ran during the sync of COMPOUND 0
-	release <- fmt.Errorf("injected: %w", fs.ErrIO)
+	release(fmt.Errorf("injected: %w", fs.ErrIO))
 	wg.Wait()
 	for i := range 2 {
 		if errs[i] != nil || reps[i].Status != nfsv4.NFS4ERR_IO {
