@@ -355,8 +355,11 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	for i := 0; i+1 < len(ops); i++ {
 		ops[i].wantOffset = ops[i].code == nfsv4.OP_WRITE && ops[i+1].code == OpAppendOffset
 	}
-	if !quickOps(ops) || chain != nil {
-		call.Release() // let the connection's next request run meanwhile (a chained one may wait)
+	switch {
+	case chain != nil:
+		call.ReleaseNow() // a chained compound may wait for the connection's next request
+	case !quickOps(ops):
+		call.Release() // let the connection's next request run meanwhile
 	}
 	s.st.MaybeTick()
 	var txr *txnResult
