@@ -85,12 +85,14 @@ type Call struct {
 	// life of the connection, unique within the server process).
 	Conn uint64
 
-	release    func()
-	releaseNow func()
-	reuse      bool       // ReuseArgs was called
-	rec        []byte     // the whole record Args lies in (see AlignPayload)
-	crc        *recordCRC // the record's CRC32C from the payload offset on, or nil
-	cn         *conn      // the connection, nil for a Call not from a Server
+	release func()
+	// overlapping: the connection's client had calls overlap lately
+	// (conn.overlap), so Release releases at once.
+	overlapping bool
+	reuse       bool       // ReuseArgs was called
+	rec         []byte     // the whole record Args lies in (see AlignPayload)
+	crc         *recordCRC // the record's CRC32C from the payload offset on, or nil
+	cn          *conn      // the connection, nil for a Call not from a Server
 }
 
 // PayloadAlign is the memory alignment AlignPayload arranges: what an
@@ -164,18 +166,17 @@ func (c *Call) ReuseArgs() { c.reuse = true }
 // before Handle returns. Calling it more than once, or on a Call not from
 // a Server, is harmless.
 func (c *Call) Release() {
-	if c.release != nil {
-		c.release()
-		c.release = nil
+	if c.release != nil && (c.overlapping || c.cn == nil || c.cn.waiting()) {
+		c.ReleaseNow()
 	}
 }
 
 // ReleaseNow is Release whatever the client's past: for a call that may
 // wait for a later request of the same connection.
 func (c *Call) ReleaseNow() {
-	if c.releaseNow != nil {
-		c.releaseNow()
-		c.release, c.releaseNow = nil, nil
+	if c.release != nil {
+		c.release()
+		c.release = nil
 	}
 }
 
@@ -561,11 +562,6 @@ func (cn *conn) worker(ctx context.Context) {
 		if waiting {
 			release() // a pipelined request is already waiting
 		}
-		releaseIfOverlapping := func() {
-			if overlapping || cn.waiting() {
-				release()
-			}
-		}
 
 		recBase := base
 		call, rep, ok := cn.srv.decodeCall(rec)
@@ -577,7 +573,7 @@ func (cn *conn) worker(ctx context.Context) {
 			putRecord(recBase)
 		default:
 			call.Conn = cn.id
-			call.release, call.releaseNow = releaseIfOverlapping, release
+			call.release, call.overlapping = release, overlapping
 			call.rec, call.cn = rec, cn
 			if crc.start >= 0 {
 				call.crc = crc
