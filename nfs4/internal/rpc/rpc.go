@@ -89,10 +89,13 @@ type Call struct {
 	// overlapping: the connection's client had calls overlap lately
 	// (conn.overlap), so Release releases at once.
 	overlapping bool
-	reuse       bool       // ReuseArgs was called
-	rec         []byte     // the whole record Args lies in (see AlignPayload)
-	crc         *recordCRC // the record's CRC32C from the payload offset on, or nil
-	cn          *conn      // the connection, nil for a Call not from a Server
+	// declined: Release did not release (the connection was not seen
+	// to overlap and nothing waited).
+	declined bool
+	reuse    bool       // ReuseArgs was called
+	rec      []byte     // the whole record Args lies in (see AlignPayload)
+	crc      *recordCRC // the record's CRC32C from the payload offset on, or nil
+	cn       *conn      // the connection, nil for a Call not from a Server
 }
 
 // PayloadAlign is the memory alignment AlignPayload arranges: what an
@@ -166,9 +169,14 @@ func (c *Call) ReuseArgs() { c.reuse = true }
 // before Handle returns. Calling it more than once, or on a Call not from
 // a Server, is harmless.
 func (c *Call) Release() {
-	if c.release != nil && (c.overlapping || c.cn == nil || c.cn.waiting()) {
-		c.ReleaseNow()
+	if c.release == nil {
+		return
 	}
+	if c.overlapping || c.cn == nil || c.cn.waiting() {
+		c.ReleaseNow()
+		return
+	}
+	c.declined = true
 }
 
 // ReleaseNow is Release whatever the client's past: for a call that may
@@ -376,7 +384,9 @@ type conn struct {
 		sync.Mutex
 		workers, busy int
 		// overlap counts down the calls, from overlapCalls at the last
-		// call that started while another ran or was waiting, for
+		// call that started while another ran or was waiting (or
+		// during which a request came that its declined Release held
+		// back), for
 		// which Release lets the next request be read at once. When it
 		// is 0 the client has sent one call at a time: Release then
 		// releases only if a request is waiting (conn.waiting).
@@ -579,6 +589,17 @@ func (cn *conn) worker(ctx context.Context) {
 				call.crc = crc
 			}
 			rep := cn.srv.handle(ctx, call)
+			if call.declined && !released && cn.waiting() {
+				// A request came while Release held the connection
+				// back: it waited for this call, so the client does
+				// have calls overlap. Without this, a client keeping
+				// two calls in flight, the second sent while the
+				// first runs, is never seen to overlap (each request
+				// is read alone, after the previous call ended).
+				cn.mu.Lock()
+				cn.mu.overlap = overlapCalls
+				cn.mu.Unlock()
+			}
 			cn.writeReply(call.Xid, &rep)
 			if call.reuse {
 				putRecord(recBase)
