@@ -66,6 +66,9 @@ func (echo) Handle(ctx context.Context, c *Call) Reply {
 	case 96: // slow, lets the connection's next request run whatever the client's past
 		c.ReleaseNow()
 		time.Sleep(50 * time.Millisecond)
+	case 94: // 5 ms, lets the connection's next request run
+		c.Release()
+		time.Sleep(5 * time.Millisecond)
 	case 95: // slow, releasing after 20 ms
 		time.Sleep(20 * time.Millisecond)
 		c.Release()
@@ -83,7 +86,7 @@ func call(xid, proc uint32, cred rpcv2.OpaqueAuth, args []byte) []byte {
 	return record(b.Bytes())
 }
 
-func readReply(t *testing.T, c net.Conn) (*rpcv2.RpcMsg, []byte) {
+func readReply(t testing.TB, c net.Conn) (*rpcv2.RpcMsg, []byte) {
 	t.Helper()
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	rec, err := ReadRecord(c, 1<<20)
@@ -343,7 +346,7 @@ func TestWriteTimeout(t *testing.T) {
 
 // serveAndDial serves cfg on a loopback port for the test's duration and
 // returns a connection to it (closed at the end).
-func serveAndDial(t *testing.T, cfg Config) net.Conn {
+func serveAndDial(t testing.TB, cfg Config) net.Conn {
 	t.Helper()
 	s, err := NewServer(cfg)
 	if err != nil {
