@@ -386,10 +386,10 @@ type conn struct {
 		// overlap counts down the calls, from overlapCalls at the last
 		// call that started while another ran or was waiting (or
 		// during which a request came that its declined Release held
-		// back), for
-		// which Release lets the next request be read at once. When it
-		// is 0 the client has sent one call at a time: Release then
-		// releases only if a request is waiting (conn.waiting).
+		// back), for which Release lets the next request be read at
+		// once. When it is 0 the client has sent one call at a time:
+		// Release then releases only if a request is waiting
+		// (conn.waiting).
 		overlap int
 	}
 	// raw is the socket, for FIONREAD (nil: unknown, assume data waits).
