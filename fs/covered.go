@@ -45,6 +45,12 @@ type coveredState struct {
 	acked       uint64        // the watermark: every sequence <= acked is not outstanding
 	recorded    atomic.Uint64 // the largest watermark a committed batch holds
 
+	// dropped: every descriptor with a sequence below it is deleted
+	// (dropCovered); listings start there, past the deleted ones, whose
+	// tombstones a scan from the prefix's start would walk (they pile up
+	// in the memtable: two entries per covered commit).
+	dropped atomic.Uint64
+
 	pending atomic.Int64 // slices described since the last cleanup began
 	running atomic.Bool  // a background cleanup is running
 	wg      sync.WaitGroup
@@ -54,7 +60,7 @@ type coveredState struct {
 // past the clock (so sequences are not reused across restarts, whatever
 // was deleted: recovery matches log records by key and value).
 func (f *FS) initCovered(ctx context.Context) error {
-	keys, err := f.coveredKeys(ctx)
+	keys, err := f.coveredKeys(ctx, 0)
 	if err != nil {
 		return err
 	}
@@ -197,12 +203,13 @@ func (f *FS) committedCovered(n int) {
 	}()
 }
 
-// coveredKeys returns the keys of the descriptors committed so far, in
-// sequence order.
-func (f *FS) coveredKeys(ctx context.Context) ([][]byte, error) {
+// coveredKeys returns the keys of the descriptors committed so far with
+// a sequence of at least from, in sequence order.
+func (f *FS) coveredKeys(ctx context.Context, from uint64) ([][]byte, error) {
 	var keys [][]byte
+	prefix := meta.CoveredPrefix()
 	err := f.View(ctx, RootCred, func(t *Txn) error {
-		return t.scanAll(ctx, meta.CoveredPrefix(), func(p kv.Pair) error {
+		return t.scanRange(ctx, meta.CoveredKey(from), kv.PrefixEnd(prefix), func(p kv.Pair) error {
 			keys = append(keys, append([]byte(nil), p.Key...))
 			return nil
 		})
@@ -216,8 +223,15 @@ func (f *FS) coveredKeys(ctx context.Context) ([][]byte, error) {
 // the listing stay. When it returns nil, no descriptor committed before
 // the call remains.
 func (f *FS) dropCovered(ctx context.Context) error {
-	f.covered.pending.Store(0)
-	keys, err := f.coveredKeys(ctx)
+	c := &f.covered
+	c.pending.Store(0)
+	// Every sequence up to the watermark belongs to a commit that was
+	// applied before this point (so the listing below sees it) or never
+	// will be: once the listed keys are deleted, none below it is left.
+	c.mu.Lock()
+	acked := c.acked
+	c.mu.Unlock()
+	keys, err := f.coveredKeys(ctx, c.dropped.Load())
 	if err != nil {
 		return err
 	}
@@ -242,5 +256,10 @@ func (f *FS) dropCovered(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	for {
+		d := c.dropped.Load()
+		if d > acked || c.dropped.CompareAndSwap(d, acked+1) {
+			return nil
+		}
+	}
 }

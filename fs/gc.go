@@ -354,7 +354,11 @@ func (f *FS) liveRanges(ctx context.Context) (map[uint32]ranges, int, uint64, er
 
 // scanAll calls fn for every pair under prefix, in batches.
 func (t *Txn) scanAll(ctx context.Context, prefix []byte, fn func(kv.Pair) error) error {
-	start, end := prefix, kv.PrefixEnd(prefix)
+	return t.scanRange(ctx, prefix, kv.PrefixEnd(prefix), fn)
+}
+
+// scanRange calls fn for every pair in [start, end), in batches.
+func (t *Txn) scanRange(ctx context.Context, start, end []byte, fn func(kv.Pair) error) error {
 	for {
 		pairs, err := t.scanRaw(ctx, start, end, 1024)
 		if err != nil {

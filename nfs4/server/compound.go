@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -71,6 +72,10 @@ type compound struct {
 	wroteOff uint64
 	// wantOffset is set while a WRITE followed by OpAppendOffset runs.
 	wantOffset bool
+	// moreWrites: another WRITE follows the running operation in its run
+	// of operations (one fs transaction); a WRITE's payload is then lent
+	// to a background write that overlaps it (see compound.write).
+	moreWrites bool
 
 	// 4.1+: set by SEQUENCE.
 	client  *state.Client
@@ -354,8 +359,11 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	for i := 0; i+1 < len(ops); i++ {
 		ops[i].wantOffset = ops[i].code == nfsv4.OP_WRITE && ops[i+1].code == OpAppendOffset
 	}
-	if !quickOps(ops) || chain != nil {
-		call.Release() // let the connection's next request run meanwhile (a chained one may wait)
+	switch {
+	case chain != nil:
+		call.ReleaseNow() // a chained compound may wait for the connection's next request
+	case !quickOps(ops):
+		call.Release() // let the connection's next request run meanwhile
 	}
 	s.st.MaybeTick()
 	var txr *txnResult
@@ -552,13 +560,14 @@ func boolInt(b bool) int {
 // own.
 func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	results := make([]nfsv4.NfsResop4, 0, len(ops))
-	for _, op := range ops {
+	for i, op := range ops {
 		start := time.Now()
 		var res nfsv4.NfsResop4
 		var st nfsv4.Nfsstat4
 		wrote := c.wrote
 		c.wrote = false
 		c.wantOffset = op.wantOffset
+		c.moreWrites = slices.ContainsFunc(ops[i+1:], func(o decodedOp) bool { return o.code == nfsv4.OP_WRITE })
 		switch {
 		case op.code == OpAppendOffset:
 			res, st = c.appendOffset(op.flags, wrote)

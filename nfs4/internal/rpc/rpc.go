@@ -49,6 +49,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 	"unsafe"
@@ -85,10 +86,16 @@ type Call struct {
 	Conn uint64
 
 	release func()
-	reuse   bool       // ReuseArgs was called
-	rec     []byte     // the whole record Args lies in (see AlignPayload)
-	crc     *recordCRC // the record's CRC32C from the payload offset on, or nil
-	cn      *conn      // the connection, nil for a Call not from a Server
+	// overlapping: the connection's client had calls overlap lately
+	// (conn.overlap), so Release releases at once.
+	overlapping bool
+	// declined: Release did not release (the connection was not seen
+	// to overlap and nothing waited).
+	declined bool
+	reuse    bool       // ReuseArgs was called
+	rec      []byte     // the whole record Args lies in (see AlignPayload)
+	crc      *recordCRC // the record's CRC32C from the payload offset on, or nil
+	cn       *conn      // the connection, nil for a Call not from a Server
 }
 
 // PayloadAlign is the memory alignment AlignPayload arranges: what an
@@ -153,12 +160,28 @@ func (c *Call) PayloadCRC(p []byte) (uint32, bool) {
 func (c *Call) ReuseArgs() { c.reuse = true }
 
 // Release lets the connection read (and run) its next request while this
-// call runs. A handler calls it before anything that may take long (disk
-// I/O, waiting for durability); until then, or until the handler returns,
-// later requests of the same connection wait. It must be called from the
-// goroutine running Handle, before Handle returns. Calling it more than
-// once, or on a Call not from a Server, is harmless.
+// call runs, if the client has one waiting or recently had calls running
+// at once (see conn.overlap): a client with one call in flight at a time
+// would only wake a worker that finds nothing to read. A handler calls it
+// before anything that may take long (disk I/O, waiting for durability);
+// until then, or until the handler returns, later requests of the same
+// connection wait. It must be called from the goroutine running Handle,
+// before Handle returns. Calling it more than once, or on a Call not from
+// a Server, is harmless.
 func (c *Call) Release() {
+	if c.release == nil {
+		return
+	}
+	if c.overlapping || c.cn == nil || c.cn.waiting() {
+		c.ReleaseNow()
+		return
+	}
+	c.declined = true
+}
+
+// ReleaseNow is Release whatever the client's past: for a call that may
+// wait for a later request of the same connection.
+func (c *Call) ReleaseNow() {
 	if c.release != nil {
 		c.release()
 		c.release = nil
@@ -317,6 +340,9 @@ func (s *Server) ServeConn(ctx context.Context, id uint64, c net.Conn) {
 		r = deadlineReader{c, s.cfg.IdleTimeout}
 	}
 	cn.rd = newBufReader(r)
+	if sc, ok := c.(syscall.Conn); ok {
+		cn.raw, _ = sc.SyscallConn()
+	}
 	defer func() {
 		cancel()
 		c.Close()
@@ -357,7 +383,17 @@ type conn struct {
 	mu struct {
 		sync.Mutex
 		workers, busy int
+		// overlap counts down the calls, from overlapCalls at the last
+		// call that started while another ran or was waiting (or
+		// during which a request came that its declined Release held
+		// back), for which Release lets the next request be read at
+		// once. When it is 0 the client has sent one call at a time:
+		// Release then releases only if a request is waiting
+		// (conn.waiting).
+		overlap int
 	}
+	// raw is the socket, for FIONREAD (nil: unknown, assume data waits).
+	raw      syscall.RawConn
 	wmu      sync.Mutex // serializes reply writes
 	wbuf     []byte     // guarded by wmu: small replies are assembled here
 	deadline time.Time  // guarded by wmu: the write deadline set last
@@ -507,8 +543,15 @@ func (cn *conn) worker(ctx context.Context) {
 			cn.done <- err
 			return
 		}
+		waiting := cn.buffered()
 		cn.mu.Lock()
 		cn.mu.busy++
+		if cn.mu.busy > 1 || waiting {
+			cn.mu.overlap = overlapCalls
+		} else if cn.mu.overlap > 0 {
+			cn.mu.overlap--
+		}
+		overlapping := cn.mu.overlap > 0
 		cn.mu.Unlock()
 		released := false
 		release := func() {
@@ -526,7 +569,7 @@ func (cn *conn) worker(ctx context.Context) {
 			cn.mu.Unlock()
 			cn.rmu.Unlock()
 		}
-		if cn.buffered() {
+		if waiting {
 			release() // a pipelined request is already waiting
 		}
 
@@ -540,12 +583,23 @@ func (cn *conn) worker(ctx context.Context) {
 			putRecord(recBase)
 		default:
 			call.Conn = cn.id
-			call.release = release
+			call.release, call.overlapping = release, overlapping
 			call.rec, call.cn = rec, cn
 			if crc.start >= 0 {
 				call.crc = crc
 			}
 			rep := cn.srv.handle(ctx, call)
+			if call.declined && !released && cn.waiting() {
+				// A request came while Release held the connection
+				// back: it waited for this call, so the client does
+				// have calls overlap. Without this, a client keeping
+				// two calls in flight, the second sent while the
+				// first runs, is never seen to overlap (each request
+				// is read alone, after the previous call ended).
+				cn.mu.Lock()
+				cn.mu.overlap = overlapCalls
+				cn.mu.Unlock()
+			}
 			cn.writeReply(call.Xid, &rep)
 			if call.reuse {
 				putRecord(recBase)
@@ -560,6 +614,26 @@ func (cn *conn) worker(ctx context.Context) {
 			cn.rmu.Lock()
 		}
 	}
+}
+
+// overlapCalls is how many calls after the last one that overlapped
+// another (or found a request waiting) Release keeps releasing at once.
+// A client that pipelines shows it within that many calls; one whose
+// calls never overlap costs no goroutine wake-up per call that takes
+// long (a 1 MiB WRITE: two thread switches fewer, docs/nfs-server.md
+// "Session 11"). The price: a request such a client sends while its
+// previous one still runs waits for that one to end, and is then seen to
+// overlap.
+const overlapCalls = 64
+
+// waiting reports whether bytes of a further request are waiting, in the
+// reader's buffer or the socket (called with rmu held).
+func (cn *conn) waiting() bool {
+	if cn.buffered() || cn.raw == nil {
+		return true
+	}
+	n, ok := socketUnread(cn.raw)
+	return !ok || n > 0
 }
 
 // buffered reports whether bytes of a further request are already

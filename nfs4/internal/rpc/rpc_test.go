@@ -63,6 +63,16 @@ func (echo) Handle(ctx context.Context, c *Call) Reply {
 		time.Sleep(50 * time.Millisecond)
 	case 97: // slow without releasing: the next request waits
 		time.Sleep(50 * time.Millisecond)
+	case 96: // slow, lets the connection's next request run whatever the client's past
+		c.ReleaseNow()
+		time.Sleep(50 * time.Millisecond)
+	case 94: // 5 ms, lets the connection's next request run
+		c.Release()
+		time.Sleep(5 * time.Millisecond)
+	case 95: // slow, releasing after 20 ms
+		time.Sleep(20 * time.Millisecond)
+		c.Release()
+		time.Sleep(50 * time.Millisecond)
 	}
 	return Reply{Stat: rpcv2.SUCCESS, Body: c.Args}
 }
@@ -76,7 +86,7 @@ func call(xid, proc uint32, cred rpcv2.OpaqueAuth, args []byte) []byte {
 	return record(b.Bytes())
 }
 
-func readReply(t *testing.T, c net.Conn) (*rpcv2.RpcMsg, []byte) {
+func readReply(t testing.TB, c net.Conn) (*rpcv2.RpcMsg, []byte) {
 	t.Helper()
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	rec, err := ReadRecord(c, 1<<20)
@@ -148,19 +158,38 @@ func TestServerCallsAuthAndPanics(t *testing.T) {
 // TestRelease checks that a call that does not release its connection
 // holds back the connection's next request (read by the same worker
 // afterwards), and that one that releases it does not — also when both
-// requests arrive in one segment (the second is buffered).
+// requests arrive in one segment (the second is buffered) — except while
+// the client has sent one call at a time (conn.overlap): then Release
+// lets the next request be read only if one is waiting (in the socket:
+// proc 95), and ReleaseNow always does. Each connection starts without
+// overlapping calls.
 func TestRelease(t *testing.T) {
-	c := serveAndDial(t, Config{Handler: echo{}})
-	for _, tc := range []struct {
-		slowProc  uint32
-		together  bool
-		wantFirst uint32
-	}{
-		{97, false, 1}, // held: replies in order
-		{98, false, 2}, // released: the fast call overtakes
-		{98, true, 2},
-		{97, true, 2}, // the second request was already buffered: released at once
+	for _, steps := range [][]releaseStep{
+		{
+			{97, false, 1}, // held: replies in order
+			{98, false, 1}, // one call at a time so far: Release does not release
+			{98, true, 2},  // released: the fast call overtakes (it was buffered)
+			{97, true, 2},  // the second request was already buffered: released at once
+			{98, false, 2}, // the client overlapped calls lately: released
+		},
+		{{96, false, 2}}, // ReleaseNow
+		{{95, false, 2}}, // the fast request waits in the socket at the Release
 	} {
+		testRelease(t, steps)
+	}
+}
+
+// releaseStep: a slow call with the proc given, then a fast one, sent
+// together or 10 ms apart, and the xid whose reply comes first.
+type releaseStep struct {
+	slowProc  uint32
+	together  bool
+	wantFirst uint32
+}
+
+func testRelease(t *testing.T, steps []releaseStep) {
+	c := serveAndDial(t, Config{Handler: echo{}})
+	for _, tc := range steps {
 		slow := call(1, tc.slowProc, rpcv2.OpaqueAuth{}, nil)
 		fast := call(2, 1, rpcv2.OpaqueAuth{}, nil)
 		if tc.together {
@@ -317,7 +346,7 @@ func TestWriteTimeout(t *testing.T) {
 
 // serveAndDial serves cfg on a loopback port for the test's duration and
 // returns a connection to it (closed at the end).
-func serveAndDial(t *testing.T, cfg Config) net.Conn {
+func serveAndDial(t testing.TB, cfg Config) net.Conn {
 	t.Helper()
 	s, err := NewServer(cfg)
 	if err != nil {
