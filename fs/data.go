@@ -601,7 +601,7 @@ func (t *Txn) defrag(ctx context.Context, ino Ino, s *span) error {
 func (t *Txn) truncate(ctx context.Context, ino Ino, n *meta.Inode, size uint64) error {
 	if size < n.Size {
 		if size == 0 {
-			if err := t.deletePrefix(ctx, meta.SpanPrefix(uint64(ino))); err != nil {
+			if err := t.deleteSpans(ctx, ino, n); err != nil {
 				return err
 			}
 			t.garbage += n.Used

@@ -142,12 +142,6 @@ func (t *Txn) dropLink(ctx context.Context, ino Ino, n *meta.Inode, now int64) e
 // ino may have an orphan record, which is deleted too (a blind delete
 // otherwise costs a tombstone per removed file).
 func (t *Txn) deleteInode(ctx context.Context, ino Ino, orphan bool) error {
-	// The inode record says which span records there are when it counts
-	// them (layout 4, meta.Inode.Spans): none, or only the open one,
-	// deleted by key without a scan (ENGINE-REQUESTS 17). A concurrent
-	// change of the file's records rewrites the inode record (their count,
-	// open start or Used), which this deletion read: one of the two
-	// commits conflicts, as it would over the scanned range.
 	n, err := t.loadInode(ctx, ino)
 	if err != nil && !errors.Is(err, ErrNotExist) {
 		return err
@@ -155,23 +149,11 @@ func (t *Txn) deleteInode(ctx context.Context, ino Ino, orphan bool) error {
 	if n != nil {
 		t.garbage += n.Used // its data becomes garbage (gcpace.go)
 	}
-	var prefixes [][]byte
-	switch {
-	case n != nil && n.Spans == 1:
-	case n != nil && n.Spans == 2:
-		key := meta.SpanKey(uint64(ino), n.OpenStart, meta.SpanOpen)
-		if err := t.deleteRaw(ctx, key); err != nil {
-			return err
-		}
-		t.fs.hints.remove(ino, n.OpenStart, meta.SpanOpen)
-	default:
-		prefixes = append(prefixes, meta.SpanPrefix(uint64(ino)))
+	if err := t.deleteSpans(ctx, ino, n); err != nil {
+		return err
 	}
 	if t.fs.xattrs.Load() {
-		prefixes = append(prefixes, meta.XattrPrefix(uint64(ino)))
-	}
-	for _, prefix := range prefixes {
-		if err := t.deletePrefix(ctx, prefix); err != nil {
+		if err := t.deletePrefix(ctx, meta.XattrPrefix(uint64(ino))); err != nil {
 			return err
 		}
 	}

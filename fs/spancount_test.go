@@ -3,6 +3,7 @@ package fs_test
 import (
 	"bytes"
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/txnfs/txnfs/fs"
@@ -130,6 +131,52 @@ func TestSpanCount(t *testing.T) {
 			if n := countKeys(t, tf.KV, meta.AllSpansPrefix()); n != 0 {
 				t.Fatalf("%d span records left after every file was removed", n)
 			}
+		})
+	}
+}
+
+// TestTruncateToZeroReadsNoSpans: truncating a file whose inode counts
+// its span records to size 0 deletes them by key, and a write after it
+// in the same transaction (an NFS OPEN with size 0, then WRITE) reads no
+// span record either: with every read of span records failing, both
+// succeed, and the file holds just the new data.
+func TestTruncateToZeroReadsNoSpans(t *testing.T) {
+	for _, kind := range []storeKind{storeMem, storePebble} {
+		t.Run(kind.String(), func(t *testing.T) {
+			var failing atomic.Bool
+			tf := newTestFS(t, fsOpts{kind: kind, inlineMax: 64, wrapKV: func(s kv.Store) kv.Store {
+				return &failingGets{Store: s, prefix: meta.AllSpansPrefix(), on: &failing}
+			}})
+			f := tf.FS
+			var ino fs.Ino
+			do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+				a, _, err := tx.Create(ctx, fs.RootIno, "f", fs.CreateRequest{Type: fs.TypeRegular, Mode: 0o644})
+				ino = a.Ino
+				return err
+			})
+			do(t, f, func(ctx context.Context, tx *fs.Txn) error { return tx.Write(ctx, ino, 0, pattern(1, 12<<10)) })
+			if got, _ := inodeSpans(t, tf.KV, ino); got != 2 {
+				t.Fatalf("Spans %d, want 2", got)
+			}
+			failing.Store(true)
+			zero := uint64(0)
+			want := pattern(2, 100)
+			do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+				if err := tx.SetAttrOnly(ctx, ino, fs.SetAttr{Size: &zero}); err != nil {
+					return err
+				}
+				return tx.Write(ctx, ino, 0, want)
+			})
+			failing.Store(false)
+			buf := make([]byte, 200)
+			do(t, f, func(ctx context.Context, tx *fs.Txn) error {
+				n, _, err := tx.Read(ctx, ino, 0, buf)
+				if err == nil && !bytes.Equal(buf[:n], want) {
+					t.Errorf("read %d bytes after truncation and write, want the %d written", n, len(want))
+				}
+				return err
+			})
+			requireCheckClean(t, f)
 		})
 	}
 }

@@ -395,6 +395,32 @@ func (t *Txn) deleteRange(ctx context.Context, ino Ino, n *meta.Inode, from, to 
 	}
 }
 
+// deleteSpans deletes every span record of inode ino (n: its record, nil
+// if unknown); afterwards it has none in this execution (Txn.fresh). The
+// inode record says which records there are when it counts them (layout
+// 4, meta.Inode.Spans): none, or only the open one, deleted by key
+// without a scan (ENGINE-REQUESTS 17); otherwise the prefix is scanned. A
+// concurrent change of the file's records rewrites the inode record
+// (their count, open start or Used), which the caller read: one of the
+// two commits conflicts, as it would over the scanned range.
+func (t *Txn) deleteSpans(ctx context.Context, ino Ino, n *meta.Inode) error {
+	switch {
+	case n != nil && n.Spans == 1:
+	case n != nil && n.Spans == 2:
+		key := meta.SpanKey(uint64(ino), n.OpenStart, meta.SpanOpen)
+		if err := t.deleteRaw(ctx, key); err != nil {
+			return err
+		}
+		t.fs.hints.remove(ino, n.OpenStart, meta.SpanOpen)
+	default:
+		if err := t.deletePrefix(ctx, meta.SpanPrefix(uint64(ino))); err != nil {
+			return err
+		}
+	}
+	t.markFresh(ino)
+	return nil
+}
+
 // deletePrefix deletes every key under prefix, without decoding.
 func (t *Txn) deletePrefix(ctx context.Context, prefix []byte) error {
 	for {

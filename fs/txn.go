@@ -39,10 +39,12 @@ type Txn struct {
 
 	mutations int // bumped by every change, to detect half-done operations
 	inodes    map[Ino]*cachedInode
-	// fresh holds the inodes this execution created that have no span
-	// record yet: their numbers were just allocated (never reused,
-	// unknown to others until the commit), so spansIn need not read —
-	// until a span record of one is written (it then leaves the set).
+	// fresh holds the inodes that have no span record in this execution,
+	// so spansIn need not read — until a span record of one is written
+	// (it then leaves the set): those it created (their numbers were just
+	// allocated: never reused, unknown to others until the commit) and
+	// those whose records it deleted (deleteSpans: a concurrent change of
+	// their records conflicts with the inode record or range it read).
 	fresh map[Ino]struct{}
 
 	// retained is set once a put may still read its caller's buffer

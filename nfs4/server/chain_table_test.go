@@ -31,14 +31,29 @@ func TestChainTableKeepsRunningChains(t *testing.T) {
 		if st := tab.enter(ctx, sess, a); st != nfsv4.NFS4_OK {
 			t.Fatalf("enter %d: %d", i, st)
 		}
-		tab.leave(sess, a, nfsv4.NFS4_OK)
+		tab.executed(sess, a, nfsv4.NFS4_OK)
+		tab.replyTurn(ctx, sess, a, false)
 	}
 	if st := tab.enter(ctx, sess, &chainArgs{id: 1, seq: 0}); st != nfsv4.NFS4ERR_SEQ_MISORDERED {
 		t.Fatalf("a second COMPOUND with the running seq: %d, want SEQ_MISORDERED", st)
 	}
-	tab.leave(sess, running, nfsv4.NFS4_OK)
+	// Executed, its sync in flight: the chain is kept (its reply needs
+	// the state) while the table fills again.
+	tab.executed(sess, running, nfsv4.NFS4_OK)
+	time.Sleep(time.Millisecond)
+	for i := uint64(maxChains + 100); i < 2*maxChains+200; i++ {
+		a := &chainArgs{id: i, seq: 0}
+		if st := tab.enter(ctx, sess, a); st != nfsv4.NFS4_OK {
+			t.Fatalf("enter %d: %d", i, st)
+		}
+		tab.executed(sess, a, nfsv4.NFS4_OK)
+		tab.replyTurn(ctx, sess, a, false)
+	}
 	if st := tab.enter(ctx, sess, &chainArgs{id: 1, seq: 1, flags: chainLast}); st != nfsv4.NFS4_OK {
 		t.Fatalf("the next seq: %d", st)
+	}
+	if tab.replyTurn(ctx, sess, running, false) {
+		t.Fatal("the syncing COMPOUND's reply fails: its chain was forgotten")
 	}
 }
 
@@ -46,7 +61,8 @@ func TestChainTableKeepsRunningChains(t *testing.T) {
 // schedules: a chain's COMPOUNDs (some failing, some sent twice on
 // different slots, some preceded by a refused retransmission of an
 // earlier seq) arrive in random order with random delays, run a random
-// time and leave. Invariants: a COMPOUND runs only after every earlier
+// time, sync a random time (the next one may run meanwhile) and settle
+// their replies. Invariants: a COMPOUND runs only after every earlier
 // one of its chain ran and succeeded, in order; no seq runs twice; after
 // a failure nothing of the chain runs; every seq up to the first failure
 // runs (a refused retransmission breaks nothing). (After
@@ -73,12 +89,13 @@ func TestChainTableRandomSchedules(t *testing.T) {
 			seq   uint32
 			delay time.Duration
 			work  time.Duration
-			retx  bool // a retransmission refused at SEQUENCE (a used seq)
+			sync  time.Duration // between executed and replyTurn
+			retx  bool          // a retransmission refused at SEQUENCE (a used seq)
 		}
 		var sends []send
 		for k := range n {
 			sends = append(sends, send{seq: uint32(k), delay: time.Duration(rng.IntN(3000)) * time.Microsecond,
-				work: time.Duration(rng.IntN(500)) * time.Microsecond})
+				work: time.Duration(rng.IntN(500)) * time.Microsecond, sync: time.Duration(rng.IntN(800)) * time.Microsecond})
 			if rng.IntN(5) == 0 {
 				sends = append(sends, send{seq: uint32(k), delay: time.Duration(rng.IntN(3000)) * time.Microsecond})
 			}
@@ -125,9 +142,20 @@ func TestChainTableRandomSchedules(t *testing.T) {
 				}
 				mu.Lock()
 				done[sd.seq] = true
-				tab.leave(sess, a, st)
-				over = over || a.flags&chainLast != 0
+				tab.executed(sess, a, st)
 				mu.Unlock()
+				time.Sleep(sd.sync) // the next one may run meanwhile
+				last := a.flags&chainLast != 0
+				if last {
+					mu.Lock() // the chain is forgotten once it returns
+					defer mu.Unlock()
+				}
+				if tab.replyTurn(context.Background(), sess, a, false) {
+					t.Errorf("seed %d round %d: seq %d: reply failed without a failed sync", seed, round, sd.seq)
+				}
+				if last {
+					over = true
+				}
 			}()
 		}
 		wg.Wait()
@@ -143,5 +171,41 @@ func TestChainTableRandomSchedules(t *testing.T) {
 		if len(ran) != want {
 			t.Fatalf("seed %d round %d: %d COMPOUNDs, failing %d: only %v ran", seed, round, n, fail, ran)
 		}
+	}
+}
+
+// TestChainTableSyncFailure: once the sync of a chain's COMPOUND failed,
+// the reply of a later one that already ran fails too, even though its
+// own sync succeeded and it settles first, and a later one that had not
+// run is refused; replies before the failed one are unaffected.
+func TestChainTableSyncFailure(t *testing.T) {
+	tab := newChainTable()
+	ctx := context.Background()
+	sess := [16]byte{3}
+	a := []*chainArgs{{id: 1, seq: 0}, {id: 1, seq: 1}, {id: 1, seq: 2}, {id: 1, seq: 3, flags: chainLast}}
+	for _, x := range a[:3] {
+		if st := tab.enter(ctx, sess, x); st != nfsv4.NFS4_OK {
+			t.Fatalf("enter %d: %d", x.seq, st)
+		}
+		tab.executed(sess, x, nfsv4.NFS4_OK)
+	}
+	later := make(chan bool)
+	go func() { later <- tab.replyTurn(ctx, sess, a[2], false) }() // its own sync succeeded
+	select {
+	case <-later:
+		t.Fatal("seq 2 settled before seq 0 and 1")
+	case <-time.After(10 * time.Millisecond):
+	}
+	if tab.replyTurn(ctx, sess, a[0], false) {
+		t.Fatal("seq 0 fails")
+	}
+	if !tab.replyTurn(ctx, sess, a[1], true) {
+		t.Fatal("seq 1, whose sync failed, does not fail")
+	}
+	if !<-later {
+		t.Fatal("seq 2, which ran during the failed sync, does not fail")
+	}
+	if st := tab.enter(ctx, sess, a[3]); st != nfsv4.NFS4ERR_SEQ_MISORDERED {
+		t.Fatalf("seq 3 after the failed sync: %d, want SEQ_MISORDERED", st)
 	}
 }

@@ -3,11 +3,14 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
+	"github.com/txnfs/txnfs/fs"
 	"github.com/txnfs/txnfs/nfs4/client"
 	"github.com/txnfs/txnfs/nfs4/server"
 )
@@ -149,5 +152,181 @@ func TestChainMissingPredecessor(t *testing.T) {
 	}
 	if chainExists(t, c, "p") || chainExists(t, c, "q") || !chainExists(t, c, "o") {
 		t.Fatal("wrong COMPOUNDs ran")
+	}
+}
+
+// holdSyncs makes every call of the server's FS.Sync from now on signal
+// entered (the first one) and wait until release(err) is called; they
+// then return err, or run the real sync if it is nil.
+func holdSyncs(t *testing.T, ts *testServer) (entered chan struct{}, release func(error)) {
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	var syncErr error
+	var once sync.Once
+	release = func(err error) {
+		once.Do(func() {
+			syncErr = err
+			close(gate)
+		})
+	}
+	// A failed test releases them so that the server can stop (the
+	// cleanup runs before startServer's).
+	t.Cleanup(func() { release(nil) })
+	server.SetSyncForTest(ts.srv, func(ctx context.Context, sync func(context.Context) error) error {
+		first.Do(func() { close(entered) })
+		<-gate
+		if syncErr != nil {
+			return syncErr
+		}
+		return sync(ctx)
+	})
+	return entered, release
+}
+
+// waitExists polls until path exists, failing the test after a second.
+func waitExists(t *testing.T, c *client.Client, path ...string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Second); !chainExists(t, c, path...); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v not created within a second", path)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestChainRunsDuringSync: a chain's next COMPOUND runs while the sync of
+// the one before it is in flight (every sync is held), and no reply is
+// sent before the syncs return.
+func TestChainRunsDuringSync(t *testing.T) {
+	ts := startServer(t)
+	c := ts.dialClient(t)
+	entered, release := holdSyncs(t, ts)
+	id := c.NewChainID()
+	cps := []*client.Compound{
+		chainMkdir(id, 0, false, nil, "a"),
+		chainMkdir(id, 1, true, []string{"a"}, "b"),
+	}
+	type outcome struct {
+		i   int
+		rep *client.Reply
+		err error
+	}
+	done := make(chan outcome, len(cps))
+	for i, cp := range cps {
+		go func() {
+			rep, err := c.Do(context.Background(), cp)
+			done <- outcome{i, rep, err}
+		}()
+	}
+	<-entered // COMPOUND 0 ran and waits in its sync
+	waitExists(t, c, "a", "b")
+	select {
+	case o := <-done:
+		t.Fatalf("COMPOUND %d replied before the syncs returned", o.i)
+	case <-time.After(20 * time.Millisecond):
+	}
+	release(nil)
+	for range cps {
+		if o := <-done; o.err != nil || o.rep.Status != nfsv4.NFS4_OK {
+			t.Fatalf("COMPOUND %d: %v %v", o.i, o.err, o.rep)
+		}
+	}
+	if n := server.ChainsForTest(ts.srv); n != 0 {
+		t.Fatalf("%d chains left after the last COMPOUND", n)
+	}
+}
+
+// TestChainRunsDuringSyncNoDirOps: the same for COMPOUNDs that change no
+// directory (SETATTR), whose last run would otherwise commit durably
+// inside its execution.
+func TestChainRunsDuringSyncNoDirOps(t *testing.T) {
+	ts := startServer(t)
+	c := ts.dialClient(t)
+	entered, release := holdSyncs(t, ts)
+	id := c.NewChainID()
+	chmod := func(seq uint32, mode uint32) *client.Compound {
+		cp := &client.Compound{Chain: &client.Chain{ID: id, Seq: seq, Last: seq == 1}}
+		cp.PutRootFH()
+		cp.SetAttr(nfsv4.Stateid4{}, (&client.SetAttrs{SetMode: true, Mode: mode}).Encode())
+		return cp
+	}
+	done := make(chan error, 2)
+	for i, mode := range []uint32{0o711, 0o755} {
+		go func() {
+			rep, err := c.Do(context.Background(), chmod(uint32(i), mode))
+			if err == nil && rep.Status != nfsv4.NFS4_OK {
+				err = fmt.Errorf("status %v", rep.Status)
+			}
+			done <- err
+		}()
+	}
+	select {
+	case <-entered: // COMPOUND 0 ran and waits in its sync
+	case <-time.After(time.Second):
+		t.Fatal("COMPOUND 0 did not sync after its execution")
+	}
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(2 * time.Millisecond) {
+		var cp client.Compound
+		cp.PutRootFH()
+		cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_MODE))
+		rep, err := c.Do(context.Background(), &cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, err := client.DecodeAttrs(attrVals(t, rep.Results[1])); err == nil && a.Mode == 0o755 {
+			break // COMPOUND 1 ran
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("COMPOUND 1 did not run during the sync of COMPOUND 0")
+		}
+	}
+	release(nil)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestChainSyncFailure: when the sync of a chained COMPOUND fails, its
+// reply fails at its last operation with NFS4ERR_IO, so does the reply of
+// the next COMPOUND, which ran while that sync was in flight (its effects
+// visible, their durability unknown), and the COMPOUNDs after it are
+// refused with nothing run. (A later reply fails even when its own sync
+// succeeds: TestChainTableSyncFailure.)
+func TestChainSyncFailure(t *testing.T) {
+	ts := startServer(t)
+	ctx := context.Background()
+	c := ts.dialClient(t)
+	entered, release := holdSyncs(t, ts)
+	id := c.NewChainID()
+	cps := []*client.Compound{
+		chainMkdir(id, 0, false, nil, "x"),
+		chainMkdir(id, 1, false, nil, "y"),
+		chainMkdir(id, 2, true, nil, "z"),
+	}
+	reps, errs := make([]*client.Reply, 2), make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reps[i], errs[i] = c.Do(ctx, cps[i])
+		}()
+	}
+	<-entered
+	waitExists(t, c, "y") // COMPOUND 1 ran during the sync of COMPOUND 0
+	release(fmt.Errorf("injected: %w", fs.ErrIO))
+	wg.Wait()
+	for i := range 2 {
+		if errs[i] != nil || reps[i].Status != nfsv4.NFS4ERR_IO {
+			t.Fatalf("COMPOUND %d: %v %v, want NFS4ERR_IO", i, errs[i], reps[i])
+		}
+	}
+	if _, err := c.Do(ctx, cps[2]); !errors.Is(err, client.ErrChainRefused) {
+		t.Fatalf("COMPOUND 2: %v, want refused", err)
+	}
+	if chainExists(t, c, "z") {
+		t.Fatal("the COMPOUND after the failed sync's ran")
 	}
 }

@@ -105,6 +105,10 @@ type compound struct {
 	// durableRun is set while runGrouped runs the compound's last
 	// changing run with a durable commit.
 	durableRun bool
+	// chained is set for a compound of an ordered chain that runs: its
+	// sync follows its execution (never a durable commit inside it), so
+	// that the chain's next compound runs meanwhile (chainRun).
+	chained bool
 	// dirsHeld are the directory-lock stripes the current grouped run
 	// holds; split is set by an operation that must start a new run
 	// (lockDir).
@@ -399,7 +403,7 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	var results []nfsv4.NfsResop4
 	status := nfsv4.NFS4_OK
 	i := 0
-	var finalStatus *nfsv4.Nfsstat4 // set to the compound's status (a chained one)
+	var chained *chainRun // the compound's part in its chain, if enter let it run
 	// Session rules for 4.1+ (RFC 8881 §2.10.6, §18.46.3).
 	if minor > 0 && len(ops) > 0 {
 		switch ops[0].code {
@@ -426,9 +430,9 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 				} else if cst := s.chains.enter(c.ctx, sess, chain); cst != nfsv4.NFS4_OK {
 					chr.status, status = cst, cst
 				} else {
-					chainStatus := nfsv4.NFS4ERR_SERVERFAULT // a panic: the chain stops
-					defer func() { s.chains.leave(sess, chain, chainStatus) }()
-					finalStatus = &chainStatus
+					chained = &chainRun{t: s.chains, sess: sess, a: chain}
+					c.chained = true
+					defer chained.end(c.ctx) // after a panic: the chain stops
 				}
 			}
 		case nfsv4.OP_EXCHANGE_ID, nfsv4.OP_CREATE_SESSION, nfsv4.OP_DESTROY_SESSION,
@@ -460,16 +464,24 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 			res, st := c.runGrouped(ops[i:])
 			c.plain, c.syncFollows = false, false
 			c.endView()
+			// The chain's next COMPOUND may run while this one syncs; its
+			// reply waits for this one's (docs/protocol.md §4).
+			chained.executed(st)
+			var syncErr error
 			if c.needSync {
-				if err := s.fs.Sync(c.ctx); err != nil {
-					// The effects are visible but may not survive a
-					// crash: the last operation fails.
-					st = s.toStatus(c.ctx, "SYNC", err, aboutHandle)
-					if st == nfsv4.NFS4_OK || st == nfsv4.NFS4ERR_NOENT {
-						st = nfsv4.NFS4ERR_IO
-					}
-					res[len(res)-1] = errRes(res[len(res)-1].GetResop(), st)
+				syncErr = (*s.sync.Load())(c.ctx)
+			}
+			if chained.replyTurn(c.ctx, syncErr != nil) && syncErr == nil && st == nfsv4.NFS4_OK {
+				syncErr = errChainNotDurable
+			}
+			if syncErr != nil && len(res) > 0 {
+				// The effects are visible but may not survive a
+				// crash: the last operation fails.
+				st = s.toStatus(c.ctx, "SYNC", syncErr, aboutHandle)
+				if st == nfsv4.NFS4_OK || st == nfsv4.NFS4ERR_NOENT {
+					st = nfsv4.NFS4ERR_IO
 				}
+				res[len(res)-1] = errRes(res[len(res)-1].GetResop(), st)
 			}
 			results = append(results, res...)
 			status = st
@@ -485,9 +497,6 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 		}
 	}
 	c.endView()
-	if finalStatus != nil {
-		*finalStatus = status
-	}
 	if chr != nil {
 		txr = chr
 	}
@@ -702,8 +711,10 @@ func (c *compound) runGrouped(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat
 			// WAL flush also covers the compound's earlier NoSync
 			// commits, so no Sync is left to do.
 			// A run taking directory locks commits NoSync even then,
-			// so that it does not hold them during the flush.
-			c.durableRun = !anyChange(ops[n:]) && anyNeedsDurable(ops[:n]) && !c.takesDirLocks(ops[:n])
+			// so that it does not hold them during the flush, and so
+			// does a chained compound, so that the flush overlaps the
+			// chain's next compound.
+			c.durableRun = !anyChange(ops[n:]) && anyNeedsDurable(ops[:n]) && !c.takesDirLocks(ops[:n]) && !c.chained
 			res, st, failedAt := c.runGroup(ops[:n])
 			durable := c.durableRun
 			c.durableRun = false

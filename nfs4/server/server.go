@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
@@ -138,6 +139,9 @@ type Server struct {
 	txns *txnTable // multi-compound transactions (ops_txn.go)
 	// chains are the live ordered chains of compounds (chain.go).
 	chains *chainTable
+	// sync is the FS.Sync a compound's reply waits for (tests replace it
+	// while the server runs, to delay or fail it).
+	sync atomic.Pointer[func(context.Context) error]
 	// dirLocks serializes grouped runs changing one directory (dirlocks.go).
 	dirLocks *dirLocks
 	fsid     uint64
@@ -209,6 +213,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.chains = newChainTable()
+	fsSync := s.fs.Sync
+	s.sync.Store(&fsSync)
 	if s.txns, err = newTxnTable(s, cfg.Registry); err != nil {
 		return nil, err
 	}
