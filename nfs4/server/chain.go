@@ -34,7 +34,7 @@ type chainArgs struct {
 }
 
 // chainWait bounds how long a COMPOUND waits for the previous one of its
-// chain to arrive and finish; chainIdle is how long an unfinished chain's
+// chain to arrive and execute (not for its sync: see replyTurn); chainIdle is how long an unfinished chain's
 // state is kept without activity. Variables for tests.
 var (
 	chainWait = 10 * time.Second
@@ -188,33 +188,32 @@ func (t *chainTable) executed(sess [16]byte, a *chainArgs, st nfsv4.Nfsstat4) {
 // its commits returned (durFailed: the sync failed). It waits until the
 // replies of the chain's earlier COMPOUNDs are settled and reports
 // whether the reply of a must fail because the commits of one of them,
-// or its own, were not made durable (or it could not learn that, its
-// context ending or the wait expiring). Such a failure breaks the chain
-// after a: the COMPOUNDs that did not run yet are refused.
+// or its own, were not made durable (or it could not learn that: its
+// context ended, the server stops). Such a failure breaks the chain
+// after a: the COMPOUNDs that did not run yet are refused. The wait has
+// no time limit: every earlier COMPOUND ran (a ran after them) and
+// settles its reply once its sync returns, however slow the device; a
+// limit would answer NFS4ERR_IO, "the storage failed", for a slow sync.
 func (t *chainTable) replyTurn(ctx context.Context, sess [16]byte, a *chainArgs, durFailed bool) bool {
 	k := chainKey{sess, a.id}
-	timer := time.NewTimer(chainWait)
-	defer timer.Stop()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.get(k, time.Now())
 	s.syncing--
 	s.waiters++
 	defer func() { s.waiters-- }()
-	expired := false
-	for s.replied != a.seq && !expired {
+	stopped := false
+	for s.replied != a.seq && !stopped {
 		ch := s.changed
 		t.mu.Unlock()
 		select {
 		case <-ch:
-		case <-timer.C:
-			expired = true
 		case <-ctx.Done():
-			expired = true
+			stopped = true
 		}
 		t.mu.Lock()
 	}
-	settled := s.replied == a.seq // else the wait ended first
+	settled := s.replied == a.seq // else the server stopped first
 	fail := durFailed || !settled || s.durFailed < a.seq
 	if fail {
 		s.durFailed = min(s.durFailed, a.seq)

@@ -471,7 +471,10 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 			if c.needSync {
 				syncErr = (*s.sync.Load())(c.ctx)
 			}
-			if chained.replyTurn(c.ctx, syncErr != nil) && syncErr == nil && st == nfsv4.NFS4_OK {
+			// Also a COMPOUND that stopped early: the operations
+			// before its failing one changed the file system, and its
+			// own status would say they are done (docs/protocol.md §4).
+			if chained.replyTurn(c.ctx, syncErr != nil) && syncErr == nil {
 				syncErr = errChainNotDurable
 			}
 			if syncErr != nil && len(res) > 0 {
