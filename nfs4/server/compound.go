@@ -7,7 +7,6 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -563,6 +562,12 @@ func boolInt(b bool) int {
 // own.
 func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	results := make([]nfsv4.NfsResop4, 0, len(ops))
+	lastWrite := -1
+	for i, op := range ops {
+		if op.code == nfsv4.OP_WRITE {
+			lastWrite = i
+		}
+	}
 	for i, op := range ops {
 		start := time.Now()
 		var res nfsv4.NfsResop4
@@ -570,7 +575,7 @@ func (c *compound) runOps(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 		wrote := c.wrote
 		c.wrote = false
 		c.wantOffset = op.wantOffset
-		c.moreWrites = slices.ContainsFunc(ops[i+1:], func(o decodedOp) bool { return o.code == nfsv4.OP_WRITE })
+		c.moreWrites = i < lastWrite
 		switch {
 		case op.code == OpAppendOffset:
 			res, st = c.appendOffset(op.flags, wrote)
