@@ -26,7 +26,6 @@ import (
 // says "the operations before this one are done".
 func TestChainSyncFailureFailsStoppedCompound(t *testing.T) {
 	ts := startServer(t)
-	ctx := context.Background()
 	c := ts.dialClient(t)
 	// The first sync (COMPOUND 0's) is held and then fails; every later
 	// one (COMPOUND 1's own) succeeds.
@@ -51,19 +50,11 @@ func TestChainSyncFailureFailsStoppedCompound(t *testing.T) {
 	stopped := chainMkdir(id, 1, true, nil, "y")
 	stopped.Lookup("missing") // NFS4ERR_NOENT after the MKDIR of y
 	cps := []*client.Compound{chainMkdir(id, 0, false, nil, "x"), stopped}
-	reps, errs := make([]*client.Reply, 2), make([]error, 2)
-	var wg sync.WaitGroup
-	for i := range cps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reps[i], errs[i] = c.Do(ctx, cps[i])
-		}()
-	}
+	wait := sendAll(c, cps)
 	<-entered
 	waitExists(t, c, "y") // COMPOUND 1 ran during the sync of COMPOUND 0
 	close(gate)
-	wg.Wait()
+	reps, errs := wait()
 	for i := range cps {
 		if errs[i] != nil || reps[i].Status != nfsv4.NFS4ERR_IO {
 			t.Errorf("COMPOUND %d: %v %v, want NFS4ERR_IO", i, errs[i], reps[i])
@@ -204,19 +195,11 @@ func TestChainSlowSyncIsNotFailure(t *testing.T) {
 	look.PutRootFH()
 	look.Lookup("s0")
 	cps := []*client.Compound{chainMkdir(id, 0, false, nil, "s0"), look}
-	reps, errs := make([]*client.Reply, 2), make([]error, 2)
-	var wg sync.WaitGroup
-	for i := range cps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reps[i], errs[i] = c.Do(context.Background(), cps[i])
-		}()
-	}
+	wait := sendAll(c, cps)
 	<-entered
 	time.Sleep(300 * time.Millisecond) // COMPOUND 1 runs and waits meanwhile
 	release(nil)
-	wg.Wait()
+	reps, errs := wait()
 	for i := range cps {
 		if errs[i] != nil || reps[i].Status != nfsv4.NFS4_OK {
 			t.Errorf("COMPOUND %d: %v %v, want NFS4_OK", i, errs[i], reps[i])

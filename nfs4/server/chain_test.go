@@ -59,6 +59,24 @@ func sendReversed(c *client.Client, cps []*client.Compound) ([]*client.Reply, []
 	return reps, errs
 }
 
+// sendAll sends cps concurrently; wait returns their outcomes once all
+// are back.
+func sendAll(c *client.Client, cps []*client.Compound) (wait func() ([]*client.Reply, []error)) {
+	reps, errs := make([]*client.Reply, len(cps)), make([]error, len(cps))
+	var wg sync.WaitGroup
+	for i := range cps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reps[i], errs[i] = c.Do(context.Background(), cps[i])
+		}()
+	}
+	return func() ([]*client.Reply, []error) {
+		wg.Wait()
+		return reps, errs
+	}
+}
+
 // TestChainOrder: the COMPOUNDs of a chain run in the chain's order even
 // when they arrive in reverse (each needs the directory the one before
 // it makes), and the server forgets the chain after its last COMPOUND.
@@ -305,19 +323,11 @@ func TestChainSyncFailure(t *testing.T) {
 		chainMkdir(id, 1, false, nil, "y"),
 		chainMkdir(id, 2, true, nil, "z"),
 	}
-	reps, errs := make([]*client.Reply, 2), make([]error, 2)
-	var wg sync.WaitGroup
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reps[i], errs[i] = c.Do(ctx, cps[i])
-		}()
-	}
+	wait := sendAll(c, cps[:2])
 	<-entered
 	waitExists(t, c, "y") // COMPOUND 1 ran during the sync of COMPOUND 0
 	release(fmt.Errorf("injected: %w", fs.ErrIO))
-	wg.Wait()
+	reps, errs := wait()
 	for i := range 2 {
 		if errs[i] != nil || reps[i].Status != nfsv4.NFS4ERR_IO {
 			t.Fatalf("COMPOUND %d: %v %v, want NFS4ERR_IO", i, errs[i], reps[i])
