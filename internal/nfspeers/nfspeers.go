@@ -56,7 +56,9 @@ func (p *Peer) Stop() error {
 var ErrUnavailable = errors.New("nfspeers: server unavailable")
 
 // GaneshaScript finds ganesha.sh: $TXNFS_GANESHA_SH, or
-// ../shared/peers/ganesha.sh next to the module root.
+// ../shared/peers/ganesha.sh next to the module root, or else the
+// module's copy of it, scripts/ganesha-peer.sh (a checkout without the
+// workplace beside it, e.g. a CI clone elsewhere).
 func GaneshaScript() (string, error) {
 	if p := os.Getenv("TXNFS_GANESHA_SH"); p != "" {
 		return p, nil
@@ -67,11 +69,15 @@ func GaneshaScript() (string, error) {
 	}
 	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			p := filepath.Join(filepath.Dir(d), "shared", "peers", "ganesha.sh")
-			if _, err := os.Stat(p); err == nil {
-				return p, nil
+			for _, p := range []string{
+				filepath.Join(filepath.Dir(d), "shared", "peers", "ganesha.sh"),
+				filepath.Join(d, "scripts", "ganesha-peer.sh"),
+			} {
+				if _, err := os.Stat(p); err == nil {
+					return p, nil
+				}
 			}
-			return "", fmt.Errorf("%w: %s not found (set TXNFS_GANESHA_SH)", ErrUnavailable, p)
+			return "", fmt.Errorf("%w: neither ../shared/peers/ganesha.sh nor scripts/ganesha-peer.sh found (set TXNFS_GANESHA_SH)", ErrUnavailable)
 		}
 		if filepath.Dir(d) == d {
 			return "", fmt.Errorf("%w: module root not found", ErrUnavailable)

@@ -8,7 +8,7 @@
 //
 // Both servers run as separate processes: txnfs as `txnfs serve` built
 // from this module (real durability: every commit is fsynced before the
-// reply), Ganesha through ../shared/peers/ganesha.sh. The client is
+// reply), Ganesha through ../shared/peers/ganesha.sh (or scripts/ganesha-peer.sh). The client is
 // nfs4/internal/testclient, one TCP connection and one NFSv4.1 session per
 // simulated client, one COMPOUND in flight per client.
 //

@@ -16,6 +16,7 @@ import (
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
+	"github.com/txnfs/txnfs/internal/nfspeers"
 	"github.com/txnfs/txnfs/nfs4/internal/testclient"
 )
 
@@ -141,27 +142,14 @@ func startTxnfs(b *testing.B, bin string) (string, int) {
 	return addr, cmd.Process.Pid
 }
 
-// ganeshaScript finds ../shared/peers/ganesha.sh above the working
-// directory (or TXNFS_GANESHA_SCRIPT).
+// ganeshaScript finds ganesha.sh (TXNFS_GANESHA_SCRIPT, else as
+// nfspeers.GaneshaScript does), or "".
 func ganeshaScript() string {
 	if p := os.Getenv("TXNFS_GANESHA_SCRIPT"); p != "" {
 		return p
 	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for {
-		p := filepath.Join(dir, "shared", "peers", "ganesha.sh")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
+	p, _ := nfspeers.GaneshaScript()
+	return p
 }
 
 // startGanesha starts NFS-Ganesha exporting a fresh directory, or skips
