@@ -125,8 +125,19 @@ func StartGanesha(ctx context.Context, work string) (*Peer, error) {
 		return nil, fmt.Errorf("%w: ganesha.sh start: %v: %s", ErrUnavailable, err, strings.TrimSpace(string(out)))
 	}
 	p := &Peer{Name: "ganesha", Addr: fmt.Sprintf("127.0.0.1:%d", port), Root: "/export", Dir: exp}
+	pid := strings.TrimSpace(string(out))
 	p.stop = func() error {
-		return exec.Command("bash", script, "stop", gw).Run()
+		err := exec.Command("bash", script, "stop", gw).Run()
+		// The script only signals: wait (up to 5 s) for Ganesha to
+		// exit, so that it writes no more into work (its log) once
+		// the caller removes it.
+		for i := 0; i < 200 && pid != ""; i++ {
+			if _, serr := os.Stat("/proc/" + pid); serr != nil {
+				break
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		return err
 	}
 	// The script returns when the port accepts connections; Ganesha may
 	// still be finishing start-up (grace period is off).
