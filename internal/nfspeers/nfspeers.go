@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +41,8 @@ type Peer struct {
 	Dir string
 	// Txn and Append report the txnfs extensions.
 	Txn, Append bool
+	// PID is the server's process id (Ganesha only; 0 if unknown).
+	PID int
 
 	stop func() error
 }
@@ -125,14 +128,16 @@ func StartGanesha(ctx context.Context, work string) (*Peer, error) {
 		return nil, fmt.Errorf("%w: ganesha.sh start: %v: %s", ErrUnavailable, err, strings.TrimSpace(string(out)))
 	}
 	p := &Peer{Name: "ganesha", Addr: fmt.Sprintf("127.0.0.1:%d", port), Root: "/export", Dir: exp}
-	pid := strings.TrimSpace(string(out))
+	if f := strings.Fields(string(out)); len(f) > 0 {
+		p.PID, _ = strconv.Atoi(f[len(f)-1]) // the script prints it last
+	}
 	p.stop = func() error {
 		err := exec.Command("bash", script, "stop", gw).Run()
 		// The script only signals: wait (up to 5 s) for Ganesha to
 		// exit, so that it writes no more into work (its log) once
 		// the caller removes it.
-		for i := 0; i < 200 && pid != ""; i++ {
-			if _, serr := os.Stat("/proc/" + pid); serr != nil {
+		for i := 0; i < 200 && p.PID > 0; i++ {
+			if _, serr := os.Stat(fmt.Sprintf("/proc/%d", p.PID)); serr != nil {
 				break
 			}
 			time.Sleep(25 * time.Millisecond)

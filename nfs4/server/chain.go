@@ -122,8 +122,8 @@ func (s *chainState) signal() {
 }
 
 // enter waits until the COMPOUND a of session sess may run. It returns
-// NFS4_OK if it may (the caller must then call leave), or the status
-// refusing it: nothing of it may run.
+// NFS4_OK if it may (the caller must then call executed and replyTurn:
+// chainRun), or the status refusing it: nothing of it may run.
 func (t *chainTable) enter(ctx context.Context, sess [16]byte, a *chainArgs) nfsv4.Nfsstat4 {
 	if a.flags&^chainLast != 0 {
 		return nfsv4.NFS4ERR_INVAL

@@ -8,13 +8,13 @@
 //
 // Both servers run as separate processes: txnfs as `txnfs serve` built
 // from this module (real durability: every commit is fsynced before the
-// reply), Ganesha through ../shared/peers/ganesha.sh (or scripts/ganesha-peer.sh). The client is
+// reply), Ganesha through internal/nfspeers (../shared/peers/ganesha.sh,
+// or the module's scripts/ganesha-peer.sh). The client is
 // nfs4/internal/testclient, one TCP connection and one NFSv4.1 session per
 // simulated client, one COMPOUND in flight per client.
 //
-// The benchmarks skip when Ganesha is not installed, when not running as
-// root (FSAL_VFS needs it) or when the peer script is missing; set
-// TXNFS_GANESHA_SCRIPT to point at the script. The package has no tests,
+// The benchmarks skip when Ganesha cannot start, e.g. when not running as
+// root (FSAL_VFS needs it); TXNFS_GANESHA_SH points at another script. The package has no tests,
 // only benchmarks:
 //
 //	go test ./nfs4/internal/nfsbench -run XXX -bench . -benchtime 2s

@@ -2,12 +2,12 @@ package nfsbench
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -142,58 +142,16 @@ func startTxnfs(b *testing.B, bin string) (string, int) {
 	return addr, cmd.Process.Pid
 }
 
-// ganeshaScript finds ganesha.sh (TXNFS_GANESHA_SCRIPT, else as
-// nfspeers.GaneshaScript does), or "".
-func ganeshaScript() string {
-	if p := os.Getenv("TXNFS_GANESHA_SCRIPT"); p != "" {
-		return p
-	}
-	p, _ := nfspeers.GaneshaScript()
-	return p
-}
-
-// startGanesha starts NFS-Ganesha exporting a fresh directory, or skips
-// the benchmark if it cannot run here. It returns the address and the
-// process id (0 if the script did not print it).
+// startGanesha starts NFS-Ganesha exporting a fresh directory
+// (nfspeers.StartGanesha), or skips the benchmark if it cannot run here.
+// It returns the address and the process id (0 if unknown).
 func startGanesha(b *testing.B) (string, int) {
-	script := ganeshaScript()
-	switch {
-	case script == "":
-		b.Skip("ganesha.sh not found (set TXNFS_GANESHA_SCRIPT)")
-	case os.Geteuid() != 0:
-		b.Skip("Ganesha's FSAL_VFS needs root")
-	}
-	if _, err := exec.LookPath("ganesha.nfsd"); err != nil {
-		b.Skip("ganesha.nfsd not installed (apt-get install nfs-ganesha nfs-ganesha-vfs)")
-	}
-	work := b.TempDir()
-	export := filepath.Join(work, "export")
-	addr := freeAddr(b)
-	_, port, _ := net.SplitHostPort(addr)
-	out, err := exec.Command("bash", script, "start", export, port, filepath.Join(work, "ganesha")).CombinedOutput()
+	p, err := nfspeers.StartGanesha(context.Background(), b.TempDir())
 	if err != nil {
-		b.Skipf("ganesha did not start: %v\n%s", err, out)
+		b.Skipf("ganesha did not start: %v", err)
 	}
-	lines := strings.Fields(string(out))
-	pid := 0
-	if len(lines) > 0 {
-		pid, _ = strconv.Atoi(lines[len(lines)-1])
-	}
-	b.Cleanup(func() {
-		// ganesha.sh stop only signals: wait for the process to exit
-		// before its directory is removed.
-		pid, _ := os.ReadFile(filepath.Join(work, "ganesha", "ganesha.pid"))
-		exec.Command("bash", script, "stop", filepath.Join(work, "ganesha")).Run()
-		if p := strings.TrimSpace(string(pid)); p != "" {
-			for i := 0; i < 200; i++ {
-				if _, err := os.Stat("/proc/" + p); err != nil {
-					break
-				}
-				time.Sleep(25 * time.Millisecond)
-			}
-		}
-	})
-	return addr, pid
+	b.Cleanup(func() { p.Stop() })
+	return p.Addr, p.PID
 }
 
 // client is one simulated NFS client: a connection with a 4.1 session.
