@@ -95,13 +95,12 @@ readargs=(--rw=read --bs=1m --invalidate=0)
 # goes to $work/readcheck as "LABEL MiB/s cached-pages/pages reader-CPU-%
 # dropped-pages READs other-requests" ("-" where not counted).
 wfio() {
-	local v w=${1#read-after-} f pages cached dev ino counts
+	local v w=${1#read-after-} f pages ncached dev ino counts
 	# shellcheck disable=SC2046
 	v=$(runfio "$w" "$2" $(args "$w"))
 	if [[ $1 == read-after-* ]]; then
 		f="$2/bench.$w"
 		pages=$((($(stat -c %s "$f") + 4095) / 4096))
-		cached=$(fincore -n -o PAGES "$f" 2>/dev/null || echo "?")
 		if [[ -n $perfcheck ]]; then
 			dev=$(kdev "$f")
 			ino=$(stat -c %i "$f")
@@ -109,14 +108,16 @@ wfio() {
 				-e filemap:mm_filemap_delete_from_page_cache --filter "s_dev == $dev && i_ino == $ino" \
 				-e fuse:fuse_request_send --filter "connection == $dev && opcode == 15" \
 				-e fuse:fuse_request_send --filter "connection == $dev && opcode != 15" \
-				-- env work="$work" SIZE="$SIZE" bash -c '. scripts/bench-fuse-lib.sh; runfio "$@"' runfio "$w" "$2" "${readargs[@]}")
+				-- env work="$work" SIZE="$SIZE" bash -c '. scripts/bench-fuse-lib.sh; cached "$2/bench.$1" >"$work/cached"; runfio "$@"' runfio "$w" "$2" "${readargs[@]}")
+			ncached=$(<"$work/cached")
 			counts=$(grep -E 'mm_filemap|fuse_request' "$work/perfstat" | cut -d, -f1 | paste -sd' ')
 			[[ $2 == "$work/local" ]] && counts="${counts%% *} - -"
 		else
+			ncached=$(cached "$f")
 			v=$(runfio "$w" "$2" "${readargs[@]}")
 			counts="- - -"
 		fi
-		echo "${3:-} ${v%% *} ${cached// /}/$pages $(readercpu) $counts" >>"$work/readcheck"
+		echo "${3:-} ${v%% *} $ncached/$pages $(readercpu) $counts" >>"$work/readcheck"
 	fi
 	rm -f "$2/bench.$w"
 	echo "${v%% *}"
