@@ -222,6 +222,7 @@ func (m *Server) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 
 // Read implements RawFileSystem. Permission was checked at open.
 func (m *Server) Read(_ <-chan struct{}, in *raw.ReadIn, buf []byte) (raw.ReadResult, raw.Status) {
+	m.readRequests.Add(1)
 	if m.nodes.isRetired(fs.Ino(in.NodeId)) {
 		return nil, raw.EIO
 	}

@@ -185,6 +185,9 @@ type Server struct {
 	// wbFault, if set (tests), runs before each write-behind commit; an
 	// error fails the commit.
 	wbFault atomic.Pointer[func(fs.Ino) error]
+	// readRequests counts READ requests: data the kernel did not find
+	// in its page cache (tests check that written data stays there).
+	readRequests atomic.Uint64
 }
 
 var _ raw.RawFileSystem = (*Server)(nil)

@@ -19,6 +19,10 @@ print("%.1f %.0f" % (d["bw_bytes"] / 2**20, d["iops"]))
 PY
 }
 
+# cached FILE -> how many pages of FILE are in the page cache ("?" if
+# fincore cannot tell).
+cached() { fincore -n -o PAGES "$1" 2>/dev/null | tr -d ' ' || echo "?"; }
+
 # fio_jobs FN: calls FN NAME fio-args... for each workload of the
 # comparison tables (reads use the file the write before them laid out).
 fio_jobs() {
