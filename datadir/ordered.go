@@ -1,12 +1,15 @@
 package datadir
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/txnfs/txnfs/slice"
 )
 
 // DefaultLogBuffer is the default bound on the write-ahead-log bytes an
@@ -42,7 +45,11 @@ const DefaultLogBuffer = 64 << 20
 type orderedFS struct {
 	vfs.FS
 	before func() error
-	limit  int // bytes buffered per log before it is written out; <= 0: no buffering
+	// beforeSync, if set, replaces before when a log is synced: it may
+	// leave running covered slice writes to the log's flush (see
+	// orderedFile.syncLog), returning a wait for them.
+	beforeSync func() (*slice.Deferred, error)
+	limit      int // bytes buffered per log before it is written out; <= 0: no buffering
 
 	mu   sync.Mutex
 	logs map[*orderedFile]struct{} // open log files with buffers
@@ -207,6 +214,11 @@ func (f *orderedFile) flushLocked() error {
 		f.err = err
 		return err
 	}
+	return f.writeBufferLocked()
+}
+
+// writeBufferLocked writes the buffered log bytes out, in order.
+func (f *orderedFile) writeBufferLocked() error {
 	for i, c := range f.chunks {
 		if err := f.writeLog(c); err != nil {
 			f.err = fmt.Errorf("datadir: writing buffered log bytes: %w", err)
@@ -392,24 +404,88 @@ func (f *orderedFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (f *orderedFile) Sync() error {
-	if err := f.flush(); err != nil {
-		return err
-	}
-	return f.File.Sync()
+	return f.syncLog(f.File.Sync)
 }
 
 func (f *orderedFile) SyncData() error {
-	if err := f.flush(); err != nil {
-		return err
-	}
-	return f.File.SyncData()
+	return f.syncLog(f.File.SyncData)
 }
 
-func (f *orderedFile) SyncTo(length int64) (bool, error) {
-	if err := f.flush(); err != nil {
-		return false, err
+func (f *orderedFile) SyncTo(length int64) (fullSync bool, err error) {
+	err = f.syncLog(func() error {
+		fullSync, err = f.File.SyncTo(length)
+		return err
+	})
+	return fullSync, err
+}
+
+// waitDeferred waits for the slice writes a log sync left running; their
+// failure fails the log for good.
+func (f *orderedFile) waitDeferred(running *slice.Deferred) error {
+	if err := running.Wait(context.Background()); err != nil {
+		err = fmt.Errorf("datadir: slice writes named by the log failed: %w", err)
+		f.mu.Lock()
+		if f.err == nil {
+			f.err = err
+		}
+		f.mu.Unlock()
+		return err
 	}
-	return f.File.SyncTo(length)
+	return nil
+}
+
+// syncLog writes out the buffer and runs sync (an fsync of the file).
+// For a buffered log with beforeSync set, the covered slice writes still
+// running (slice.Local.SyncAllDeferred; their commits were pledged,
+// slice.Local.Pledge) do not hold up the log write: the log bytes are
+// written and synced while those writes run, and once they returned
+// sync runs again — on a file with nothing dirty, a device cache flush —
+// so that the flush that acknowledges the log's commits follows the
+// completion of every covered write of every commit in it. Until then
+// the log's record of such a commit may reach the disk without its slice
+// bytes; such a commit is not acknowledged, and recovery cuts it if a
+// power cut left its bytes missing (docs/engine.md "Covered puts").
+// Without running writes this is the ordinary order: slices, log, sync.
+func (f *orderedFile) syncLog(sync func() error) error {
+	if !f.log || f.fs.beforeSync == nil {
+		if err := f.flush(); err != nil {
+			return err
+		}
+		return sync()
+	}
+	f.mu.Lock()
+	var running *slice.Deferred
+	err := f.err
+	if err == nil && f.buffered > 0 {
+		running, err = f.fs.beforeSync()
+		if err != nil {
+			err = fmt.Errorf("datadir: making slice data durable before a metadata write: %w", err)
+			f.err = err
+		} else {
+			err = f.writeBufferLocked()
+		}
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	// Writes that returned meanwhile are covered by the first flush.
+	second := running != nil && !running.Done()
+	if running != nil && !second {
+		if err := f.waitDeferred(running); err != nil {
+			return err
+		}
+	}
+	if err := sync(); err != nil {
+		return err
+	}
+	if !second {
+		return nil
+	}
+	if err := f.waitDeferred(running); err != nil {
+		return err
+	}
+	return sync()
 }
 
 func (f *orderedFile) Read(p []byte) (int, error) {

@@ -294,9 +294,11 @@ var retainPayloads = true
 // putPayload is putSlice of a payload whose CRC32C is known. With
 // retainPayloads the store may write it in the background from the
 // caller's buffer (a loan: the caller keeps the buffer until the
-// transaction ends, which waits for the write, waitRetained).
+// transaction ends, which waits for the write, waitRetained). A caller
+// that lends the payload itself (ctx has a slice.Loan) waits for its loan
+// instead, and may let the write run past the transaction's end.
 func (t *Txn) putPayload(ctx context.Context, ino Ino, off uint64, pl slice.Payload) (slice.Pointer, error) {
-	if retainPayloads {
+	if retainPayloads && !slice.Lent(ctx) {
 		t.retained = true
 		loan := slice.NewLoan(func() {})
 		defer loan.Release()

@@ -76,6 +76,9 @@ func WithLoan(ctx context.Context, l *Loan) context.Context {
 	return context.WithValue(ctx, loanKey{}, l)
 }
 
+// Lent reports whether ctx carries a loan (WithLoan).
+func Lent(ctx context.Context) bool { return loanFrom(ctx) != nil }
+
 // loanFrom returns the loan of ctx, or nil.
 func loanFrom(ctx context.Context) *Loan {
 	l, _ := ctx.Value(loanKey{}).(*Loan)
