@@ -419,33 +419,18 @@ func (f *orderedFile) SyncTo(length int64) (fullSync bool, err error) {
 	return fullSync, err
 }
 
-// waitDeferred waits for the slice writes a log sync left running; their
-// failure fails the log for good.
-func (f *orderedFile) waitDeferred(running *slice.Deferred) error {
-	if err := running.Wait(context.Background()); err != nil {
-		err = fmt.Errorf("datadir: slice writes named by the log failed: %w", err)
-		f.mu.Lock()
-		if f.err == nil {
-			f.err = err
-		}
-		f.mu.Unlock()
-		return err
-	}
-	return nil
-}
-
 // syncLog writes out the buffer and runs sync (an fsync of the file).
 // For a buffered log with beforeSync set, the covered slice writes still
 // running (slice.Local.SyncAllDeferred; their commits were pledged,
 // slice.Local.Pledge) do not hold up the log write: the log bytes are
-// written and synced while those writes run, and once they returned
-// sync runs again — on a file with nothing dirty, a device cache flush —
-// so that the flush that acknowledges the log's commits follows the
-// completion of every covered write of every commit in it. Until then
-// the log's record of such a commit may reach the disk without its slice
-// bytes; such a commit is not acknowledged, and recovery cuts it if a
-// power cut left its bytes missing (docs/engine.md "Covered puts").
-// Without running writes this is the ordinary order: slices, log, sync.
+// written, and their writeback started, while those writes run; sync —
+// the device flush that acknowledges the log's commits — starts once
+// they returned, so it follows the completion of every covered write of
+// every commit in the log. Until then the log's record of such a commit
+// may reach the disk without its slice bytes; such a commit is not
+// acknowledged, and recovery cuts it if a power cut left its bytes
+// missing (docs/engine.md "Covered puts"). Without running writes this is
+// the ordinary order: slices, log, sync.
 func (f *orderedFile) syncLog(sync func() error) error {
 	if !f.log || f.fs.beforeSync == nil {
 		if err := f.flush(); err != nil {
@@ -462,28 +447,29 @@ func (f *orderedFile) syncLog(sync func() error) error {
 			err = fmt.Errorf("datadir: making slice data durable before a metadata write: %w", err)
 			f.err = err
 		} else {
+			from := f.pos
 			err = f.writeBufferLocked()
+			if err == nil && running != nil && !running.Done() {
+				// The log's pages go to the device while the slice
+				// writes run; the sync then only waits for them.
+				startWriteBack(f.File, from, f.pos-from)
+			}
 		}
 	}
 	f.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	// Writes that returned meanwhile are covered by the first flush.
-	second := running != nil && !running.Done()
-	if running != nil && !second {
-		if err := f.waitDeferred(running); err != nil {
+	if running != nil {
+		if err := running.Wait(context.Background()); err != nil {
+			err = fmt.Errorf("datadir: slice writes named by the log failed: %w", err)
+			f.mu.Lock()
+			if f.err == nil {
+				f.err = err
+			}
+			f.mu.Unlock()
 			return err
 		}
-	}
-	if err := sync(); err != nil {
-		return err
-	}
-	if !second {
-		return nil
-	}
-	if err := f.waitDeferred(running); err != nil {
-		return err
 	}
 	return sync()
 }
