@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -807,6 +808,9 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 			l.log.Error("direct write failed; the commit of its put fails", "backing", b.id, "off", off, "err", err)
 		}
 	}()
+	if lent && loan.eager {
+		runtime.Gosched() // see NewEagerLoan
+	}
 	return off, crc, false, nil
 }
 

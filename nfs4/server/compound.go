@@ -230,7 +230,7 @@ func (s *Server) compound(ctx context.Context, call *rpc.Call) (rpc.Reply, bool)
 func (c *compound) lendPayload(ctx context.Context) context.Context {
 	if c.payloads == nil {
 		done := make(chan struct{})
-		c.payloads, c.payloadsDone = slice.NewLoan(func() { close(done) }), done
+		c.payloads, c.payloadsDone = slice.NewEagerLoan(func() { close(done) }), done
 	}
 	return slice.WithLoan(ctx, c.payloads)
 }
