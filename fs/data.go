@@ -336,7 +336,10 @@ func (t *Txn) Write(ctx context.Context, ino Ino, off uint64, data []byte) error
 // keep p.Data() unchanged until the transaction ends (Commit or Abort
 // returns; with FS.Do, until Do returns): the store may write it
 // asynchronously from there (slice.WithLoan), overlapping the
-// device write with the rest of the transaction.
+// device write with the rest of the transaction. A caller whose ctx
+// carries its own slice.Loan keeps p.Data() until that loan is done
+// instead: the write may then run past the commit (which pledges it,
+// see Txn.settleSlices).
 func (t *Txn) WritePayload(ctx context.Context, ino Ino, off uint64, p slice.Payload) error {
 	return t.write(ctx, ino, off, p.Data(), p.CRC(), true)
 }
