@@ -1026,9 +1026,12 @@ func (l *Local) Pledge(ctx context.Context, ptrs []Pointer) ([]Pointer, error) {
 
 // SyncAllDeferred is SyncAll except that it does not wait for the covered
 // puts (LocalOptions.Covered) whose direct writes are still running: the
-// caller may hand its log bytes to the OS and flush them meanwhile, and
-// waits for the returned Deferred, if not nil, before the device flush
-// that acknowledges them. A log record that reaches the disk before such
+// caller may hand its log bytes to the OS meanwhile, and waits for the
+// returned Deferred, if not nil, before the device flush that
+// acknowledges them. The Deferred holds the pledged ones (Pledge); a
+// covered put not pledged is named by no commit yet (its commit waits for
+// the write before it commits), so neither the log bytes written now nor
+// their flush need it — SyncAll waits for those too. A log record that reaches the disk before such
 // a write completes belongs to a commit not yet acknowledged, which
 // recovery cuts if the write's bytes are missing (docs/engine.md
 // "Covered puts").
@@ -1203,7 +1206,10 @@ func (l *Local) kick(t syncTarget, running *[]deferredWrite) (c *syncCall, leade
 				continue
 			}
 			if !written && d.covered && t.deferCovered {
-				if !slices.ContainsFunc(*running, func(w deferredWrite) bool { return w.d == d }) {
+				// Only a pledged put's commit may be in the log
+				// already; the commit of any other waits for its
+				// write itself (Pledge), so this sync needs neither.
+				if d.pledged && !slices.ContainsFunc(*running, func(w deferredWrite) bool { return w.d == d }) {
 					*running = append(*running, deferredWrite{b: b, d: d})
 				}
 				continue

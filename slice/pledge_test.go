@@ -72,7 +72,8 @@ func (s *pledgeStore) coveredPut(t *testing.T, seed uint64) slice.Pointer {
 // TestPledge: Pledge takes a covered put whose write is still running and
 // returns the others (an append, a covered put already written) for the
 // caller to wait for; SyncAllDeferred returns without waiting for the
-// running write and leaves it to its Deferred; a pledged write that fails
+// running write and leaves it to its Deferred if pledged, and ignores it
+// if not; a pledged write that fails
 // fails the store's syncs for good, an unpledged one only its own
 // WaitWritten.
 func TestPledge(t *testing.T) {
@@ -125,6 +126,10 @@ func TestPledge(t *testing.T) {
 	s.release = make(chan struct{})
 	s.hold.Store(true)
 	lost := s.coveredPut(t, 20)
+	// Not pledged: no commit names it yet, so a sync needs it not.
+	if d, err := s.SyncAllDeferred(ctx); d != nil || err != nil {
+		t.Fatalf("SyncAllDeferred with an unpledged covered write running = %v, %v; want nothing to wait for", d, err)
+	}
 	s.fail.Store(true)
 	close(s.release)
 	if err := s.WaitWritten(ctx, []slice.Pointer{lost}); !errors.Is(err, errInjected) {
