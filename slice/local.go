@@ -1031,10 +1031,10 @@ func (l *Local) Pledge(ctx context.Context, ptrs []Pointer) ([]Pointer, error) {
 // acknowledges them. The Deferred holds the pledged ones (Pledge); a
 // covered put not pledged is named by no commit yet (its commit waits for
 // the write before it commits), so neither the log bytes written now nor
-// their flush need it — SyncAll waits for those too. A log record that reaches the disk before such
-// a write completes belongs to a commit not yet acknowledged, which
-// recovery cuts if the write's bytes are missing (docs/engine.md
-// "Covered puts").
+// their flush need it (SyncAll waits for those too). A log record that
+// reaches the disk before a pledged write completes belongs to a commit
+// not yet acknowledged, which recovery cuts if the write's bytes are
+// missing (docs/engine.md "Covered puts").
 func (l *Local) SyncAllDeferred(ctx context.Context) (*Deferred, error) {
 	if err := l.enter(ctx); err != nil {
 		return nil, err
