@@ -63,7 +63,8 @@ var directCrashModes = map[string]directCrashMode{
 	// the direct write runs, so kills land with writes in flight.
 	"inflight": {name: "inflight", workers: 8, small: 0, syncPct: 10},
 	// "mixed" with covered puts: a kill loses no completed direct write,
-	// so Open must find every descriptor whole and cut nothing.
+	// so Open finds no damage; it may cut commits that pledged a write
+	// not yet begun (never acknowledged).
 	"covered": {name: "covered", workers: 3, small: 3, syncPct: 40, covered: true},
 }
 
@@ -426,7 +427,13 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 		if err != nil {
 			t.Fatalf("seed %d iteration %d: reopening after kill -9: %v", seed, it, err)
 		}
-		if strings.Contains(logs.String(), "covered puts:") {
+		// A kill -9 loses no completed write, so no descriptor names
+		// damaged bytes; but a commit may have pledged a covered put
+		// whose write had not begun when the log reached the OS
+		// (slice.Local.Pledge): Open cuts such a commit, never
+		// acknowledged, and the later ones (the versions checked below
+		// show that no acknowledged one went).
+		if l := logs.String(); strings.Contains(l, "level=ERROR") || strings.Contains(l, "covered puts:") && !strings.Contains(l, "cut from the metadata log") {
 			e.Close()
 			t.Fatalf("seed %d iteration %d: a kill -9 loses no completed write, yet Open found bad covered-put descriptors:\n%s", seed, it, logs)
 		}

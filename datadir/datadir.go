@@ -186,7 +186,8 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	if limit == 0 {
 		limit = DefaultLogBuffer
 	}
-	metaFS := &orderedFS{FS: disk, limit: limit, before: func() error { return local.SyncAll(context.Background()) }}
+	metaFS := &orderedFS{FS: disk, limit: limit, before: func() error { return local.SyncAll(context.Background()) },
+		beforeSync: func() (*slice.Deferred, error) { return local.SyncAllDeferred(context.Background()) }}
 	memTable := o.MemTableBytes
 	if memTable < 0 {
 		memTable = 0

@@ -1,12 +1,15 @@
 package datadir
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/txnfs/txnfs/slice"
 )
 
 // DefaultLogBuffer is the default bound on the write-ahead-log bytes an
@@ -42,7 +45,11 @@ const DefaultLogBuffer = 64 << 20
 type orderedFS struct {
 	vfs.FS
 	before func() error
-	limit  int // bytes buffered per log before it is written out; <= 0: no buffering
+	// beforeSync, if set, replaces before when a log is synced: it may
+	// leave running covered slice writes to the log's flush (see
+	// orderedFile.syncLog), returning a wait for them.
+	beforeSync func() (*slice.Deferred, error)
+	limit      int // bytes buffered per log before it is written out; <= 0: no buffering
 
 	mu   sync.Mutex
 	logs map[*orderedFile]struct{} // open log files with buffers
@@ -207,6 +214,11 @@ func (f *orderedFile) flushLocked() error {
 		f.err = err
 		return err
 	}
+	return f.writeBufferLocked()
+}
+
+// writeBufferLocked writes the buffered log bytes out, in order.
+func (f *orderedFile) writeBufferLocked() error {
 	for i, c := range f.chunks {
 		if err := f.writeLog(c); err != nil {
 			f.err = fmt.Errorf("datadir: writing buffered log bytes: %w", err)
@@ -392,24 +404,74 @@ func (f *orderedFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (f *orderedFile) Sync() error {
-	if err := f.flush(); err != nil {
-		return err
-	}
-	return f.File.Sync()
+	return f.syncLog(f.File.Sync)
 }
 
 func (f *orderedFile) SyncData() error {
-	if err := f.flush(); err != nil {
-		return err
-	}
-	return f.File.SyncData()
+	return f.syncLog(f.File.SyncData)
 }
 
-func (f *orderedFile) SyncTo(length int64) (bool, error) {
-	if err := f.flush(); err != nil {
-		return false, err
+func (f *orderedFile) SyncTo(length int64) (fullSync bool, err error) {
+	err = f.syncLog(func() error {
+		fullSync, err = f.File.SyncTo(length)
+		return err
+	})
+	return fullSync, err
+}
+
+// syncLog writes out the buffer and runs sync (an fsync of the file).
+// For a buffered log with beforeSync set, the covered slice writes still
+// running (slice.Local.SyncAllDeferred; their commits were pledged,
+// slice.Local.Pledge) do not hold up the log write: the log bytes are
+// written, and their writeback started, while those writes run; sync —
+// the device flush that acknowledges the log's commits — starts once
+// they returned, so it follows the completion of every covered write of
+// every commit in the log. Until then the log's record of such a commit
+// may reach the disk without its slice bytes; such a commit is not
+// acknowledged, and recovery cuts it if a power cut left its bytes
+// missing (docs/engine.md "Covered puts"). Without running writes this is
+// the ordinary order: slices, log, sync.
+func (f *orderedFile) syncLog(sync func() error) error {
+	if !f.log || f.fs.beforeSync == nil {
+		if err := f.flush(); err != nil {
+			return err
+		}
+		return sync()
 	}
-	return f.File.SyncTo(length)
+	f.mu.Lock()
+	var running *slice.Deferred
+	err := f.err
+	if err == nil && f.buffered > 0 {
+		running, err = f.fs.beforeSync()
+		if err != nil {
+			err = fmt.Errorf("datadir: making slice data durable before a metadata write: %w", err)
+			f.err = err
+		} else {
+			from := f.pos
+			err = f.writeBufferLocked()
+			if err == nil && running != nil && !running.Done() {
+				// The log's pages go to the device while the slice
+				// writes run; the sync then only waits for them.
+				startWriteBack(f.File, from, f.pos-from)
+			}
+		}
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if running != nil {
+		if err := running.Wait(context.Background()); err != nil {
+			err = fmt.Errorf("datadir: slice writes named by the log failed: %w", err)
+			f.mu.Lock()
+			if f.err == nil {
+				f.err = err
+			}
+			f.mu.Unlock()
+			return err
+		}
+	}
+	return sync()
 }
 
 func (f *orderedFile) Read(p []byte) (int, error) {

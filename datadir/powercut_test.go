@@ -66,6 +66,43 @@ type cutFS struct {
 	adversarial bool
 	cut         bool
 	rng         *rand.Rand
+	// slowSlices: a slice file's write returns only once a flush started
+	// after it was issued, or a little after a metadata write was (or
+	// after slowWait): it is in flight while the log is written, and, if
+	// the log is flushed before it returned, during that flush, which
+	// then does not cover it. overlapped counts the writes that saw a
+	// metadata write; metaWrites counts those.
+	slowSlices bool
+	overlapped int
+	metaWrites int
+}
+
+// slowWait bounds how long a slow slice write waits (a sync that waits
+// for the write before it writes the log would otherwise never come).
+const slowWait = 3 * time.Millisecond
+
+// slowWrite delays a write to name as slowSlices says.
+func (c *cutFS) slowWrite(name string) {
+	if !c.slowSlices || !strings.Contains(name, "/slices/") {
+		return
+	}
+	c.mu.Lock()
+	f0, m0 := c.flushes, c.metaWrites
+	c.mu.Unlock()
+	var metaSeen time.Time
+	for start := time.Now(); time.Since(start) < slowWait; {
+		c.mu.Lock()
+		flushed, cut, meta := c.flushes > f0, c.cut, c.metaWrites > m0
+		if meta && metaSeen.IsZero() {
+			c.overlapped++
+			metaSeen = time.Now()
+		}
+		c.mu.Unlock()
+		if flushed || cut || !metaSeen.IsZero() && time.Since(metaSeen) > 200*time.Microsecond {
+			return
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
 }
 
 func newCutFS(seed uint64, cutAt int, adversarial bool) *cutFS {
@@ -95,6 +132,9 @@ func (c *cutFS) write(n *cutNode, name string, p []byte, off int64) {
 		return
 	}
 	c.pending = append(c.pending, cutWrite{n: n, off: off, data: bytes.Clone(p), name: name})
+	if !strings.Contains(name, "/slices/") {
+		c.metaWrites++
+	}
 }
 
 func apply(w cutWrite) {
@@ -307,6 +347,7 @@ type cutFile struct {
 }
 
 func (f *cutFile) Write(p []byte) (int, error) {
+	f.fs.slowWrite(f.name)
 	f.fs.write(f.n, f.name, p, f.pos)
 	n, err := f.File.Write(p)
 	f.pos += int64(n)
@@ -314,6 +355,7 @@ func (f *cutFile) Write(p []byte) (int, error) {
 }
 
 func (f *cutFile) WriteAt(p []byte, off int64) (int, error) {
+	f.fs.slowWrite(f.name)
 	f.fs.write(f.n, f.name, p, off)
 	return f.File.WriteAt(p, off)
 }
@@ -363,7 +405,7 @@ func TestPowerCutCovered(t *testing.T) {
 	for r := 0; r < rounds; r++ {
 		seed := base + uint64(r)
 		t.Logf("round %d: seed %d (TXNFS_POWERCUT_SEED=%d replays it)", r, seed, seed)
-		if powerCutRound(t, seed, r%2 == 0) {
+		if cut, _ := powerCutRound(t, seed, r%2 == 0, false); cut {
 			cutCommits++
 		}
 		if t.Failed() {
@@ -373,8 +415,43 @@ func TestPowerCutCovered(t *testing.T) {
 	t.Logf("%d of %d rounds cut commits from the log at open", cutCommits, rounds)
 }
 
-// powerCutRound runs one round; it reports whether Open cut the log.
-func powerCutRound(t *testing.T, seed uint64, adversarial bool) bool {
+// TestPowerCutCoveredSlowWrites is TestPowerCutCovered with slice writes
+// that stay in flight while the log is written (cutFS.slowSlices):
+// commits pledge their covered puts (slice.Local.Pledge) and the log is
+// written while they run, so the flush that acknowledges a commit must
+// wait until its writes returned (orderedFile.syncLog). Fails if the log
+// is flushed without that wait: an acknowledged commit's bytes are then
+// lost in the cut, and recovery cuts the commit.
+func TestPowerCutCoveredSlowWrites(t *testing.T) {
+	rounds := powerCutRounds()
+	base := uint64(time.Now().UnixNano())
+	if s := os.Getenv("TXNFS_POWERCUT_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, rounds = v, 1
+	}
+	overlapped := 0
+	for r := 0; r < rounds; r++ {
+		seed := base + uint64(r)
+		t.Logf("round %d: seed %d (TXNFS_POWERCUT_SEED=%d replays it)", r, seed, seed)
+		_, n := powerCutRound(t, seed, r%2 == 0, true)
+		overlapped += n
+		if t.Failed() {
+			return
+		}
+	}
+	if overlapped == 0 {
+		t.Errorf("no slice write was in flight while the log was written")
+	}
+	t.Logf("%d slice writes were in flight while the log was written", overlapped)
+}
+
+// powerCutRound runs one round, with slow slice writes if slow is set
+// (cutFS.slowSlices); it reports whether Open cut the log and how many
+// slice writes were in flight during a flush.
+func powerCutRound(t *testing.T, seed uint64, adversarial, slow bool) (bool, int) {
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(seed, 11))
 	// The cut comes within the first flushes of the commit phase (each
@@ -443,6 +520,7 @@ func powerCutRound(t *testing.T, seed uint64, adversarial bool) bool {
 	}
 	model.mu.Lock()
 	model.cutAt = model.flushes + 1 + r.IntN(12)
+	model.slowSlices = slow
 	model.mu.Unlock()
 	st0 := e.local.Stats()
 
@@ -536,5 +614,8 @@ func powerCutRound(t *testing.T, seed uint64, adversarial bool) bool {
 	if err != nil || !rep.OK() {
 		t.Errorf("seed %d: fsck after the cut: %v %v", seed, err, rep.Problems)
 	}
-	return strings.Contains(logs2.String(), "cut from the metadata log")
+	model.mu.Lock()
+	overlapped := model.overlapped
+	model.mu.Unlock()
+	return strings.Contains(logs2.String(), "cut from the metadata log"), overlapped
 }

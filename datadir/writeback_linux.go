@@ -13,3 +13,11 @@ func writeBack(f vfs.File, off, n int64) {
 		unix.SyncFileRange(int(fd), off, n, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
 	}
 }
+
+// startWriteBack starts writing [off, off+n) of f back to disk without
+// waiting (sync_file_range SYNC_FILE_RANGE_WRITE); best effort.
+func startWriteBack(f vfs.File, off, n int64) {
+	if fd := f.Fd(); fd != vfs.InvalidFd {
+		unix.SyncFileRange(int(fd), off, n, unix.SYNC_FILE_RANGE_WRITE)
+	}
+}

@@ -294,9 +294,11 @@ var retainPayloads = true
 // putPayload is putSlice of a payload whose CRC32C is known. With
 // retainPayloads the store may write it in the background from the
 // caller's buffer (a loan: the caller keeps the buffer until the
-// transaction ends, which waits for the write, waitRetained).
+// transaction ends, which waits for the write, waitRetained). A caller
+// that lends the payload itself (ctx has a slice.Loan) waits for its loan
+// instead, and may let the write run past the transaction's end.
 func (t *Txn) putPayload(ctx context.Context, ino Ino, off uint64, pl slice.Payload) (slice.Pointer, error) {
-	if retainPayloads {
+	if retainPayloads && !slice.Lent(ctx) {
 		t.retained = true
 		loan := slice.NewLoan(func() {})
 		defer loan.Release()
@@ -334,7 +336,10 @@ func (t *Txn) Write(ctx context.Context, ino Ino, off uint64, data []byte) error
 // keep p.Data() unchanged until the transaction ends (Commit or Abort
 // returns; with FS.Do, until Do returns): the store may write it
 // asynchronously from there (slice.WithLoan), overlapping the
-// device write with the rest of the transaction.
+// device write with the rest of the transaction. A caller whose ctx
+// carries its own slice.Loan keeps p.Data() until that loan is done
+// instead: the write may then run past the commit (which pledges it,
+// see Txn.settleSlices).
 func (t *Txn) WritePayload(ctx context.Context, ino Ino, off uint64, p slice.Payload) error {
 	return t.write(ctx, ino, off, p.Data(), p.CRC(), true)
 }

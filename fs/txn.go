@@ -250,17 +250,9 @@ func (t *Txn) Commit(ctx context.Context) error {
 			return err
 		}
 		if len(t.written) > 0 {
-			if !(t.opts.NoSync && t.fs.cfg.SlicesOrdered) {
-				if err := t.fs.slices.Sync(ctx, t.written); err != nil {
-					t.reset()
-					return storeErr("syncing slices", err)
-				}
-			} else if err := slice.WaitWritten(ctx, t.fs.slices, t.written); err != nil {
-				// The store makes the data durable before the log
-				// (SyncAll), but a write that failed is not there to
-				// make durable: no commit may name it.
+			if err := t.settleSlices(ctx); err != nil {
 				t.reset()
-				return storeErr("writing slices", err)
+				return err
 			}
 		}
 		dropped := t.dropped
@@ -315,6 +307,37 @@ func (t *Txn) Commit(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// settleSlices makes the transaction's slices ready for the kv commit
+// that names them. Without SlicesOrdered, and for a durable commit, they
+// are synced first (Sync). With SlicesOrdered the store makes the data
+// durable before the log anyway, but a write that failed is not there to
+// make durable: a NoSync commit waits for its writes (WaitWritten), so
+// that no commit names a failed one — except the covered puts still being
+// written, which are pledged (slice.Pledge): the commit's metadata work,
+// and the log write of a durable commit, overlap their device writes;
+// the log's acknowledging flush follows them (datadir), and a pledged
+// write that fails fails every later log write.
+func (t *Txn) settleSlices(ctx context.Context) error {
+	rest := t.written
+	if t.fs.cfg.SlicesOrdered {
+		var err error
+		if rest, err = slice.Pledge(ctx, t.fs.slices, rest); err != nil {
+			return storeErr("writing slices", err)
+		}
+		if len(rest) == 0 {
+			return nil
+		}
+	}
+	if !(t.opts.NoSync && t.fs.cfg.SlicesOrdered) {
+		if err := t.fs.slices.Sync(ctx, rest); err != nil {
+			return storeErr("syncing slices", err)
+		}
+	} else if err := slice.WaitWritten(ctx, t.fs.slices, rest); err != nil {
+		return storeErr("writing slices", err)
+	}
+	return nil
 }
 
 // Sync makes every transaction that committed before the call durable: the

@@ -192,6 +192,11 @@ func (c *Cache) Sync(ctx context.Context, ptrs []Pointer) error {
 // Covered passes through to the next Store (see slice.Covered).
 func (c *Cache) Covered(ptrs []Pointer) []Pointer { return Covered(c.next, ptrs) }
 
+// Pledge passes through to the next Store (see slice.Pledge).
+func (c *Cache) Pledge(ctx context.Context, ptrs []Pointer) ([]Pointer, error) {
+	return Pledge(ctx, c.next, ptrs)
+}
+
 // WaitWritten passes through to the next Store (see slice.WaitWritten).
 func (c *Cache) WaitWritten(ctx context.Context, ptrs []Pointer) error {
 	return WaitWritten(ctx, c.next, ptrs)

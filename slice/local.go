@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -788,6 +789,9 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 			// Recorded before finish takes the write off the in-flight
 			// list, so whoever waited for it sees the failure.
 			err = fmt.Errorf("slice: direct write of [%d, %d) to %s failed: %w", off, off+n, b.name, err)
+			if dw != nil {
+				dw.failed(b, err)
+			}
 			b.dmu.Lock()
 			remembered := len(b.dmu.failed) < maxFailedWrites
 			if remembered {
@@ -804,6 +808,9 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 			l.log.Error("direct write failed; the commit of its put fails", "backing", b.id, "off", off, "err", err)
 		}
 	}()
+	if lent && loan.eager {
+		runtime.Gosched() // see NewEagerLoan
+	}
 	return off, crc, false, nil
 }
 
@@ -939,7 +946,7 @@ func (l *Local) Sync(ctx context.Context, ptrs []Pointer) error {
 		targets[i].upto = max(targets[i].upto, p.End())
 		targets[i].ranges = append(targets[i].ranges, Range{Start: p.Offset, End: p.End()})
 	}
-	if err := l.syncTargets(ctx, targets); err != nil {
+	if err := l.syncTargets(ctx, targets, nil); err != nil {
 		return err
 	}
 	// The fdatasync covered their ranges; a direct write that failed put
@@ -978,6 +985,124 @@ func (l *Local) WaitWritten(ctx context.Context, ptrs []Pointer) error {
 	return l.checkWritten(ptrs)
 }
 
+// Pledge lets a commit name slices whose direct writes are still running,
+// for a caller whose log write is ordered after the slice data (datadir:
+// SyncAll, or SyncAllDeferred and a device flush after its wait, before
+// any log byte is acknowledged durable). It returns the pointers among
+// ptrs it could not pledge, for the caller to wait for (WaitWritten) or
+// sync as before: those whose write has returned, and every put that is
+// not a covered put into reused space (LocalOptions.Covered). A pledged
+// put's write is not waited for: readers wait for it (ReadAt), and every
+// later SyncAll does. If it then fails, its file's syncs fail for good
+// (as after a failed fdatasync), so the commit that names it never becomes
+// durable; a store whose writes are pledged trades that for the commit's
+// work overlapping the device write (docs/nfs-server.md "Session 12").
+func (l *Local) Pledge(ctx context.Context, ptrs []Pointer) ([]Pointer, error) {
+	if err := l.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer l.exit()
+	var rest []Pointer
+	for _, p := range ptrs {
+		b, err := l.check(p, 0, 0)
+		if err != nil {
+			return nil, err
+		}
+		pledged := false
+		b.smu.Lock()
+		for _, d := range b.smu.dirty {
+			if d.off <= p.Offset && p.End() <= d.end && d.covered && !d.written() {
+				d.pledged, pledged = true, true
+				break
+			}
+		}
+		b.smu.Unlock()
+		if !pledged {
+			rest = append(rest, p)
+		}
+	}
+	return rest, nil
+}
+
+// SyncAllDeferred is SyncAll except that it does not wait for the covered
+// puts (LocalOptions.Covered) whose direct writes are still running: the
+// caller may hand its log bytes to the OS meanwhile, and waits for the
+// returned Deferred, if not nil, before the device flush that
+// acknowledges them. The Deferred holds the pledged ones (Pledge); a
+// covered put not pledged is named by no commit yet (its commit waits for
+// the write before it commits), so neither the log bytes written now nor
+// their flush need it (SyncAll waits for those too). A log record that
+// reaches the disk before a pledged write completes belongs to a commit
+// not yet acknowledged, which recovery cuts if the write's bytes are
+// missing (docs/engine.md "Covered puts").
+func (l *Local) SyncAllDeferred(ctx context.Context) (*Deferred, error) {
+	if err := l.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer l.exit()
+	var targets []syncTarget
+	for _, b := range l.all {
+		if size := b.size.Load(); size > 0 {
+			targets = append(targets, syncTarget{b: b, upto: size, all: true, deferCovered: true})
+		}
+	}
+	var running []deferredWrite
+	if err := l.syncTargets(ctx, targets, &running); err != nil {
+		return nil, err
+	}
+	if len(running) == 0 {
+		return nil, nil
+	}
+	return &Deferred{l: l, running: running}, nil
+}
+
+// Deferred are the running covered writes a SyncAllDeferred left to its
+// caller's device flush.
+type Deferred struct {
+	l       *Local
+	running []deferredWrite
+}
+
+// deferredWrite is a running covered put SyncAllDeferred left to its
+// caller's flush.
+type deferredWrite struct {
+	b *backing
+	d *dirtyWrite
+}
+
+// Done reports whether every write has returned (Wait would not block on
+// them).
+func (w *Deferred) Done() bool {
+	for _, r := range w.running {
+		if !r.d.written() {
+			return false
+		}
+	}
+	return true
+}
+
+// Wait returns once every write returned, after syncing, as SyncAll
+// would, any that did not complete as a covered write (redone buffered,
+// or failed: the failure of a pledged one is then the error, see Pledge).
+// A device flush started after it returns makes them durable.
+func (w *Deferred) Wait(ctx context.Context) error {
+	uncovered := false
+	for _, r := range w.running {
+		select {
+		case <-r.d.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		r.b.smu.Lock()
+		uncovered = uncovered || !r.d.covered
+		r.b.smu.Unlock()
+	}
+	if uncovered {
+		return w.l.SyncAll(ctx)
+	}
+	return nil
+}
+
 // SyncAll makes every slice whose Put returned before the call durable:
 // each backing file is synced up to its size at the call (group-committed
 // with concurrent Syncs like Sync). A store that orders its log writes
@@ -994,7 +1119,7 @@ func (l *Local) SyncAll(ctx context.Context) error {
 			targets = append(targets, syncTarget{b: b, upto: size, all: true})
 		}
 	}
-	return l.syncTargets(ctx, targets)
+	return l.syncTargets(ctx, targets, nil)
 }
 
 type syncTarget struct {
@@ -1002,17 +1127,22 @@ type syncTarget struct {
 	upto   uint64
 	ranges []Range // the pointers' ranges (a dirty one needs a SyncData)
 	all    bool    // every dirty range needs one (SyncAll)
+	// deferCovered: covered puts still being written are not waited for
+	// but listed (SyncAllDeferred).
+	deferCovered bool
 }
 
 // syncTargets makes the first upto bytes of each target's backing durable.
-func (l *Local) syncTargets(ctx context.Context, targets []syncTarget) error {
+// running collects the covered puts still being written of targets with
+// deferCovered (nil without).
+func (l *Local) syncTargets(ctx context.Context, targets []syncTarget, running *[]deferredWrite) error {
 	for len(targets) > 0 {
 		var calls []*syncCall
 		var lead []int // indexes into calls of the SyncData this caller runs
 		next := targets[:0]
 		var kickErr error
 		for _, t := range targets {
-			c, leader, err := l.kick(t)
+			c, leader, err := l.kick(t, running)
 			if err != nil {
 				kickErr = err
 				break
@@ -1058,7 +1188,7 @@ func (l *Local) syncTargets(ctx context.Context, targets []syncTarget) error {
 // dirty), the sticky error if b's sync failed, or else the SyncData call to
 // wait for; leader is true if the call is new and the caller must run it
 // (runSync). The caller re-checks after the call finishes.
-func (l *Local) kick(t syncTarget) (c *syncCall, leader bool, err error) {
+func (l *Local) kick(t syncTarget, running *[]deferredWrite) (c *syncCall, leader bool, err error) {
 	b, upto := t.b, t.upto
 	b.smu.Lock()
 	defer b.smu.Unlock()
@@ -1073,6 +1203,15 @@ func (l *Local) kick(t syncTarget) (c *syncCall, leader bool, err error) {
 		if t.all || slices.ContainsFunc(t.ranges, func(r Range) bool { return r.Start < d.end && d.off < r.End }) {
 			written := d.written()
 			if written && d.covered && skipCovered {
+				continue
+			}
+			if !written && d.covered && t.deferCovered {
+				// Only a pledged put's commit may be in the log
+				// already; the commit of any other waits for its
+				// write itself (Pledge), so this sync needs neither.
+				if d.pledged && !slices.ContainsFunc(*running, func(w deferredWrite) bool { return w.d == d }) {
+					*running = append(*running, deferredWrite{b: b, d: d})
+				}
 				continue
 			}
 			dirty = true

@@ -328,6 +328,11 @@ type dirtyWrite struct {
 	// SyncData once written (cleared under smu, before done is closed,
 	// if the write failed or was redone buffered).
 	covered bool
+	// pledged: a commit names the put before its write returned
+	// (Local.Pledge; set under smu while covered and unwritten). If the
+	// write then fails, the file's syncs fail for good: the commit's
+	// record may be in the log already.
+	pledged bool
 }
 
 // uncover makes d an ordinary dirty write (its direct write failed or
@@ -336,6 +341,18 @@ func (d *dirtyWrite) uncover(b *backing) {
 	b.smu.Lock()
 	d.covered = false
 	b.smu.Unlock()
+}
+
+// failed records that d's direct write failed for good (err): if a commit
+// pledged it, b's syncs fail from now on (see Local.Pledge).
+func (d *dirtyWrite) failed(b *backing, err error) {
+	b.smu.Lock()
+	defer b.smu.Unlock()
+	d.covered = false
+	if d.pledged && b.smu.failed == nil {
+		b.smu.failed = fmt.Errorf("slice: a pledged write to %s failed; its bytes past %d are not durable and never will be reported so: %w",
+			b.name, b.smu.synced, err)
+	}
 }
 
 func (d *dirtyWrite) written() bool {

@@ -90,6 +90,24 @@ func WaitWritten(ctx context.Context, s Store, ptrs []Pointer) error {
 	return nil
 }
 
+// A Pledger lets a commit name slices whose writes are still running
+// (Local.Pledge): for callers whose log write is ordered after the slice
+// data and waits for those writes (datadir).
+type Pledger interface {
+	// Pledge returns the pointers among ptrs it did not pledge, which the
+	// caller waits for or syncs as usual.
+	Pledge(ctx context.Context, ptrs []Pointer) ([]Pointer, error)
+}
+
+// Pledge pledges what it can of ptrs if s is a Pledger and returns the
+// rest (all of ptrs for other stores).
+func Pledge(ctx context.Context, s Store, ptrs []Pointer) ([]Pointer, error) {
+	if p, ok := s.(Pledger); ok {
+		return p.Pledge(ctx, ptrs)
+	}
+	return ptrs, nil
+}
+
 // CoveredReporter is implemented by stores that may leave some slices to
 // a device flush the caller issues (Local with LocalOptions.Covered, and
 // Cache in front of one).

@@ -38,6 +38,23 @@ func unstagedFrom(ctx context.Context) bool {
 type Loan struct {
 	n    atomic.Int64
 	done func()
+	// eager: a put's background write starts before Put returns
+	// (NewEagerLoan).
+	eager bool
+}
+
+// NewEagerLoan is NewLoan for a caller that wants each background write
+// under the loan started before Put returns, to overlap the caller's work
+// after the put with the device write: the putting goroutine yields its
+// thread to the new write goroutine (runtime.Gosched), which enters its
+// write at once, and resumes on the next free thread. Otherwise the write
+// goroutine waits for a free thread, and on a busy machine it often ran
+// only once the caller blocked — after the caller's work, which then
+// overlapped nothing (docs/nfs-server.md "Session 12").
+func NewEagerLoan(done func()) *Loan {
+	l := NewLoan(done)
+	l.eager = true
+	return l
 }
 
 // NewLoan returns a loan held once by the caller, who releases it
@@ -75,6 +92,9 @@ type loanKey struct{}
 func WithLoan(ctx context.Context, l *Loan) context.Context {
 	return context.WithValue(ctx, loanKey{}, l)
 }
+
+// Lent reports whether ctx carries a loan (WithLoan).
+func Lent(ctx context.Context) bool { return loanFrom(ctx) != nil }
 
 // loanFrom returns the loan of ctx, or nil.
 func loanFrom(ctx context.Context) *Loan {

@@ -17,6 +17,7 @@ import (
 	"github.com/txnfs/txnfs/fs"
 	"github.com/txnfs/txnfs/nfs4/internal/rpc"
 	"github.com/txnfs/txnfs/nfs4/internal/state"
+	"github.com/txnfs/txnfs/slice"
 )
 
 // OpTxn is the private operation number of the transactional-compound
@@ -75,6 +76,12 @@ type compound struct {
 	// of operations (one fs transaction); a WRITE's payload is then lent
 	// to a background write that overlaps it (see compound.write).
 	moreWrites bool
+	// payloads is the loan of the WRITE payloads written in the
+	// background past their transaction's end (lendPayload); payloadsDone
+	// is closed when their writes are done. Server.compound waits for it
+	// before the request record can be reused.
+	payloads     *slice.Loan
+	payloadsDone chan struct{}
 
 	// 4.1+: set by SEQUENCE.
 	client  *state.Client
@@ -193,6 +200,7 @@ func (s *Server) compound(ctx context.Context, call *rpc.Call) (rpc.Reply, bool)
 	c := &compound{s: s, ctx: ctx, cred: s.cred(&call.Cred), princ: principal(&call.Cred),
 		conn: call.Conn, reqSize: call.Size, maxReply: int(s.cfg.MaxRequest), maxCached: -1, call: call}
 	body, ok := s.runCompound(c, call)
+	c.waitPayloads()
 	if !ok {
 		return rpc.Reply{}, false
 	}
@@ -209,6 +217,32 @@ func (s *Server) compound(ctx context.Context, call *rpc.Call) (rpc.Reply, bool)
 		}
 	}
 	return rep, true
+}
+
+// lendPayload returns ctx with the compound's payload loan (slice.WithLoan):
+// the slice store may write the WRITE's data in the background from the
+// request record, and the transaction commits without waiting for the
+// write (fs: the commit pledges it, slice.Pledge) — the commit's metadata
+// work and its log write overlap the device write, whose completion the
+// log's acknowledging flush follows (docs/nfs-server.md "Session 12").
+// The compound waits for the loan before the record may be reused
+// (waitPayloads).
+func (c *compound) lendPayload(ctx context.Context) context.Context {
+	if c.payloads == nil {
+		done := make(chan struct{})
+		c.payloads, c.payloadsDone = slice.NewEagerLoan(func() { close(done) }), done
+	}
+	return slice.WithLoan(ctx, c.payloads)
+}
+
+// waitPayloads waits until the background writes of the payloads lent by
+// lendPayload are done.
+func (c *compound) waitPayloads() {
+	if c.payloads != nil {
+		c.payloads.Release()
+		<-c.payloadsDone
+		c.payloads = nil
+	}
 }
 
 // alignPayloadMin: WRITEs of at least this many bytes have their data

@@ -661,7 +661,13 @@ func (c *compound) write(a *nfsv4.Write4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 			}
 			if crc, ok := c.payloadCRC(a.Data); ok {
 				ctx := c.ctx
-				if !c.moreWrites {
+				switch {
+				case c.syncFollows || c.userTxn:
+					// The compound waits for a log flush before
+					// its reply: the write overlaps the commit and
+					// the log write, and that flush follows it.
+					ctx = c.lendPayload(ctx)
+				case !c.moreWrites:
 					// The last WRITE of its transaction, which
 					// commits, and waits for the data, as soon as
 					// the operations after it (metadata only) ran:

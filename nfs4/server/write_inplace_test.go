@@ -14,8 +14,10 @@ import (
 
 // TestInPlaceWritesConcurrent: four clients at once overwrite their own
 // file with aligned 512 KiB WRITE payloads (written in place from the
-// request record, or lent to a background write when another WRITE
-// follows) in plain and transactional compounds, some of which fail
+// request record — an UNSTABLE WRITE alone —, or lent to a background
+// write when another WRITE follows or the compound syncs before its
+// reply, which may then run past the commit) in plain and transactional
+// compounds, some of which fail
 // after the WRITE (REMOVE on a file: NFS4ERR_NOTDIR): a plain one keeps
 // the WRITE (the run is executed again without the failing operation), a
 // transactional one keeps nothing. Each file must read back as the last
@@ -46,15 +48,21 @@ func TestInPlaceWritesConcurrent(t *testing.T) {
 				b := bytes.Repeat([]byte{byte(w*64 + i + 32)}, half)
 				var st nfsv4.Nfsstat4
 				switch i % 4 {
-				case 0: // one WRITE, in place
-					r, err := c.Compound(putfh(fh), write(anon, 0, a))
-					if err != nil {
-						errs <- err
-						return
+				case 0: // one UNSTABLE WRITE, in place (twice: the second payload is aligned)
+					for range 2 {
+						w := write(anon, 0, a)
+						w.(*nfsv4.NfsArgop4_OP_WRITE).Opwrite.Stable = nfsv4.UNSTABLE4
+						r, err := c.Compound(putfh(fh), w)
+						if err != nil {
+							errs <- err
+							return
+						}
+						if st = r.Status; st != nfsv4.NFS4_OK {
+							break
+						}
 					}
-					st = r.Status
 					apply(0, a)
-				case 1: // two WRITEs: the first lent
+				case 1: // two FILE_SYNC WRITEs: both lent, the last past its commit
 					r, err := c.Compound(putfh(fh), write(anon, 0, a), write(anon, half, b))
 					if err != nil {
 						errs <- err
