@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -234,3 +237,60 @@ func (c *client) freshDir(b *testing.B) []byte {
 }
 
 func (tg *target) String() string { return tg.name + "@" + tg.addr + "/" + strings.Join(tg.path, "/") }
+
+// serverCounter is a Prometheus counter of the txnfs server that the
+// benchmarks report per compound (with TXNFS_BENCH_METRICS): name is the
+// series as scraped (name and labels, "name" alone sums every label
+// set), short the metric's name in the report, unit its divisor.
+type serverCounter struct {
+	name, short string
+	unit        float64
+}
+
+var serverCounters = []serverCounter{
+	{`txnfs_nfs4_txn_total{outcome="retry"}`, "txn-retries", 1},
+	{"txnfs_nfs4_dir_lock_total", "dirlock-events", 1},
+	{"txnfs_slice_syncs_total", "slice-syncs", 1},
+	{"txnfs_slice_fsyncs_total", "fdatasyncs", 1},
+	{"txnfs_slice_puts_total", "puts", 1},
+	{"txnfs_slice_put_bytes_total", "put-KiB", 1 << 10},
+	{"txnfs_slice_direct_puts_total", "direct-puts", 1},
+	{"txnfs_slice_unstaged_puts_total", "unstaged-puts", 1},
+	{"txnfs_slice_lent_puts_total", "lent-puts", 1},
+}
+
+// scrapeCounters reads serverCounters from the Prometheus text exposition
+// at addr; a counter not exposed yet (a label set never incremented)
+// reads as 0.
+func scrapeCounters(b *testing.B, addr string) map[string]float64 {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		b.Fatalf("metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	text, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatalf("metrics: %v", err)
+	}
+	m := make(map[string]float64, len(serverCounters))
+	for _, k := range serverCounters {
+		m[k.name] = 0
+	}
+	for _, line := range strings.Split(string(text), "\n") {
+		series, value, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		name, _, _ := strings.Cut(series, "{")
+		for _, k := range serverCounters {
+			if k.name == series || k.name == name {
+				m[k.name] += v
+			}
+		}
+	}
+	return m
+}

@@ -1,0 +1,177 @@
+package nfsbench
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+)
+
+// The TC-NFS write matrix (SYSTOR'20 §4.1.1, "Write files"): clients
+// write a set of 1,000 fixed-size files whole, the files distributed
+// evenly among the clients, over and over (TC-NFS repeated the workload
+// for 30 s and excluded a warm-up run); file sizes 1 KiB–16 MiB, 1–8
+// clients. TC-NFS compared its transactional server with the plain one;
+// here both kinds of COMPOUND run on one txnfs server.
+const (
+	// matrixFiles is the number of files of one side (TC-NFS: 1,000).
+	matrixFiles = 1000
+	// matrixSetBytes bounds one side's file set (1,000 files of 16 MiB
+	// would be 16 GB of disk per side): large sizes use fewer files,
+	// at least one per client.
+	matrixSetBytes = 256 << 20
+	// matrixRoundBytes is about the payload of one round of one side,
+	// and matrixRoundFiles the most files a round writes: rounds of
+	// tens of milliseconds, short enough for many samples, long enough
+	// that a round is more than a scheduler hiccup.
+	matrixRoundBytes = 32 << 20
+	matrixRoundFiles = 64
+	// matrixMinPairs is the fewest samples a cell reports (pairs of
+	// rounds, see BenchmarkTxnMatrix).
+	matrixMinPairs = 9
+)
+
+// matrixSizes are the matrix's file sizes (TC-NFS: powers of 2 from 1 KiB
+// to 16 MiB; here powers of 4, to keep the run short).
+var matrixSizes = []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20}
+
+// matrixFileCount is the number of files of one side of the cell with
+// the given file size and number of clients: matrixFiles, fewer for
+// large files (matrixSetBytes), a multiple of clients.
+func matrixFileCount(size, clients int) int {
+	n := min(matrixFiles, matrixSetBytes/size)
+	return max(clients, n/clients*clients)
+}
+
+// matrixPerClient is the number of compounds each client runs in one
+// round of a cell.
+func matrixPerClient(size, clients int) int {
+	return max(1, min(matrixRoundFiles, matrixRoundBytes/size)/clients)
+}
+
+// matrixWorkload writes files whole: client id's k-th compound writes
+// file id + clients × (k mod files/clients) of r.dir with PUTFH(dir), OPEN
+// (create: UNCHECKED4, so an existing file is opened), WRITE ×
+// ceil(size / 1 MiB) FILE_SYNC covering the file, CLOSE. Every WRITE of a
+// compound goes in the one COMPOUND (the client asked for 17 MiB
+// requests), so that a transactional compound writes the whole file
+// atomically.
+func matrixWorkload(size, clients int, src []byte) workload {
+	perClient := int64(matrixFileCount(size, clients) / clients)
+	return workload{files: 1, bytes: size, ops: func(r *run, id int, _ int64) []nfsv4.NfsArgop4 {
+		c := r.cs[id]
+		k := r.counts[id]
+		r.counts[id]++
+		name := fmt.Sprintf("m-%d", int64(id)+int64(clients)*(k%perClient))
+		ops := []nfsv4.NfsArgop4{putfh(r.dir), open(c.ClientID, "w", name, nfsv4.OPEN4_SHARE_ACCESS_BOTH, true)}
+		for off := 0; off < size; off += 1 << 20 {
+			ops = append(ops, write(current, uint64(off), src[off:min(size, off+1<<20)], nfsv4.FILE_SYNC4))
+		}
+		return append(ops, closeOp(current))
+	}}
+}
+
+// BenchmarkTxnMatrix is the TC-NFS write matrix on txnfs: every cell
+// (file size, clients) has two sides, plain COMPOUNDs and transactional
+// ones, each with its own clients, directory and file set (see
+// matrixWorkload). Before the timed part each side writes all its files
+// once (TC-NFS's warm-up run; it creates them), so the samples measure
+// the steady state of the workload: whole-file overwrites.
+//
+// One sample is a pair of rounds, one per side, each round running
+// matrixPerClient compounds on every client concurrently; the order
+// alternates (plain first, then transactional first), so both sides see
+// the same machine load, and drift in it affects each side equally often
+// first. A pair's ratio is the transactional side's throughput over the
+// plain side's. The cell reports the median ratio (txn/plain), its range
+// (txn/plain-min, -max) and the number of pairs, at least matrixMinPairs
+// (extra pairs beyond b.N run with the timer stopped); besides, per side,
+// files/s over all its rounds and the server's CPU µs and thread
+// switches per compound (shared server, so per side only because rounds
+// never overlap). ns/op is the time of one pair.
+//
+// TXNFS_BENCH_METRICS=127.0.0.1:PORT also reports per side and compound
+// the changes of the server's counters (serverCounters) — syncs, slice
+// puts and their bytes, transaction retries, directory-lock waits.
+//
+//	go test ./nfs4/internal/nfsbench -run XXX -bench TxnMatrix -benchtime 2s
+func BenchmarkTxnMatrix(b *testing.B) {
+	addr, pid := startTxnfs(b, txnfsBinary(b))
+	metrics := os.Getenv("TXNFS_BENCH_METRICS")
+	src := bytes.Repeat([]byte("t"), 16<<20)
+	for _, size := range matrixSizes {
+		for _, n := range []int{1, 2, 4, 8} {
+			w := matrixWorkload(size, n, src)
+			per := matrixPerClient(size, n)
+			// The sides and their files live across the benchmark's
+			// calibration runs: dialed, and warmed up, once.
+			var runs []*run
+			for _, name := range []string{"plain", "txn"} {
+				s := newSide(b, &target{name: name, addr: addr, txn: name == "txn"}, n, &w)
+				s.r.counts = make([]int64, n)
+				files := matrixFileCount(size, n)
+				s.round(b, files/n, w.ops) // warm-up: every file once
+				runs = append(runs, s.r)
+			}
+			b.Run(fmt.Sprintf("size=%s/clients=%d", sizeName(size), n), func(b *testing.B) {
+				plain := &side{name: "plain", r: runs[0], pid: pid, metrics: metrics}
+				txn := &side{name: "txn", r: runs[1], pid: pid, metrics: metrics}
+				var ratios []float64
+				pair := func() {
+					first, second := plain, txn
+					if len(ratios)%2 == 1 {
+						first, second = txn, plain
+					}
+					pd, td := plain.dur, txn.dur
+					first.round(b, per, w.ops)
+					second.round(b, per, w.ops)
+					// Same compounds on both sides: the throughput
+					// ratio is the inverse ratio of the times.
+					ratios = append(ratios, float64(plain.dur-pd)/float64(txn.dur-td))
+				}
+				b.ResetTimer()
+				for range b.N {
+					pair()
+				}
+				b.StopTimer()
+				for len(ratios) < matrixMinPairs {
+					pair()
+				}
+				reportMatrix(b, plain, txn, ratios, &w)
+			})
+			for _, r := range runs {
+				for _, c := range r.cs {
+					c.Close()
+				}
+			}
+		}
+	}
+}
+
+// reportMatrix reports a matrix cell's metrics (see BenchmarkTxnMatrix).
+func reportMatrix(b *testing.B, plain, txn *side, ratios []float64, w *workload) {
+	slices.Sort(ratios)
+	med := ratios[len(ratios)/2]
+	if len(ratios)%2 == 0 {
+		med = (ratios[len(ratios)/2-1] + med) / 2
+	}
+	b.ReportMetric(med, "txn/plain")
+	b.ReportMetric(ratios[0], "txn/plain-min")
+	b.ReportMetric(ratios[len(ratios)-1], "txn/plain-max")
+	b.ReportMetric(float64(len(ratios)), "pairs")
+	for _, s := range []*side{plain, txn} {
+		b.ReportMetric(float64(s.n)*float64(w.files)/s.dur.Seconds(), s.name+"-files/s")
+		if s.cpu > 0 {
+			b.ReportMetric(float64(s.cpu.Microseconds())/float64(s.n), s.name+"-cpu-us/op")
+			b.ReportMetric(float64(s.switches)/float64(s.n), s.name+"-switches/op")
+		}
+		for _, k := range serverCounters {
+			if v, ok := s.counters[k.name]; ok {
+				b.ReportMetric(v/k.unit/float64(s.n), s.name+"-"+k.short+"/op")
+			}
+		}
+	}
+}
