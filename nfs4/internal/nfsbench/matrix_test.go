@@ -93,6 +93,10 @@ func matrixWorkload(size, clients int, src []byte) workload {
 // switches per compound (shared server, so per side only because rounds
 // never overlap). ns/op is the time of one pair.
 //
+// TXNFS_MATRIX_ONLY=plain (or txn) runs that side's rounds only (no
+// ratio is reported), to profile or strace the server on one kind of
+// compound (TXNFS_BENCH_PPROF=127.0.0.1:PORT serves pprof).
+//
 // TXNFS_BENCH_METRICS=127.0.0.1:PORT also reports per side and compound
 // the changes of the server's counters (serverCounters) — syncs, slice
 // puts and their bytes, transaction retries, directory-lock waits.
@@ -101,24 +105,32 @@ func matrixWorkload(size, clients int, src []byte) workload {
 func BenchmarkTxnMatrix(b *testing.B) {
 	addr, pid := startTxnfs(b, txnfsBinary(b))
 	metrics := os.Getenv("TXNFS_BENCH_METRICS")
+	only := os.Getenv("TXNFS_MATRIX_ONLY")
 	src := bytes.Repeat([]byte("t"), 16<<20)
 	for _, size := range matrixSizes {
 		for _, n := range []int{1, 2, 4, 8} {
 			w := matrixWorkload(size, n, src)
 			per := matrixPerClient(size, n)
-			// The sides and their files live across the benchmark's
+			// The sides' clients and files live across the benchmark's
 			// calibration runs: dialed, and warmed up, once.
 			var runs []*run
-			for _, name := range []string{"plain", "txn"} {
-				s := newSide(b, &target{name: name, addr: addr, txn: name == "txn"}, n, &w)
-				s.r.counts = make([]int64, n)
-				files := matrixFileCount(size, n)
-				s.round(b, files/n, w.ops) // warm-up: every file once
-				runs = append(runs, s.r)
-			}
 			b.Run(fmt.Sprintf("size=%s/clients=%d", sizeName(size), n), func(b *testing.B) {
+				if runs == nil {
+					runs = matrixSides(b, addr, n, &w, matrixFileCount(size, n)/n)
+				}
 				plain := &side{name: "plain", r: runs[0], pid: pid, metrics: metrics}
 				txn := &side{name: "txn", r: runs[1], pid: pid, metrics: metrics}
+				if only != "" {
+					s := map[string]*side{"plain": plain, "txn": txn}[only]
+					if s == nil {
+						b.Fatalf("TXNFS_MATRIX_ONLY=%q: want plain or txn", only)
+					}
+					for range b.N {
+						s.round(b, per, w.ops)
+					}
+					reportSide(b, s, &w)
+					return
+				}
 				var ratios []float64
 				pair := func() {
 					first, second := plain, txn
@@ -151,6 +163,25 @@ func BenchmarkTxnMatrix(b *testing.B) {
 	}
 }
 
+// matrixSides makes the runs of a cell's plain and transactional sides:
+// their clients (closed by the caller) and directories, and writes each
+// side's files once with perClient compounds per client.
+func matrixSides(b *testing.B, addr string, clients int, w *workload, perClient int) []*run {
+	var runs []*run
+	for _, name := range []string{"plain", "txn"} {
+		tg := &target{name: name, addr: addr, txn: name == "txn"}
+		r := &run{counts: make([]int64, clients)}
+		for range clients {
+			r.cs = append(r.cs, tg.dialKept(b))
+		}
+		runs = append(runs, r)
+		r.dir = r.cs[0].freshDir(b)
+		s := &side{name: name, r: r}
+		s.round(b, perClient, w.ops)
+	}
+	return runs
+}
+
 // reportMatrix reports a matrix cell's metrics (see BenchmarkTxnMatrix).
 func reportMatrix(b *testing.B, plain, txn *side, ratios []float64, w *workload) {
 	slices.Sort(ratios)
@@ -162,16 +193,20 @@ func reportMatrix(b *testing.B, plain, txn *side, ratios []float64, w *workload)
 	b.ReportMetric(ratios[0], "txn/plain-min")
 	b.ReportMetric(ratios[len(ratios)-1], "txn/plain-max")
 	b.ReportMetric(float64(len(ratios)), "pairs")
-	for _, s := range []*side{plain, txn} {
-		b.ReportMetric(float64(s.n)*float64(w.files)/s.dur.Seconds(), s.name+"-files/s")
-		if s.cpu > 0 {
-			b.ReportMetric(float64(s.cpu.Microseconds())/float64(s.n), s.name+"-cpu-us/op")
-			b.ReportMetric(float64(s.switches)/float64(s.n), s.name+"-switches/op")
-		}
-		for _, k := range serverCounters {
-			if v, ok := s.counters[k.name]; ok {
-				b.ReportMetric(v/k.unit/float64(s.n), s.name+"-"+k.short+"/op")
-			}
+	reportSide(b, plain, w)
+	reportSide(b, txn, w)
+}
+
+// reportSide reports one side's throughput, server CPU and counters.
+func reportSide(b *testing.B, s *side, w *workload) {
+	b.ReportMetric(float64(s.n)*float64(w.files)/s.dur.Seconds(), s.name+"-files/s")
+	if s.cpu > 0 {
+		b.ReportMetric(float64(s.cpu.Microseconds())/float64(s.n), s.name+"-cpu-us/op")
+		b.ReportMetric(float64(s.switches)/float64(s.n), s.name+"-switches/op")
+	}
+	for _, k := range serverCounters {
+		if v, ok := s.counters[k.name]; ok {
+			b.ReportMetric(v/k.unit/float64(s.n), s.name+"-"+k.short+"/op")
 		}
 	}
 }

@@ -166,19 +166,28 @@ type client struct {
 var ownerSeq atomic.Int64
 
 func (tg *target) dial(b *testing.B) *client {
+	c := tg.dialKept(b)
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// dialKept is dial of a client that the caller closes (not at the end of
+// b).
+func (tg *target) dialKept(b *testing.B) *client {
 	c, err := testclient.Dial(tg.addr)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { c.Close() })
 	big := nfsv4.ChannelAttrs4{CaMaxrequestsize: 17 << 20, CaMaxresponsesize: 17 << 20,
 		CaMaxresponsesizeCached: 64 << 10, CaMaxoperations: 128, CaMaxrequests: 8}
 	if _, err := c.NewSessionWith(1, fmt.Sprintf("nfsbench-%d-%d", os.Getpid(), ownerSeq.Add(1)), big); err != nil {
+		c.Close()
 		b.Fatalf("%s: %v", tg.name, err)
 	}
 	// Ganesha refuses OPEN (NFS4ERR_GRACE) until RECLAIM_COMPLETE.
 	rep, err := c.Compound(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
 	if err != nil || rep.Status != nfsv4.NFS4_OK {
+		c.Close()
 		b.Fatalf("%s: RECLAIM_COMPLETE: %v %+v", tg.name, err, rep)
 	}
 	return &client{Client: c, tg: tg}
@@ -248,8 +257,10 @@ type serverCounter struct {
 }
 
 var serverCounters = []serverCounter{
+	{"txnfs_nfs4_compound_seconds_count", "server-compounds", 1},
 	{`txnfs_nfs4_txn_total{outcome="retry"}`, "txn-retries", 1},
 	{"txnfs_nfs4_dir_lock_total", "dirlock-events", 1},
+	{`txnfs_nfs4_write_payload_aligned_total{result="hit"}`, "aligned-writes", 1},
 	{"txnfs_slice_syncs_total", "slice-syncs", 1},
 	{"txnfs_slice_fsyncs_total", "fdatasyncs", 1},
 	{"txnfs_slice_puts_total", "puts", 1},
