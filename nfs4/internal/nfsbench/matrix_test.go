@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -92,7 +93,8 @@ func matrixWorkload(size, clients int, src []byte) workload {
 // the same machine load, and drift in it affects each side equally often
 // first. A pair's ratio is the transactional side's throughput over the
 // plain side's. The cell reports the median ratio (txn/plain), its range
-// (txn/plain-min, -max) and the number of pairs, at least matrixMinPairs
+// (txn/plain-min, -max), an about 95% confidence interval of the median
+// (txn/plain-ci-lo, -hi; see summarize) and the number of pairs, at least matrixMinPairs
 // (extra pairs beyond b.N run with the timer stopped, in the last run of
 // the benchmark function only, see lastRun), and cpu-txn/plain, the
 // server CPU time per transactional compound over that per plain one;
@@ -174,6 +176,30 @@ func BenchmarkTxnMatrix(b *testing.B) {
 	}
 }
 
+// ratioStats summarizes a cell's samples: their median, range, and a
+// distribution-free confidence interval of the median of about 95%
+// (lo, hi: the order statistics k and n-1-k with k = ⌊(n − 1.96√n) / 2⌋;
+// the whole range for fewer than 6 samples).
+type ratioStats struct {
+	median, min, max, lo, hi float64
+}
+
+// summarize returns the ratioStats of samples (sorting them).
+func summarize(samples []float64) ratioStats {
+	slices.Sort(samples)
+	n := len(samples)
+	st := ratioStats{median: samples[n/2], min: samples[0], max: samples[n-1]}
+	if n%2 == 0 {
+		st.median = (samples[n/2-1] + samples[n/2]) / 2
+	}
+	k := 0
+	if n >= 6 {
+		k = int((float64(n) - 1.96*math.Sqrt(float64(n))) / 2)
+	}
+	st.lo, st.hi = samples[k], samples[n-1-k]
+	return st
+}
+
 // lastRun reports whether the testing package will not call the
 // benchmark function again after a run of n iterations that took d: d
 // reached -test.benchtime, or n its count (-test.benchtime Nx). Extra
@@ -214,14 +240,12 @@ func matrixSides(b *testing.B, addr string, clients int, w *workload, perClient 
 
 // reportMatrix reports a matrix cell's metrics (see BenchmarkTxnMatrix).
 func reportMatrix(b *testing.B, plain, txn *side, ratios []float64, w *workload) {
-	slices.Sort(ratios)
-	med := ratios[len(ratios)/2]
-	if len(ratios)%2 == 0 {
-		med = (ratios[len(ratios)/2-1] + med) / 2
-	}
-	b.ReportMetric(med, "txn/plain")
-	b.ReportMetric(ratios[0], "txn/plain-min")
-	b.ReportMetric(ratios[len(ratios)-1], "txn/plain-max")
+	st := summarize(ratios)
+	b.ReportMetric(st.median, "txn/plain")
+	b.ReportMetric(st.min, "txn/plain-min")
+	b.ReportMetric(st.max, "txn/plain-max")
+	b.ReportMetric(st.lo, "txn/plain-ci-lo")
+	b.ReportMetric(st.hi, "txn/plain-ci-hi")
 	b.ReportMetric(float64(len(ratios)), "pairs")
 	if plain.cpu > 0 && txn.cpu > 0 {
 		// Server CPU per transactional compound over that per plain

@@ -283,11 +283,18 @@ func scrapeCounters(b *testing.B, addr string) map[string]float64 {
 	if err != nil {
 		b.Fatalf("metrics: %v", err)
 	}
+	return parseCounters(string(text))
+}
+
+// parseCounters returns serverCounters' values in a Prometheus text
+// exposition: a series name with labels matches itself, a bare name every
+// series of that name (summed); counters not in text read as 0.
+func parseCounters(text string) map[string]float64 {
 	m := make(map[string]float64, len(serverCounters))
 	for _, k := range serverCounters {
 		m[k.name] = 0
 	}
-	for _, line := range strings.Split(string(text), "\n") {
+	for _, line := range strings.Split(text, "\n") {
 		series, value, ok := strings.Cut(line, " ")
 		if !ok || strings.HasPrefix(line, "#") {
 			continue
