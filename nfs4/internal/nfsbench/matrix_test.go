@@ -37,7 +37,7 @@ const (
 	matrixRoundFiles = 32
 	// matrixMinPairs is the fewest samples a cell reports (pairs of
 	// rounds, see BenchmarkTxnMatrix).
-	matrixMinPairs = 9
+	matrixMinPairs = 15
 )
 
 // matrixSizes are the matrix's file sizes (TC-NFS: powers of 2 from 1 KiB
