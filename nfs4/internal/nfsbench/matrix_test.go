@@ -135,9 +135,11 @@ func BenchmarkTxnMatrix(b *testing.B) {
 					if s == nil {
 						b.Fatalf("TXNFS_MATRIX_ONLY=%q: want plain or txn", only)
 					}
+					b.ResetTimer() // not the warm-up
 					for range b.N {
 						s.round(b, per, w.ops)
 					}
+					b.StopTimer()
 					reportSide(b, s, &w)
 					return
 				}
