@@ -92,16 +92,16 @@ func matrixWorkload(size, clients int, src []byte) workload {
 // matrixPerClient compounds on every client concurrently, so both sides
 // see the same machine load; each side runs first in half the pairs, in
 // a random order (seeded by the cell) so that no recurring background
-// work of the server falls on one side's rounds. A pair's ratio is the transactional side's throughput over the
-// plain side's. The cell reports the median ratio (txn/plain), its range
-// (txn/plain-min, -max), an about 95% confidence interval of the median
-// (txn/plain-ci-lo, -hi; see summarize) and the number of pairs, at least matrixMinPairs
-// (extra pairs beyond b.N run with the timer stopped, in the last run of
-// the benchmark function only, see lastRun), and cpu-txn/plain, the
-// server CPU time per transactional compound over that per plain one;
-// besides, per side,
-// files/s over all its rounds and the server's CPU µs and thread
-// switches per compound (shared server, so per side only because rounds
+// work of the server falls on one side's rounds. A pair's ratio is the
+// transactional side's throughput over the plain side's. The cell reports
+// the median ratio (txn/plain), its range (txn/plain-min, -max), an about
+// 95% confidence interval of the median (txn/plain-ci-lo, -hi; see
+// summarize), the number of pairs, at least matrixMinPairs (extra pairs
+// beyond b.N run with the timer stopped, in the last run of the benchmark
+// function only, see lastRun), and cpu-txn/plain, the server's CPU time
+// per transactional compound over that per plain one; and per side
+// files/s over all its rounds and the server's CPU µs and thread switches
+// per compound (one server for both sides: per side only because rounds
 // never overlap). ns/op is the time of one pair.
 //
 // TXNFS_MATRIX_ONLY=plain (or txn) runs that side's rounds only (no
