@@ -87,7 +87,21 @@ var (
 	buildOnce sync.Once
 	binPath   string
 	buildErr  error
+	// binDir is the temporary directory txnfsBinary built into (removed
+	// by TestMain), or "".
+	binDir string
 )
+
+// TestMain removes the txnfs binary txnfsBinary built, once every test
+// and benchmark of the process has run (each `go test -bench` run left
+// a 37 MB /tmp/nfsbench-bin-* directory behind).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
 
 // txnfsBinary builds cmd/txnfs once per process (TXNFS_BENCH_BIN: use
 // that binary instead, e.g. one built from another tree).
@@ -102,6 +116,7 @@ func txnfsBinary(b *testing.B) string {
 			buildErr = err
 			return
 		}
+		binDir = dir
 		binPath = filepath.Join(dir, "txnfs")
 		out, err := exec.Command("go", "build", "-o", binPath, "github.com/txnfs/txnfs/cmd/txnfs").CombinedOutput()
 		if err != nil {
