@@ -30,10 +30,10 @@ const (
 	// at least one per client.
 	matrixSetBytes = 256 << 20
 	// matrixRoundBytes is about the payload of one round of one side,
-	// and matrixRoundFiles the most files a round writes: rounds of
-	// 10–50 ms (up to a compound per client for the largest files),
-	// short enough for many samples, long enough that a round is more
-	// than a scheduler hiccup.
+	// and matrixRoundFiles the most files a round writes (but at least
+	// one per client): rounds of tens of milliseconds (hundreds for 16
+	// MiB files with several clients), short enough for many samples,
+	// long enough that a round is more than a scheduler hiccup.
 	matrixRoundBytes = 8 << 20
 	matrixRoundFiles = 32
 	// matrixMinPairs is the fewest samples a cell reports (pairs of
