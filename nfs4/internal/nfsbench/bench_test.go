@@ -21,6 +21,7 @@ type run struct {
 	fhs    [][]byte
 	sids   []nfsv4.Stateid4 // per client: open stateid of fhs[id] (or of big)
 	prefix string
+	counts []int64 // per client: compounds it ran (BenchmarkTxnMatrix)
 }
 
 type workload struct {
@@ -165,6 +166,10 @@ type side struct {
 	// switches counts the times the server's threads were switched onto
 	// a CPU during the rounds (see processCPU).
 	switches int64
+	// metrics is the server's Prometheus address ("" for none); counters
+	// sums the changes of serverCounters during the rounds.
+	metrics  string
+	counters map[string]float64
 }
 
 func newSide(b *testing.B, tg *target, clients int, w *workload) *side {
@@ -184,6 +189,10 @@ func newSide(b *testing.B, tg *target, clients int, w *workload) *side {
 func (s *side) round(b *testing.B, perClient int, ops func(r *run, id int, i int64) []nfsv4.NfsArgop4) {
 	var wg sync.WaitGroup
 	var failed atomic.Value
+	var m0 map[string]float64
+	if s.metrics != "" {
+		m0 = scrapeCounters(b, s.metrics)
+	}
 	cpu0, runs0 := processCPU(s.pid)
 	start := time.Now()
 	for id, c := range s.r.cs {
@@ -203,6 +212,14 @@ func (s *side) round(b *testing.B, perClient int, ops func(r *run, id int, i int
 	cpu1, runs1 := processCPU(s.pid)
 	s.cpu += cpu1 - cpu0
 	s.switches += runs1 - runs0
+	if m0 != nil {
+		if s.counters == nil {
+			s.counters = map[string]float64{}
+		}
+		for k, v := range scrapeCounters(b, s.metrics) {
+			s.counters[k] += v - m0[k]
+		}
+	}
 	s.n += int64(perClient * len(s.r.cs))
 	if f := failed.Load(); f != nil {
 		b.Fatal(f)
@@ -295,41 +312,5 @@ func sizeName(n int) string {
 		return fmt.Sprintf("%dMiB", n>>20)
 	default:
 		return fmt.Sprintf("%dKiB", n>>10)
-	}
-}
-
-// BenchmarkTxnMatrix is the TC-NFS write matrix (SYSTOR'20 §4.1.1) on
-// txnfs: each compound writes one new file whole — PUTFH, OPEN (create),
-// WRITE × ceil(size / 1 MiB) (FILE_SYNC), CLOSE — as a plain compound
-// (every operation commits on its own) and as one transaction,
-// interleaved in short rounds; txn/plain is the transactional throughput
-// relative to the plain one.
-//
-//	go test ./nfs4/internal/nfsbench -run XXX -bench TxnMatrix -benchtime 10x
-func BenchmarkTxnMatrix(b *testing.B) {
-	addr, _ := startTxnfs(b, txnfsBinary(b))
-	src := bytes.Repeat([]byte("t"), 16<<20)
-	for _, size := range []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20} {
-		w := workload{files: 1, ops: func(r *run, id int, i int64) []nfsv4.NfsArgop4 {
-			c := r.cs[id]
-			ops := []nfsv4.NfsArgop4{putfh(r.dir), open(c.ClientID, "w", fmt.Sprintf("m-%d-%d", id, i), nfsv4.OPEN4_SHARE_ACCESS_BOTH, true)}
-			for off := 0; off < size; off += 1 << 20 {
-				ops = append(ops, write(current, uint64(off), src[off:min(size, off+1<<20)], nfsv4.FILE_SYNC4))
-			}
-			return append(ops, closeOp(current))
-		}}
-		for _, n := range []int{1, 2, 4, 8} {
-			b.Run(fmt.Sprintf("size=%s/clients=%d", sizeName(size), n), func(b *testing.B) {
-				sides := []*side{
-					newSide(b, &target{name: "txn", addr: addr, txn: true}, n, &w),
-					newSide(b, &target{name: "plain", addr: addr}, n, &w),
-				}
-				per := max(1, 16/n)
-				if size >= 4<<20 {
-					per = max(1, 4/n)
-				}
-				interleave(b, sides, per, &w)
-			})
-		}
 	}
 }

@@ -14,8 +14,9 @@
 // simulated client, one COMPOUND in flight per client.
 //
 // The benchmarks skip when Ganesha cannot start, e.g. when not running as
-// root (FSAL_VFS needs it); TXNFS_GANESHA_SH points at another script. The package has no tests,
-// only benchmarks:
+// root (FSAL_VFS needs it); TXNFS_GANESHA_SH points at another script. The package's tests only
+// check the benchmarks' own arithmetic (TxnMatrix's workload and
+// statistics); run the benchmarks with:
 //
 //	go test ./nfs4/internal/nfsbench -run XXX -bench . -benchtime 2s
 //

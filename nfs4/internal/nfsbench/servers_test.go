@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,7 +87,21 @@ var (
 	buildOnce sync.Once
 	binPath   string
 	buildErr  error
+	// binDir is the temporary directory txnfsBinary built into (removed
+	// by TestMain), or "".
+	binDir string
 )
+
+// TestMain removes the txnfs binary txnfsBinary built, once every test
+// and benchmark of the process has run (each `go test -bench` run left
+// a 37 MB /tmp/nfsbench-bin-* directory behind).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
 
 // txnfsBinary builds cmd/txnfs once per process (TXNFS_BENCH_BIN: use
 // that binary instead, e.g. one built from another tree).
@@ -99,6 +116,7 @@ func txnfsBinary(b *testing.B) string {
 			buildErr = err
 			return
 		}
+		binDir = dir
 		binPath = filepath.Join(dir, "txnfs")
 		out, err := exec.Command("go", "build", "-o", binPath, "github.com/txnfs/txnfs/cmd/txnfs").CombinedOutput()
 		if err != nil {
@@ -163,19 +181,28 @@ type client struct {
 var ownerSeq atomic.Int64
 
 func (tg *target) dial(b *testing.B) *client {
+	c := tg.dialKept(b)
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// dialKept is dial of a client that the caller closes (not at the end of
+// b).
+func (tg *target) dialKept(b *testing.B) *client {
 	c, err := testclient.Dial(tg.addr)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { c.Close() })
 	big := nfsv4.ChannelAttrs4{CaMaxrequestsize: 17 << 20, CaMaxresponsesize: 17 << 20,
 		CaMaxresponsesizeCached: 64 << 10, CaMaxoperations: 128, CaMaxrequests: 8}
 	if _, err := c.NewSessionWith(1, fmt.Sprintf("nfsbench-%d-%d", os.Getpid(), ownerSeq.Add(1)), big); err != nil {
+		c.Close()
 		b.Fatalf("%s: %v", tg.name, err)
 	}
 	// Ganesha refuses OPEN (NFS4ERR_GRACE) until RECLAIM_COMPLETE.
 	rep, err := c.Compound(&nfsv4.NfsArgop4_OP_RECLAIM_COMPLETE{})
 	if err != nil || rep.Status != nfsv4.NFS4_OK {
+		c.Close()
 		b.Fatalf("%s: RECLAIM_COMPLETE: %v %+v", tg.name, err, rep)
 	}
 	return &client{Client: c, tg: tg}
@@ -234,3 +261,69 @@ func (c *client) freshDir(b *testing.B) []byte {
 }
 
 func (tg *target) String() string { return tg.name + "@" + tg.addr + "/" + strings.Join(tg.path, "/") }
+
+// serverCounter is a Prometheus counter of the txnfs server that the
+// benchmarks report per compound (with TXNFS_BENCH_METRICS): name is the
+// series as scraped (name and labels, "name" alone sums every label
+// set), short the metric's name in the report, unit its divisor.
+type serverCounter struct {
+	name, short string
+	unit        float64
+}
+
+var serverCounters = []serverCounter{
+	{"txnfs_nfs4_compound_seconds_count", "server-compounds", 1},
+	{`txnfs_nfs4_txn_total{outcome="retry"}`, "txn-retries", 1},
+	{"txnfs_nfs4_dir_lock_total", "dirlock-events", 1},
+	{`txnfs_nfs4_write_payload_aligned_total{result="hit"}`, "aligned-writes", 1},
+	{"txnfs_slice_syncs_total", "slice-syncs", 1},
+	{"txnfs_slice_fsyncs_total", "fdatasyncs", 1},
+	{"txnfs_slice_puts_total", "puts", 1},
+	{"txnfs_slice_put_bytes_total", "put-KiB", 1 << 10},
+	{"txnfs_slice_direct_puts_total", "direct-puts", 1},
+	{"txnfs_slice_unstaged_puts_total", "unstaged-puts", 1},
+	{"txnfs_slice_lent_puts_total", "lent-puts", 1},
+}
+
+// scrapeCounters reads serverCounters from the Prometheus text exposition
+// at addr; a counter not exposed yet (a label set never incremented)
+// reads as 0.
+func scrapeCounters(b *testing.B, addr string) map[string]float64 {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		b.Fatalf("metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	text, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatalf("metrics: %v", err)
+	}
+	return parseCounters(string(text))
+}
+
+// parseCounters returns serverCounters' values in a Prometheus text
+// exposition: a series name with labels matches itself, a bare name every
+// series of that name (summed); counters not in text read as 0.
+func parseCounters(text string) map[string]float64 {
+	m := make(map[string]float64, len(serverCounters))
+	for _, k := range serverCounters {
+		m[k.name] = 0
+	}
+	for _, line := range strings.Split(text, "\n") {
+		series, value, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		name, _, _ := strings.Cut(series, "{")
+		for _, k := range serverCounters {
+			if k.name == series || k.name == name {
+				m[k.name] += v
+			}
+		}
+	}
+	return m
+}
