@@ -141,3 +141,40 @@ func TestDecodeReaddirOK(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeFrequentOK: the results of a vectorized write's files are
+// decoded by hand (decodeFrequentOK), to the values the generated decoder
+// gives, and a truncated one is left to the generated decoder.
+func TestDecodeFrequentOK(t *testing.T) {
+	for _, r := range []nfsv4.NfsResop4{
+		&nfsv4.NfsResop4_OP_SEQUENCE{Opsequence: &nfsv4.Sequence4res_NFS4_OK{SrResok4: nfsv4.Sequence4resok{
+			SrSessionid: [16]byte{9}, SrSequenceid: 7, SrSlotid: 1, SrHighestSlotid: 3, SrTargetHighestSlotid: 3, SrStatusFlags: 5}}},
+		&nfsv4.NfsResop4_OP_OPEN{Opopen: &nfsv4.Open4res_NFS4_OK{Resok4: nfsv4.Open4resok{
+			Stateid: nfsv4.Stateid4{Seqid: 1, Other: [12]byte{7, 8}}, Cinfo: nfsv4.ChangeInfo4{Atomic: true, Before: 3, After: 4},
+			Rflags: 6, Attrset: MakeBitmap(nfsv4.FATTR4_SIZE, nfsv4.FATTR4_MODE), Delegation: &nfsv4.OpenDelegation4_OPEN_DELEGATE_NONE{}}}},
+		&nfsv4.NfsResop4_OP_OPEN{Opopen: &nfsv4.Open4res_NFS4_OK{Resok4: nfsv4.Open4resok{Delegation: &nfsv4.OpenDelegation4_OPEN_DELEGATE_NONE{}}}},
+		&nfsv4.NfsResop4_OP_WRITE{Opwrite: &nfsv4.Write4res_NFS4_OK{Resok4: nfsv4.Write4resok{Count: 16384, Committed: nfsv4.FILE_SYNC4, Writeverf: [8]byte{1, 2, 3}}}},
+		&nfsv4.NfsResop4_OP_CLOSE{Opclose: &nfsv4.Close4res_NFS4_OK{OpenStateid: nfsv4.Stateid4{Seqid: 2, Other: [12]byte{1}}}},
+	} {
+		enc := encodeResult(t, r)
+		enc = append(enc, 0, 0, 0, 42) // what follows
+		got, n := decodeFrequentOK(r.GetResop(), enc[8:])
+		if got == nil {
+			t.Fatalf("%s: not decoded by hand", OpName(r.GetResop()))
+		}
+		if n != len(enc)-12 {
+			t.Fatalf("%s: took %d bytes, want %d", OpName(r.GetResop()), n, len(enc)-12)
+		}
+		if !bytes.Equal(encodeResult(t, got), enc[:len(enc)-4]) {
+			t.Fatalf("%s: decoded %+v", OpName(r.GetResop()), got)
+		}
+		if got, _ := decodeFrequentOK(r.GetResop(), enc[8:len(enc)-6]); got != nil {
+			t.Fatalf("%s: truncated result decoded", OpName(r.GetResop()))
+		}
+	}
+	deleg := &nfsv4.NfsResop4_OP_OPEN{Opopen: &nfsv4.Open4res_NFS4_OK{Resok4: nfsv4.Open4resok{
+		Delegation: &nfsv4.OpenDelegation4_OPEN_DELEGATE_NONE_EXT{OdWhynone: &nfsv4.OpenNoneDelegation4_default{OndWhy: nfsv4.WND4_NOT_WANTED}}}}}
+	if got, _ := decodeFrequentOK(nfsv4.OP_OPEN, encodeResult(t, deleg)[8:]); got != nil {
+		t.Fatal("OPEN with OPEN_DELEGATE_NONE_EXT decoded by hand")
+	}
+}
