@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"unicode/utf8"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 	"github.com/buildbarn/go-xdr/pkg/runtime"
@@ -437,10 +436,6 @@ func encodeArgsJoin(tag string, minor uint32, txn bool, join TxnID, clientID uin
 			b.Write(make([]byte, (4-len(a.Data)%4)%4))
 			continue
 		}
-		if enc, ok := appendFrequentArg(b.AvailableBuffer(), op); ok {
-			b.Write(enc)
-			continue
-		}
 		if _, err := op.WriteTo(&b); err != nil {
 			return nil, fmt.Errorf("nfs4 client: encoding %s: %w", OpName(op.GetArgop()), err)
 		}
@@ -453,81 +448,6 @@ func encodeArgsJoin(tag string, minor uint32, txn bool, join TxnID, clientID uin
 		prev = m
 	}
 	return append(segs, buf[prev:]), nil
-}
-
-// appendFrequentArg appends the encoding of op to b for the operations of
-// a vectorized write's every file, as the generated encoder writes them:
-// PUTFH, CLOSE, and OPEN without create or with an UNCHECKED4 or GUARDED4
-// one, by name or by handle. For anything else, and for arguments the
-// generated encoder refuses (a name that is not UTF-8, an owner or handle
-// too long), it returns false: the generated encoder then writes (or
-// refuses) them. The generated encoder allocated per value written (~15
-// allocations per OPEN).
-func appendFrequentArg(b []byte, op nfsv4.NfsArgop4) ([]byte, bool) {
-	be := binary.BigEndian
-	opaque := func(b, v []byte) []byte {
-		b = be.AppendUint32(b, uint32(len(v)))
-		b = append(b, v...)
-		return append(b, make([]byte, (4-len(v)%4)%4)...)
-	}
-	switch op := op.(type) {
-	case *nfsv4.NfsArgop4_OP_PUTFH:
-		if len(op.Opputfh.Object) > nfsv4.NFS4_FHSIZE {
-			return nil, false
-		}
-		return opaque(be.AppendUint32(b, uint32(nfsv4.OP_PUTFH)), op.Opputfh.Object), true
-	case *nfsv4.NfsArgop4_OP_CLOSE:
-		a := &op.Opclose
-		b = be.AppendUint32(be.AppendUint32(b, uint32(nfsv4.OP_CLOSE)), a.Seqid)
-		b = be.AppendUint32(b, a.OpenStateid.Seqid)
-		return append(b, a.OpenStateid.Other[:]...), true
-	case *nfsv4.NfsArgop4_OP_OPEN:
-		a := &op.Opopen
-		if len(a.Owner.Owner) > nfsv4.NFS4_OPAQUE_LIMIT {
-			return nil, false
-		}
-		b = be.AppendUint32(b, uint32(nfsv4.OP_OPEN))
-		b = be.AppendUint32(be.AppendUint32(be.AppendUint32(b, a.Seqid), a.ShareAccess), a.ShareDeny)
-		b = opaque(be.AppendUint64(b, a.Owner.Clientid), a.Owner.Owner)
-		switch how := a.Openhow.(type) {
-		case *nfsv4.Openflag4_default:
-			b = be.AppendUint32(b, uint32(how.Opentype))
-		case *nfsv4.Openflag4_OPEN4_CREATE:
-			var attrs *nfsv4.Fattr4
-			switch h := how.How.(type) {
-			case *nfsv4.Createhow4_UNCHECKED4:
-				attrs = &h.Createattrs
-			case *nfsv4.Createhow4_GUARDED4:
-				attrs = &h.Createattrs
-			default:
-				return nil, false
-			}
-			b = be.AppendUint32(be.AppendUint32(b, uint32(nfsv4.OPEN4_CREATE)), uint32(how.How.GetMode()))
-			b = be.AppendUint32(b, uint32(len(attrs.Attrmask)))
-			for _, m := range attrs.Attrmask {
-				b = be.AppendUint32(b, m)
-			}
-			b = opaque(b, attrs.AttrVals)
-		default:
-			return nil, false
-		}
-		switch c := a.Claim.(type) {
-		case *nfsv4.OpenClaim4_CLAIM_NULL:
-			if !utf8.ValidString(c.File) {
-				return nil, false
-			}
-			b = be.AppendUint32(b, uint32(nfsv4.CLAIM_NULL))
-			b = be.AppendUint32(b, uint32(len(c.File)))
-			b = append(b, c.File...)
-			b = append(b, make([]byte, (4-len(c.File)%4)%4)...)
-		case *nfsv4.OpenClaim4_CLAIM_FH:
-			b = be.AppendUint32(b, uint32(nfsv4.CLAIM_FH))
-		default:
-			return nil, false
-		}
-		return b, true
-	}
-	return nil, false
 }
 
 // rawReply is COMPOUND4res with the extension result split out.
