@@ -576,14 +576,6 @@ func decodeReply(b []byte) (*rawReply, error) {
 			rep.statuses = append(rep.statuses, ost)
 			continue
 		}
-		if ost == nfsv4.NFS4_OK {
-			if res, n := decodeFrequentOK(op, b[pos+8:]); res != nil {
-				r.Seek(int64(8+n), io.SeekCurrent)
-				rep.results = append(rep.results, res)
-				rep.statuses = append(rep.statuses, ost)
-				continue
-			}
-		}
 		res, _, err := nfsv4.ReadNfsResop4(r)
 		if err != nil {
 			return nil, fmt.Errorf("result %d (%s): %w", i, OpName(op), err)
@@ -592,53 +584,4 @@ func decodeReply(b []byte) (*rawReply, error) {
 		rep.statuses = append(rep.statuses, ost)
 	}
 	return rep, nil
-}
-
-// decodeFrequentOK decodes the successful result of op at the start of b
-// (after opcode and status) by hand for the results of a vectorized
-// write's every file: SEQUENCE, OPEN (without a delegation), WRITE and
-// CLOSE. It returns the result and the bytes it took, or nil for any other
-// result and for one it cannot decode: the generated decoder then decides
-// (it allocated per field: ~12 allocations per file written).
-func decodeFrequentOK(op nfsv4.NfsOpnum4, b []byte) (nfsv4.NfsResop4, int) {
-	c := xdrCursor{b: b}
-	stateid := func() (s nfsv4.Stateid4) {
-		s.Seqid = c.u32()
-		copy(s.Other[:], c.take(12))
-		return s
-	}
-	var res nfsv4.NfsResop4
-	switch op {
-	case nfsv4.OP_SEQUENCE:
-		var q nfsv4.Sequence4resok
-		copy(q.SrSessionid[:], c.take(16))
-		q.SrSequenceid, q.SrSlotid, q.SrHighestSlotid = c.u32(), c.u32(), c.u32()
-		q.SrTargetHighestSlotid, q.SrStatusFlags = c.u32(), c.u32()
-		res = &nfsv4.NfsResop4_OP_SEQUENCE{Opsequence: &nfsv4.Sequence4res_NFS4_OK{SrResok4: q}}
-	case nfsv4.OP_OPEN:
-		var q nfsv4.Open4resok
-		q.Stateid = stateid()
-		q.Cinfo.Atomic = c.boolean()
-		q.Cinfo.Before, q.Cinfo.After = c.u64(), c.u64()
-		q.Rflags = c.u32()
-		q.Attrset = c.bitmap()
-		if c.u32() != uint32(nfsv4.OPEN_DELEGATE_NONE) {
-			return nil, 0
-		}
-		q.Delegation = &nfsv4.OpenDelegation4_OPEN_DELEGATE_NONE{}
-		res = &nfsv4.NfsResop4_OP_OPEN{Opopen: &nfsv4.Open4res_NFS4_OK{Resok4: q}}
-	case nfsv4.OP_WRITE:
-		var q nfsv4.Write4resok
-		q.Count, q.Committed = c.u32(), nfsv4.StableHow4(c.u32())
-		copy(q.Writeverf[:], c.take(8))
-		res = &nfsv4.NfsResop4_OP_WRITE{Opwrite: &nfsv4.Write4res_NFS4_OK{Resok4: q}}
-	case nfsv4.OP_CLOSE:
-		res = &nfsv4.NfsResop4_OP_CLOSE{Opclose: &nfsv4.Close4res_NFS4_OK{OpenStateid: stateid()}}
-	default:
-		return nil, 0
-	}
-	if c.err != nil {
-		return nil, 0
-	}
-	return res, len(b) - len(c.b)
 }

@@ -46,15 +46,7 @@ func fuzzReplySeeds(t testing.TB) [][]byte {
 	getattr := &nfsv4.NfsResop4_OP_GETATTR{Opgetattr: &nfsv4.Getattr4res_NFS4_OK{Resok4: nfsv4.Getattr4resok{ObjAttributes: fattr}}}
 	getfh := &nfsv4.NfsResop4_OP_GETFH{Opgetfh: &nfsv4.Getfh4res_NFS4_OK{Resok4: nfsv4.Getfh4resok{Object: []byte{1, 2, 3, 4, 5}}}}
 	putroot := &nfsv4.NfsResop4_OP_PUTROOTFH{Opputrootfh: nfsv4.Putrootfh4res{Status: nfsv4.NFS4_OK}}
-	open := &nfsv4.NfsResop4_OP_OPEN{Opopen: &nfsv4.Open4res_NFS4_OK{Resok4: nfsv4.Open4resok{
-		Stateid: nfsv4.Stateid4{Seqid: 1, Other: [12]byte{7}}, Cinfo: nfsv4.ChangeInfo4{Atomic: true, Before: 3, After: 4},
-		Rflags: nfsv4.OPEN4_RESULT_LOCKTYPE_POSIX, Attrset: MakeBitmap(nfsv4.FATTR4_SIZE),
-		Delegation: &nfsv4.OpenDelegation4_OPEN_DELEGATE_NONE{}}}}
-	write := &nfsv4.NfsResop4_OP_WRITE{Opwrite: &nfsv4.Write4res_NFS4_OK{Resok4: nfsv4.Write4resok{
-		Count: 16384, Committed: nfsv4.FILE_SYNC4, Writeverf: [8]byte{1, 2}}}}
-	closeRes := &nfsv4.NfsResop4_OP_CLOSE{Opclose: &nfsv4.Close4res_NFS4_OK{OpenStateid: nfsv4.Stateid4{Seqid: 2}}}
 	seeds := [][]byte{
-		enc(seq, putroot, open, write, closeRes, open, write, closeRes),
 		enc(seq, putroot, getfh, getattr),
 		enc(seq, read, putroot),
 		enc(seq, readdir, getattr),
