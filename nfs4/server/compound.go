@@ -1144,33 +1144,6 @@ func encodeResult(w *segmentWriter, r nfsv4.NfsResop4) bool {
 		} else {
 			opaque(d)
 		}
-	case *nfsv4.NfsResop4_OP_OPEN:
-		ok, isOK := r.Opopen.(*nfsv4.Open4res_NFS4_OK)
-		if !isOK {
-			return false
-		}
-		if _, none := ok.Resok4.Delegation.(*nfsv4.OpenDelegation4_OPEN_DELEGATE_NONE); !none {
-			return false
-		}
-		head(nfsv4.OP_OPEN, nfsv4.NFS4_OK)
-		q := &ok.Resok4
-		w.cur = be.AppendUint32(w.cur, q.Stateid.Seqid)
-		w.cur = append(w.cur, q.Stateid.Other[:]...)
-		w.cur = be.AppendUint32(w.cur, xdrBool(q.Cinfo.Atomic))
-		w.cur = be.AppendUint64(be.AppendUint64(w.cur, q.Cinfo.Before), q.Cinfo.After)
-		w.cur = be.AppendUint32(be.AppendUint32(w.cur, q.Rflags), uint32(len(q.Attrset)))
-		for _, m := range q.Attrset {
-			w.cur = be.AppendUint32(w.cur, m)
-		}
-		w.cur = be.AppendUint32(w.cur, uint32(nfsv4.OPEN_DELEGATE_NONE))
-	case *nfsv4.NfsResop4_OP_WRITE:
-		ok, isOK := r.Opwrite.(*nfsv4.Write4res_NFS4_OK)
-		if !isOK {
-			return false
-		}
-		head(nfsv4.OP_WRITE, nfsv4.NFS4_OK)
-		w.cur = be.AppendUint32(be.AppendUint32(w.cur, ok.Resok4.Count), uint32(ok.Resok4.Committed))
-		w.cur = append(w.cur, ok.Resok4.Writeverf[:]...)
 	case *nfsv4.NfsResop4_OP_CLOSE:
 		ok, isOK := r.Opclose.(*nfsv4.Close4res_NFS4_OK)
 		if !isOK {

@@ -35,13 +35,6 @@ func fastArg(code nfsv4.NfsOpnum4, r *bytes.Reader, args []byte) (arg nfsv4.NfsA
 		arg, ok = decodeGetattr(r, args)
 	case nfsv4.OP_SEQUENCE:
 		arg, ok = decodeSequence(r, args)
-	case nfsv4.OP_CLOSE:
-		arg, ok = decodeClose(r, args)
-	case nfsv4.OP_OPEN:
-		if arg = decodeOpen(r, args); arg == nil {
-			return nil, false, false // an unusual OPEN: the generated decoder
-		}
-		ok = true
 	default:
 		return nil, false, false
 	}
@@ -179,105 +172,4 @@ func decodeSequence(r *bytes.Reader, args []byte) (nfsv4.NfsArgop4, bool) {
 	}
 	r.Seek(size, io.SeekCurrent)
 	return &nfsv4.NfsArgop4_OP_SEQUENCE{Opsequence: a}, true
-}
-
-// decodeClose decodes CLOSE4args.
-func decodeClose(r *bytes.Reader, args []byte) (nfsv4.NfsArgop4, bool) {
-	b := rest(r, args)
-	const size = 4 + 4 + 16 // opcode, seqid, stateid
-	if len(b) < size {
-		return nil, false
-	}
-	var a nfsv4.Close4args
-	a.Seqid = binary.BigEndian.Uint32(b[4:])
-	a.OpenStateid.Seqid = binary.BigEndian.Uint32(b[8:])
-	copy(a.OpenStateid.Other[:], b[12:24])
-	r.Seek(size, io.SeekCurrent)
-	return &nfsv4.NfsArgop4_OP_CLOSE{Opclose: a}, true
-}
-
-// decodeOpen decodes the usual OPEN4args: no create or an UNCHECKED4 or
-// GUARDED4 create, claiming a name (CLAIM_NULL) or the current file
-// (CLAIM_FH). For any other OPEN, and for one it cannot decode, it returns
-// nil without moving r: the generated decoder then decides (the OPEN of
-// every file of a vectorized write went through it: ~20 allocations).
-// The owner is a copy (open state keeps it); the createattrs' values
-// alias args.
-func decodeOpen(r *bytes.Reader, args []byte) nfsv4.NfsArgop4 {
-	b := rest(r, args)
-	be := binary.BigEndian
-	const fixed = 4 + 4 + 4 + 4 + 8 // opcode, seqid, share access, share deny, clientid
-	if len(b) < fixed {
-		return nil
-	}
-	a := &nfsv4.NfsArgop4_OP_OPEN{}
-	o := &a.Opopen
-	o.Seqid, o.ShareAccess, o.ShareDeny = be.Uint32(b[4:]), be.Uint32(b[8:]), be.Uint32(b[12:])
-	o.Owner.Clientid = be.Uint64(b[16:])
-	owner, size, ok := opaqueAt(b[fixed:], nfsv4.NFS4_OPAQUE_LIMIT)
-	if !ok {
-		return nil
-	}
-	o.Owner.Owner = bytes.Clone(owner)
-	p := fixed + size
-	u32 := func() (uint32, bool) {
-		if len(b)-p < 4 {
-			return 0, false
-		}
-		p += 4
-		return be.Uint32(b[p-4:]), true
-	}
-	opentype, ok := u32()
-	if !ok {
-		return nil
-	}
-	if opentype != uint32(nfsv4.OPEN4_CREATE) {
-		o.Openhow = &nfsv4.Openflag4_default{Opentype: nfsv4.Opentype4(opentype)}
-	} else {
-		mode, ok := u32()
-		if !ok || mode != uint32(nfsv4.UNCHECKED4) && mode != uint32(nfsv4.GUARDED4) {
-			return nil
-		}
-		var attrs nfsv4.Fattr4
-		n, ok := u32()
-		if !ok || uint64(len(b)-p) < 4*uint64(n) {
-			return nil
-		}
-		if n > 0 { // nil when empty, as decoded by the generated code
-			attrs.Attrmask = make([]uint32, n)
-			for i := range attrs.Attrmask {
-				attrs.Attrmask[i], _ = u32()
-			}
-		}
-		vals, size, ok := opaqueAt(b[p:], ^uint32(0))
-		if !ok {
-			return nil
-		}
-		attrs.AttrVals = vals
-		p += size
-		if mode == uint32(nfsv4.UNCHECKED4) {
-			o.Openhow = &nfsv4.Openflag4_OPEN4_CREATE{How: &nfsv4.Createhow4_UNCHECKED4{Createattrs: attrs}}
-		} else {
-			o.Openhow = &nfsv4.Openflag4_OPEN4_CREATE{How: &nfsv4.Createhow4_GUARDED4{Createattrs: attrs}}
-		}
-	}
-	claim, ok := u32()
-	if !ok {
-		return nil
-	}
-	switch nfsv4.OpenClaimType4(claim) {
-	case nfsv4.CLAIM_NULL:
-		name, size, ok := opaqueAt(b[p:], ^uint32(0))
-		if !ok || !utf8.Valid(name) {
-			return nil
-		}
-		o.Claim = &nfsv4.OpenClaim4_CLAIM_NULL{File: string(name)}
-		p += size
-	case nfsv4.CLAIM_FH:
-		o.Claim = &nfsv4.OpenClaim4_CLAIM_FH{}
-	default:
-		return nil
-	}
-	r.Seek(int64(p), io.SeekCurrent)
-	return a
 }
