@@ -212,7 +212,7 @@ func BenchmarkFiles(b *testing.B) {
 					vec := time.Since(start) / time.Duration(b.N)
 					// The in-process server's, client's and proxy's CPU:
 					// less sensitive than vec-ms to other processes' load.
-					b.ReportMetric(float64(processCPU()-cpu0)/1e6/float64(b.N), "cpu-ms")
+					b.ReportMetric(float64(processCPU()-cpu0)/1e6/float64(b.N), "vec-cpu-ms")
 					report(b, vec, scalar, (rpcs(v)-r0)/uint64(b.N), scalarRPCs, int64(size*nfiles), l.RTT)
 				})
 			}
