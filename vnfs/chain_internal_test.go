@@ -74,13 +74,22 @@ func TestChainedWrites(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		noChain     bool
+		unknown     bool // as a server not known to chain (not txnfs)
 		refuse      func(ch *client.Chain) error
 		wantMax     func(int) bool
 		wantChainOK int32
 	}{
+		// A txnfs server is known to chain: the first COMPOUND is
+		// not sent alone.
 		{name: "chained", wantMax: func(m int) bool { return m > 1 }, wantChainOK: 1},
+		{name: "probed", unknown: true, wantMax: func(m int) bool { return m > 1 }, wantChainOK: 1},
 		{name: "nochain", noChain: true, wantMax: func(m int) bool { return m == 1 }, wantChainOK: 2},
-		{name: "unsupported", refuse: func(*client.Chain) error { return client.ErrChainUnsupported },
+		{name: "unsupported", unknown: true, refuse: func(*client.Chain) error { return client.ErrChainUnsupported },
+			wantMax: func(m int) bool { return m == 1 }, wantChainOK: 2},
+		// A server taken for one that chains but without the
+		// extension: every chained COMPOUND in flight is refused,
+		// nothing of it ran, and each is sent again unchained.
+		{name: "unsupported-assumed", refuse: func(*client.Chain) error { return client.ErrChainUnsupported },
 			wantMax: func(m int) bool { return m == 1 }, wantChainOK: 2},
 		{name: "refused", refuse: func(ch *client.Chain) error {
 			if ch.Seq >= 3 { // as a server whose wait for seq 3 expired
@@ -96,12 +105,24 @@ func TestChainedWrites(t *testing.T) {
 			}
 			defer fsys.Close()
 			n := fsys.(*nfsFS)
+			if want := map[bool]int32{false: 1, true: 2}[tc.noChain]; n.sh.chainOK.Load() != want {
+				t.Fatalf("chain support %d after Dial, want %d (a txnfs server)", n.sh.chainOK.Load(), want)
+			}
 			fc := &flightCounter{c: n.c, refuse: tc.refuse}
 			n.sh.do = fc.do
 			dir := "/" + tc.name
 			if err := Mkdir(ctx, n, dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
+			// What the Mkdir learnt is forgotten: the write starts as
+			// the first ordered call on its server.
+			switch {
+			case tc.unknown:
+				n.sh.chainOK.Store(0)
+			case !tc.noChain:
+				n.sh.chainOK.Store(1)
+			}
+			fc.chained = 0
 			const files = 300
 			if k, err := n.VWrite(ctx, vec(dir, files)); err != nil || k != files {
 				t.Fatalf("write: %d, %v", k, err)

@@ -120,13 +120,14 @@ func (t *ioTask) emit(b *batch, ti int) emitResult {
 			a.Access = nfsv4.OPEN4_SHARE_ACCESS_WRITE
 			if !t.started && io.Flags&Create != 0 {
 				a.Create, a.Exclusive = true, io.Flags&Exclusive != 0
-				a.CreateAttrs = modeAttrs(io.Mode, 0o644)
 				if !a.Exclusive && io.Flags&Truncate != 0 {
 					// An UNCHECKED4 create with size 0 truncates an
 					// existing file (RFC 8881 §18.16.3): one
 					// operation less than OPEN + SETATTR.
 					a.CreateAttrs = createTruncAttrs(io.Mode)
 					truncated = true
+				} else {
+					a.CreateAttrs = modeAttrs(io.Mode, 0o644)
 				}
 			}
 		}

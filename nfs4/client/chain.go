@@ -1,8 +1,8 @@
 package client
 
 import (
-	"bytes"
 	"errors"
+	"io"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 	"github.com/buildbarn/go-xdr/pkg/runtime"
@@ -64,7 +64,7 @@ func chainErr(st nfsv4.Nfsstat4) error {
 }
 
 // writeChain encodes OP_CHAIN(ch).
-func writeChain(b *bytes.Buffer, ch *Chain) {
+func writeChain(b io.Writer, ch *Chain) {
 	runtime.WriteUnsignedInt(b, uint32(OpChain))
 	runtime.WriteUnsignedHyper(b, ch.ID)
 	runtime.WriteUnsignedInt(b, ch.Seq)

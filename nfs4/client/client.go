@@ -328,7 +328,7 @@ func (c *Client) closeTransport() {
 // reply. Transport failures are retried on a new connection up to twice,
 // or until ctx ends for a Hard client (see Config.Hard): the session's
 // reply cache makes that safe for SEQUENCE compounds.
-func (c *Client) rawCall(ctx context.Context, args []byte, nops int, cred []byte) (*rawReply, error) {
+func (c *Client) rawCall(ctx context.Context, args encodedArgs, nops int, cred []byte) (*rawReply, error) {
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		if attempt >= 3 {
@@ -352,8 +352,8 @@ func (c *Client) rawCall(ctx context.Context, args []byte, nops int, cred []byte
 		}
 		c.stats.compounds.Add(1)
 		c.stats.ops.Add(uint64(nops))
-		c.stats.out.Add(uint64(len(args)))
-		body, err := tr.call(ctx, 1, cred, [][]byte{args})
+		c.stats.out.Add(uint64(args.size()))
+		body, err := tr.call(ctx, 1, cred, args)
 		if err != nil {
 			if errors.Is(err, ErrTransport) {
 				lastErr = err
@@ -733,7 +733,7 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 		if err != nil {
 			return nil, err
 		}
-		if uint32(len(args))+200 > s.limit.MaxRequestSize && s.limit.MaxRequestSize > 0 {
+		if uint32(args.size())+200 > s.limit.MaxRequestSize && s.limit.MaxRequestSize > 0 {
 			return nil, &StatusError{Op: nfsv4.OP_SEQUENCE, Status: nfsv4.NFS4ERR_REQ_TOO_BIG}
 		}
 		raw, err := c.rawCall(ctx, args, len(cp.ops), cred)

@@ -216,7 +216,7 @@ func (a *txnEndArgs) WriteTo(w io.Writer) (int64, error) {
 }
 
 // writeTxnJoin encodes TXN_JOIN4args (opcode included).
-func writeTxnJoin(w *bytes.Buffer, id TxnID, clientID uint64) {
+func writeTxnJoin(w io.Writer, id TxnID, clientID uint64) {
 	var b [28]byte
 	binary.BigEndian.PutUint32(b[:], uint32(OpTxnJoin))
 	copy(b[4:], id[:])
