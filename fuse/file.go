@@ -256,14 +256,18 @@ func (m *Server) Write(cancel <-chan struct{}, in *raw.WriteIn, data []byte) (ui
 	if h != nil && m.wbOn && !h.append && !h.sync {
 		fsyncNext = h.sinceSync.Add(1) == 1 && h.syncEach.Load()
 	}
-	if h != nil && m.wbOn && !h.append && !h.sync && !fsyncNext {
+	// A large write of an fsync-each writer is queued too when its
+	// request buffer can be lent (queueWrite, syncNext): answered as its
+	// O_DIRECT write starts, committed at once and synced early.
+	syncNextQueued := fsyncNext && len(data) >= wbLarge && !m.cfg.Writeback
+	if h != nil && m.wbOn && !h.append && !h.sync && (!fsyncNext || syncNextQueued) {
 		if err := h.takeErr(); err != nil {
 			return 0, m.status("write", err)
 		}
 		if end := in.Offset + uint64(len(data)); end > fs.MaxFileSize || end < in.Offset {
 			return 0, m.status("write", fs.ErrFileTooBig)
 		}
-		if queued, err := m.queueWrite(h, c, ino, in, cancel, data); queued {
+		if queued, err := m.queueWrite(h, c, ino, in, cancel, data, fsyncNext); queued {
 			if err != nil {
 				return 0, m.status("write", err)
 			}
@@ -334,22 +338,34 @@ func (m *Server) Write(cancel <-chan struct{}, in *raw.WriteIn, data []byte) (ui
 // (writeBehind.addLarge), which may fail it at once; if it can, its
 // request buffer is taken from go-fuse for the slice write (bufLender:
 // no staging copy).
-func (m *Server) queueWrite(h *handle, c fs.Cred, ino fs.Ino, in *raw.WriteIn, cancel <-chan struct{}, data []byte) (bool, error) {
+//
+// syncNext: the writer fsyncs after every write (the fsync is expected
+// next). Such a large write is queued only with a lent buffer (else the
+// synchronous unstaged write costs less than a staging copy), and its
+// transaction commits at once and starts the early Sync (presync) as it
+// commits: the WRITE is answered as soon as its O_DIRECT write is
+// started, so the write overlaps the reply and the writer's FSYNC
+// request instead of preceding them (docs/fuse.md "Session 12").
+func (m *Server) queueWrite(h *handle, c fs.Cred, ino fs.Ino, in *raw.WriteIn, cancel <-chan struct{}, data []byte, syncNext bool) (bool, error) {
 	off := in.Offset
 	m.sb.gate.RLock()
 	defer m.sb.gate.RUnlock()
 	if m.sb.txn != nil {
 		return false, nil
 	}
-	h.dirty.Store(true)
 	if len(data) >= wbLarge {
 		loan := m.lender.lend(cancel, in, data)
-		err := m.wb.addLarge(m, h, c, ino, off, data, loan)
+		if syncNext && loan == nil {
+			return false, nil
+		}
+		h.dirty.Store(true)
+		err := m.wb.addLarge(m, h, c, ino, off, data, loan, syncNext)
 		if loan != nil {
 			loan.Release() // this handler's hold: its puts hold their own
 		}
 		return true, err
 	}
+	h.dirty.Store(true)
 	m.wb.add(m, h, c, ino, off, data)
 	return true, nil
 }

@@ -36,16 +36,30 @@ func (p *presync) start(m *Server) {
 	if m.inSandbox() {
 		return
 	}
+	if run := p.claim(m); run != nil {
+		go run()
+	}
+}
+
+// claim marks an early Sync as running and returns the function that
+// runs it (FS.Sync) and marks it done, or nil if one is running already.
+// The caller runs it without holding locks. No sandbox check: the
+// write-behind committer claims one for the fsync-each writes it commits
+// (writeBehind.commitTxn), which were queued while no sandbox was active,
+// and it may commit while Begin holds the sandbox gate and waits for the
+// queue; a Sync while a sandbox is open is harmless (the sandbox's
+// changes are not committed), only useless.
+func (p *presync) claim(m *Server) func() {
 	p.mu.Lock()
 	if p.done != nil {
 		p.mu.Unlock()
-		return
+		return nil
 	}
 	done := make(chan struct{})
 	p.done = done
 	p.mu.Unlock()
 	p.started.Add(1)
-	go func() {
+	return func() {
 		if err := m.eng.Sync(m.ctx); err != nil {
 			m.log.Debug("early sync failed (the fsync reports it)", "err", err)
 		}
@@ -53,7 +67,7 @@ func (p *presync) start(m *Server) {
 		p.done = nil
 		p.mu.Unlock()
 		close(done)
-	}()
+	}
 }
 
 // wait waits for the early Sync in flight, if any (every FS.Sync of the

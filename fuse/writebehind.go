@@ -105,6 +105,10 @@ type wbTxn struct {
 	pending int  // writers that took a sequence number and have not finished
 	closed  bool // a write failed (the transaction may be poisoned): no more writes
 	bytes   int  // counted in writeBehind.bytes until committed
+	// syncSoon: it holds a write whose fsync is expected next
+	// (queueWrite's syncNext): whoever commits it runs the early Sync
+	// (presync) right after, before taking the next batch.
+	syncSoon bool
 	// Guarded by mu, then owned by the committer.
 	t       *fs.Txn
 	handles []*handle
@@ -191,7 +195,10 @@ func wbCost(b []byte) int { return cap(b) }
 // With a loan (the request buffer taken from go-fuse, bufLender) the
 // slice store writes data from that buffer in the background instead of
 // a staging copy (slice.WithLoan).
-func (q *writeBehind) addLarge(m *Server, h *handle, c fs.Cred, ino fs.Ino, off uint64, data []byte, loan *slice.Loan) error {
+//
+// syncNext (see queueWrite) makes everything queued so far due at once,
+// and the transaction start the early Sync when it commits.
+func (q *writeBehind) addLarge(m *Server, h *handle, c fs.Cred, ino fs.Ino, off uint64, data []byte, loan *slice.Loan, syncNext bool) error {
 	q.mu.Lock()
 	q.full(len(data))
 	var x *wbWrite
@@ -215,6 +222,10 @@ func (q *writeBehind) addLarge(m *Server, h *handle, c fs.Cred, ino fs.Ino, off 
 	tx.pending++
 	q.enq++
 	x.seq = q.enq
+	if syncNext {
+		tx.syncSoon = true
+		q.dueSeq = max(q.dueSeq, x.seq)
+	}
 	q.schedule()
 	q.mu.Unlock()
 
@@ -262,8 +273,12 @@ func (tx *wbTxn) write(m *Server, h *handle, ino fs.Ino, off uint64, data []byte
 }
 
 // commitTxn commits an open transaction of large writes (see wbTxn),
-// taken off the queue, once its pending writers are done.
-func (q *writeBehind) commitTxn(w *wbWrite) {
+// taken off the queue, once its pending writers are done. If it holds a
+// write whose fsync is expected next (wbTxn.syncSoon) and committed, it
+// claims the early Sync (presync.claim) and returns the function that
+// runs it, for the caller to run once it has marked the transaction
+// done.
+func (q *writeBehind) commitTxn(w *wbWrite) (syncNow func()) {
 	tx, m := w.txn, w.m
 	q.mu.Lock()
 	for tx.pending > 0 {
@@ -274,7 +289,7 @@ func (q *writeBehind) commitTxn(w *wbWrite) {
 	tx.mu.Unlock()
 	if len(tx.handles) == 0 { // its only write failed
 		tx.t.Abort()
-		return
+		return nil
 	}
 	var err error
 	if f := m.wbFault.Load(); f != nil {
@@ -295,7 +310,13 @@ func (q *writeBehind) commitTxn(w *wbWrite) {
 			m.nodes.forgetPages(ino)
 		}
 		m.notify.push(&invalidation{inos: tx.inos})
-		return
+		return nil
+	}
+	if tx.syncSoon {
+		// Claimed before the transaction is marked done, so that the
+		// FSYNC that waits for the queue then waits for this Sync
+		// (syncEngine) instead of starting its own.
+		syncNow = m.presync.claim(m)
 	}
 	for _, ino := range tx.inos {
 		mk := tx.marks[ino]
@@ -304,6 +325,7 @@ func (q *writeBehind) commitTxn(w *wbWrite) {
 	if m.cfg.Group != nil {
 		m.cfg.Group.broadcast(m, &invalidation{inos: tx.inos})
 	}
+	return syncNow
 }
 
 // spawn starts the committer goroutine unless it exists (q.mu held).
@@ -386,12 +408,17 @@ func (q *writeBehind) commitSome() bool {
 	q.mu.Unlock()
 	for len(batch) > 0 {
 		if w := batch[0]; w.txn != nil {
-			q.commitTxn(w)
+			syncNow := q.commitTxn(w)
 			q.mu.Lock()
 			q.bytes -= w.txn.bytes
 			q.done = w.seq // final: off the queue, no writer pending
 			q.cond.Broadcast()
 			q.mu.Unlock()
+			if syncNow != nil {
+				// In this goroutine, not another: the FSYNC
+				// expected next waits for it (presync.wait).
+				syncNow()
+			}
 			batch = batch[1:]
 			continue
 		}
