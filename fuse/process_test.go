@@ -259,6 +259,26 @@ func TestFsyncDurableAcrossKill9(t *testing.T) {
 		eachData = append(eachData, b...)
 	}
 	want["each"] = eachData
+	// 1 MiB writes of such a writer are answered before their commit
+	// (queued with their request buffer lent, committed at once, the
+	// early Sync run by whoever commits them): the fsync still makes
+	// each durable.
+	big, err := os.Create(filepath.Join(mnt, "each-1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bigData []byte
+	for i := range 6 {
+		b := bytes.Repeat([]byte{byte('a' + i)}, 1<<20)
+		if _, err := big.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := big.Sync(); err != nil {
+			t.Fatalf("fsync of 1 MiB write %d: %v", i, err)
+		}
+		bigData = append(bigData, b...)
+	}
+	want["each-1m"] = bigData
 	os.Mkdir(filepath.Join(mnt, "dir"), 0o700)
 	os.Rename(filepath.Join(mnt, "f00"), filepath.Join(mnt, "dir", "renamed"))
 	want["dir/renamed"] = want["f00"]
@@ -270,6 +290,7 @@ func TestFsyncDurableAcrossKill9(t *testing.T) {
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	d.cmd.Wait()
 	each.Close() // fails (the mount is dead); an open file would keep it busy
+	big.Close()
 	var st unix.Stat_t
 	if err := unix.Stat(mnt, &st); err != unix.ENOTCONN {
 		t.Logf("stat of the dead mount: %v (want ENOTCONN)", err)
