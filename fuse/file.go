@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"fmt"
+	"os"
 	"syscall"
 
 	raw "github.com/hanwen/go-fuse/v2/fuse"
@@ -71,9 +72,10 @@ func (m *Server) appendFlags(flags uint32) uint32 {
 	return 0
 }
 
-func (m *Server) newHandle(ino fs.Ino, flags uint32) uint64 {
+func (m *Server) newHandle(ino fs.Ino, flags uint32, passthrough bool) uint64 {
 	return m.handles.add(&handle{
 		ino:    ino,
+		pt:     passthrough,
 		write:  flags&syscall.O_ACCMODE != syscall.O_RDONLY,
 		append: flags&syscall.O_APPEND != 0 && !m.cfg.Writeback,
 		sync:   flags&(syscall.O_SYNC|oDSync) != 0,
@@ -101,6 +103,14 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 	if m.nodes.isRetired(ino) {
 		return raw.EIO
 	}
+	// A writable open is counted before its engine work, so that no
+	// passthrough open is given meanwhile (see mirrorSet).
+	writer := openAccess(in.Flags)&fs.AccessWrite != 0
+	if writer {
+		if err := m.mirrors.reserveWriter(ino); err != nil {
+			return m.status("open", err)
+		}
+	}
 	var a fs.Attr
 	var err error
 	if in.Flags&syscall.O_TRUNC != 0 {
@@ -127,9 +137,31 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 		err = fs.ErrNotExist
 	}
 	if err != nil {
+		if writer {
+			m.mirrors.released(ino, false)
+		}
 		return m.nodeStatus("open", err)
 	}
-	out.Fh = m.newHandle(ino, in.Flags)
+	if !writer {
+		eligible := a.Type == fs.TypeRegular && in.Flags&(fmodeExec|syscall.O_DIRECT) == 0 && !m.inSandbox()
+		backing, err := m.mirrors.openReader(ino, a.Change, eligible)
+		if err != nil {
+			return m.status("open", err)
+		}
+		if backing != 0 {
+			// Reads go to the mirror, not the FUSE page cache: its
+			// pages are left as they are (the next cached open checks
+			// them), the attributes are refreshed if they changed.
+			out.Fh = m.newHandle(ino, in.Flags, true)
+			out.BackingID = backing
+			out.OpenFlags |= raw.FOPEN_PASSTHROUGH
+			if !m.nodes.current(ino, a.Change) {
+				m.srv.InodeNotify(uint64(ino), -1, 0)
+			}
+			return raw.OK
+		}
+	}
+	out.Fh = m.newHandle(ino, in.Flags, false)
 	// Close-to-open: the kernel keeps its caches only if the file has
 	// not changed since it last saw its attributes. Otherwise its pages
 	// are dropped (no KEEP_CACHE) and its attributes, the size above all,
@@ -149,11 +181,11 @@ func (m *Server) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *r
 	dir := fs.Ino(in.NodeId)
 	req := fs.CreateRequest{Type: fs.TypeRegular, Mode: in.Mode & fs.ModePerm, Exclusive: in.Flags&syscall.O_EXCL != 0}
 	var a fs.Attr
+	var created bool
 	inv := &invalidation{}
 	inv.entry(dir, name)
 	inv.ino(dir)
 	err := m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) error {
-		var created bool
 		var err error
 		a, created, err = t.Create(m.ctx, dir, name, req)
 		if err != nil || created {
@@ -166,8 +198,17 @@ func (m *Server) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *r
 	if err != nil {
 		return m.status("create", err)
 	}
+	if created {
+		m.mirrors.create(a.Ino, a.Change)
+		m.mirrors.openedWriter(a.Ino)
+	} else if err := m.mirrors.reserveWriter(a.Ino); err != nil {
+		// The name appeared since the lookup, and passthrough readers
+		// have the file open: the kernel would refuse a cached open.
+		m.mirrors.invalidate(a.Ino) // O_TRUNC may have emptied it
+		return m.status("create", err)
+	}
 	m.entry(&out.EntryOut, &a)
-	out.Fh = m.newHandle(a.Ino, in.Flags)
+	out.Fh = m.newHandle(a.Ino, in.Flags, false)
 	m.nodes.opened(a.Ino, a.Change)
 	out.OpenFlags |= m.appendFlags(in.Flags)
 	return raw.OK
@@ -201,7 +242,8 @@ func (m *Server) Tmpfile(_ <-chan struct{}, in *raw.CreateIn, out *raw.CreateOut
 	if err := m.eng.Unpin(m.ctx, a.Ino); err != nil {
 		m.log.Error("unpin of a new O_TMPFILE file failed", "ino", a.Ino, "err", err)
 	}
-	out.Fh = m.newHandle(a.Ino, in.Flags)
+	m.mirrors.openedWriter(a.Ino)
+	out.Fh = m.newHandle(a.Ino, in.Flags, false)
 	m.nodes.opened(a.Ino, a.Change)
 	out.OpenFlags |= m.appendFlags(in.Flags)
 	return raw.OK
@@ -212,6 +254,9 @@ func (m *Server) Tmpfile(_ <-chan struct{}, in *raw.CreateIn, out *raw.CreateOut
 // after close) is logged.
 func (m *Server) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 	h := m.handles.remove(in.Fh)
+	if h != nil {
+		m.mirrors.released(h.ino, h.pt)
+	}
 	if h != nil && m.wbOn && h.write {
 		m.waitWrites()
 		if err := h.takeErr(); err != nil {
@@ -272,6 +317,7 @@ func (m *Server) Write(cancel <-chan struct{}, in *raw.WriteIn, data []byte) (ui
 	}
 	if h != nil && h.append {
 		_, err := m.appendData(c, ino, data)
+		m.mirrors.invalidate(ino) // the chain is not known
 		if err == nil {
 			err = m.written(in.Fh)
 		}
@@ -313,7 +359,13 @@ func (m *Server) Write(cancel <-chan struct{}, in *raw.WriteIn, data []byte) (ui
 	})
 	if err == nil {
 		m.nodes.wrote(ino, before.Change, after.Change)
+		m.mirrors.apply(ino, before.Change, after.Change, func(f *os.File) error {
+			_, err := f.WriteAt(data, int64(in.Offset))
+			return err
+		})
 		err = m.written(in.Fh)
+	} else {
+		m.mirrors.invalidate(ino)
 	}
 	if err != nil {
 		return 0, m.status("write", err)
@@ -444,7 +496,16 @@ func (m *Server) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Status {
 	if in.Offset+in.Length < in.Offset || in.Offset+in.Length > fs.MaxFileSize {
 		return raw.Status(syscall.EFBIG)
 	}
-	err := m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) error {
+	var before, after fs.Attr
+	err := m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) (err error) {
+		if before, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange); err != nil {
+			return err
+		}
+		defer func() {
+			if err == nil {
+				after, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange)
+			}
+		}()
 		if punch {
 			if err := t.Punch(m.ctx, ino, in.Offset, in.Length); err != nil {
 				return err
@@ -457,7 +518,14 @@ func (m *Server) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Status {
 		}
 		return t.Allocate(m.ctx, ino, in.Offset, in.Length)
 	})
-	return m.status("fallocate", err)
+	if err != nil {
+		m.mirrors.invalidate(ino)
+		return m.status("fallocate", err)
+	}
+	m.mirrors.apply(ino, before.Change, after.Change, func(f *os.File) error {
+		return mirrorFallocate(f, punch, allocate, in.Offset, in.Length)
+	})
+	return raw.OK
 }
 
 // lseek whence values served by the file system (the kernel does the rest).
@@ -524,6 +592,7 @@ func (m *Server) CopyFileRange(_ <-chan struct{}, in *raw.CopyFileRangeIn) (uint
 		copied, err = t.CopyRange(m.ctx, src, in.OffIn, dst, in.OffOut, n)
 		return err
 	})
+	m.mirrors.invalidate(dst)
 	if err != nil {
 		return 0, m.status("copy_file_range", err)
 	}

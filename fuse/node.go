@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"errors"
+	"os"
 	"syscall"
 	"time"
 
@@ -146,6 +147,7 @@ func (m *Server) alive(c fs.Cred, ino fs.Ino) bool {
 // Forget implements RawFileSystem.
 func (m *Server) Forget(nodeid, nlookup uint64) {
 	if m.nodes.forget(fs.Ino(nodeid), nlookup) {
+		m.mirrors.forget(fs.Ino(nodeid))
 		m.unpinLater(fs.Ino(nodeid))
 	}
 }
@@ -207,10 +209,19 @@ func (m *Server) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.AttrOut)
 		return err
 	})
 	if err != nil {
+		m.mirrors.invalidate(ino)
 		return m.nodeStatus("setattr", err)
 	}
 	// The kernel truncates its own pages with the size.
 	m.nodes.wrote(ino, before.Change, a.Change)
+	switch {
+	case sa.Size != nil && *sa.Size == 0:
+		m.mirrors.create(ino, a.Change) // O_TRUNC arrives as this
+	case sa.Size != nil:
+		m.mirrors.apply(ino, before.Change, a.Change, func(f *os.File) error { return f.Truncate(int64(*sa.Size)) })
+	default:
+		m.mirrors.apply(ino, before.Change, a.Change, nil)
+	}
 	m.attrOut(out, &a)
 	m.timesFlushed(in)
 	return raw.OK

@@ -1,0 +1,563 @@
+package fuse
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	raw "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/txnfs/txnfs/fs"
+)
+
+// DefaultMirrorBytes is the default memory budget of a local mount's
+// mirrors (Config.MirrorBytes).
+const DefaultMirrorBytes = 1 << 30
+
+// A mirror is a copy of a regular file's engine contents in a private
+// tmpfs mounted huge=always (BFS's memory data tier, made visible to the
+// kernel): read-only opens of a file with a valid mirror are answered
+// FOPEN_PASSTHROUGH with the mirror as backing file, so the kernel reads
+// the tmpfs's page cache (2 MiB folios) instead of the FUSE file's (4 KiB
+// folios on 6.18, ~3x slower per byte: docs/fuse.md, session 12).
+//
+// A file gets a mirror when it is created, or truncated to 0, through the
+// mount while the budget allows. Every data change the mount makes to it
+// is applied to the mirror too, and validity is a chain of the engine's
+// change attribute: each change is applied only if the engine's change
+// before it equals the one the mirror holds, and the mirror then holds the
+// change after it. Anything else (a change the mount did not mirror, a
+// failure half way, an unmirrored operation) breaks the chain, and an
+// open compares the engine's current change with the mirror's before
+// using it: a mirror is only a cache, used when provably equal.
+//
+// The kernel's rules for one inode (fs/fuse/iomode.c): while any
+// passthrough open exists, every other open must be passthrough too (to
+// the same backing file) or it fails with EIO, and a passthrough open
+// fails while a cached open exists. Writes through a passthrough open
+// would go to the mirror, not the engine. So passthrough is given only
+// to read-only opens of an inode with no other open of this mount, and a
+// writable open while passthrough readers are open fails with ETXTBSY
+// (as writing a running program does). A mirror with passthrough opens
+// is never dropped: if its chain breaks it is copied again from the
+// engine (resync).
+type mirrorSet struct {
+	eng    *fs.FS
+	ctx    context.Context
+	budget int64
+	dir    string // the tmpfs mount point
+
+	// register and unregister are the kernel's backing file ioctls
+	// (go-fuse Server.RegisterBackingFd): set once the mount serves.
+	register   func(*raw.BackingMap) (int32, syscall.Errno)
+	unregister func(int32) syscall.Errno
+
+	mu    sync.Mutex
+	off   bool // a sandbox is active: no mirrors
+	m     map[fs.Ino]*mirror
+	opens map[fs.Ino]*openCount // every open of this mount, by inode
+	lru   list.List             // of *mirror, most recently used first
+	used  int64                 // sum of the mirrors' sizes
+
+	stats mirrorCounters
+}
+
+// openCount counts a mount's opens of one inode.
+type openCount struct {
+	passthrough int // opens answered FOPEN_PASSTHROUGH
+	other       int // every other open (and writable opens in progress)
+}
+
+type mirror struct {
+	ino    fs.Ino
+	f      *os.File
+	size   int64
+	change uint64 // the engine's change attribute the contents equal
+	// ahead holds the write-behind transactions whose writes were
+	// applied to the mirror before they committed (see writeAhead):
+	// the mirror is ahead of the engine until they have.
+	ahead     map[any]bool
+	backingID int32 // registered with the kernel (0: not yet)
+	forgotten bool  // the kernel forgot the inode: drop at the last close
+	elem      *list.Element
+}
+
+// mirrorCounters are the mirrors' metrics (MirrorStats).
+type mirrorCounters struct {
+	created, dropped, resynced, evicted atomic.Uint64
+	passthroughOpens, refusedWriters    atomic.Uint64
+}
+
+// MirrorStats describes a mount's mirrors.
+type MirrorStats struct {
+	Enabled          bool
+	Budget, Used     int64  // bytes (file sizes)
+	Mirrors          int    // mirrors held
+	Created, Dropped uint64 // mirrors made and dropped (incl. evicted)
+	Evicted          uint64 // dropped for the budget
+	Resynced         uint64 // copied again from the engine (chain broken under passthrough opens)
+	PassthroughOpens uint64 // opens answered FOPEN_PASSTHROUGH
+	RefusedWriters   uint64 // writable opens refused (ETXTBSY) while passthrough readers were open
+}
+
+var (
+	// errPassthroughReaders refuses a writable open while passthrough
+	// readers have the file open (ETXTBSY).
+	errPassthroughReaders = errors.New("the file is open for passthrough reads from its memory mirror")
+	// errMirrorsInUse refuses a sandbox while passthrough opens exist
+	// (EBUSY).
+	errMirrorsInUse = errors.New("files are open for passthrough reads from the memory mirror (close them first)")
+)
+
+// newMirrorSet mounts a private tmpfs (huge=always, capped at a little
+// more than budget) and returns the mirror set using it.
+func newMirrorSet(ctx context.Context, eng *fs.FS, budget int64) (*mirrorSet, error) {
+	dir, err := os.MkdirTemp("", "txnfs-mirror-")
+	if err != nil {
+		return nil, err
+	}
+	size := budget + budget/8 + 8<<20 // slack for huge page rounding
+	if err := mountTmpfs(dir, size); err != nil {
+		os.Remove(dir)
+		return nil, fmt.Errorf("fuse: mirror tmpfs: %w", err)
+	}
+	s := &mirrorSet{eng: eng, ctx: ctx, budget: budget, dir: dir,
+		m: map[fs.Ino]*mirror{}, opens: map[fs.Ino]*openCount{}}
+	return s, nil
+}
+
+// close drops every mirror and unmounts the tmpfs.
+func (s *mirrorSet) close() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	for _, mr := range s.m {
+		s.dropLocked(mr)
+	}
+	s.mu.Unlock()
+	unmountTmpfs(s.dir)
+	os.Remove(s.dir)
+}
+
+// Stats returns the current metrics.
+func (s *mirrorSet) Stats() MirrorStats {
+	if s == nil {
+		return MirrorStats{}
+	}
+	s.mu.Lock()
+	st := MirrorStats{Enabled: true, Budget: s.budget, Used: s.used, Mirrors: len(s.m)}
+	s.mu.Unlock()
+	st.Created = s.stats.created.Load()
+	st.Dropped = s.stats.dropped.Load()
+	st.Evicted = s.stats.evicted.Load()
+	st.Resynced = s.stats.resynced.Load()
+	st.PassthroughOpens = s.stats.passthroughOpens.Load()
+	st.RefusedWriters = s.stats.refusedWriters.Load()
+	return st
+}
+
+func (s *mirrorSet) count(ino fs.Ino) *openCount {
+	c := s.opens[ino]
+	if c == nil {
+		c = &openCount{}
+		s.opens[ino] = c
+	}
+	return c
+}
+
+// reserveWriter records a writable open of ino in progress (before its
+// engine work, so no passthrough open can be given meanwhile), or fails
+// with ETXTBSY while passthrough readers are open. Undo with released.
+func (s *mirrorSet) reserveWriter(ino fs.Ino) error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.count(ino)
+	if c.passthrough > 0 {
+		s.stats.refusedWriters.Add(1)
+		return errPassthroughReaders
+	}
+	c.other++
+	return nil
+}
+
+// openReader records a read-only open of ino, whose engine change is
+// change, and returns the backing id to answer it with (passthrough), or
+// 0 for an ordinary open. eligible says the open may be passthrough at
+// all (read-only, not exec, no sandbox).
+func (s *mirrorSet) openReader(ino fs.Ino, change uint64, eligible bool) (int32, error) {
+	if s == nil {
+		return 0, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.count(ino)
+	mr := s.m[ino]
+	if c.passthrough > 0 {
+		// The kernel accepts only another passthrough open now.
+		if mr == nil {
+			return 0, fmt.Errorf("%w: passthrough opens of inode %d without a mirror", fs.ErrIO, ino)
+		}
+		if mr.change != change || len(mr.ahead) > 0 {
+			if err := s.resyncLocked(mr); err != nil {
+				return 0, err
+			}
+		}
+		c.passthrough++
+		s.stats.passthroughOpens.Add(1)
+		return mr.backingID, nil
+	}
+	if !eligible || s.off || mr == nil || c.other > 0 || mr.change != change || len(mr.ahead) > 0 || s.register == nil {
+		c.other++
+		return 0, nil
+	}
+	if mr.backingID == 0 {
+		id, errno := s.register(&raw.BackingMap{Fd: int32(mr.f.Fd())})
+		if errno != 0 {
+			c.other++
+			return 0, nil
+		}
+		mr.backingID = id
+	}
+	c.passthrough++
+	s.touchLocked(mr)
+	s.stats.passthroughOpens.Add(1)
+	return mr.backingID, nil
+}
+
+// openedWriter counts a non-passthrough open that needed no reservation
+// (O_CREAT of a new file: nobody else can have it open yet).
+func (s *mirrorSet) openedWriter(ino fs.Ino) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.count(ino).other++
+	s.mu.Unlock()
+}
+
+// released records the close of an open of ino (passthrough or not).
+func (s *mirrorSet) released(ino fs.Ino, passthrough bool) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.opens[ino]
+	if c == nil {
+		return
+	}
+	if passthrough {
+		c.passthrough--
+	} else {
+		c.other--
+	}
+	if c.passthrough == 0 && c.other == 0 {
+		delete(s.opens, ino)
+	}
+	if mr := s.m[ino]; mr != nil && mr.forgotten && c.passthrough == 0 {
+		s.dropLocked(mr)
+	}
+}
+
+// passthroughLocked reports whether ino has passthrough opens.
+func (s *mirrorSet) passthroughLocked(ino fs.Ino) bool {
+	c := s.opens[ino]
+	return c != nil && c.passthrough > 0
+}
+
+// create gives ino (just created or truncated to 0 by this mount, now at
+// change) an empty mirror, or empties its existing one.
+func (s *mirrorSet) create(ino fs.Ino, change uint64) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.off {
+		return
+	}
+	if mr := s.m[ino]; mr != nil {
+		if err := mr.f.Truncate(0); err != nil {
+			s.invalidateLocked(mr)
+			return
+		}
+		s.resizedLocked(mr)
+		mr.change = change
+		s.touchLocked(mr)
+		return
+	}
+	if s.used >= s.budget {
+		s.evictLocked(nil)
+		if s.used >= s.budget {
+			return
+		}
+	}
+	f, err := os.OpenFile(s.dir, os.O_RDWR|tmpfileFlag, 0o600)
+	if err != nil {
+		return
+	}
+	mr := &mirror{ino: ino, f: f, change: change, ahead: map[any]bool{}}
+	mr.elem = s.lru.PushFront(mr)
+	s.m[ino] = mr
+	s.stats.created.Add(1)
+}
+
+// apply applies a change of ino's data that moved the engine's change
+// attribute from before to after: fn changes the mirror the same way. A
+// change the chain does not connect invalidates the mirror instead.
+func (s *mirrorSet) apply(ino fs.Ino, before, after uint64, fn func(f *os.File) error) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mr := s.m[ino]
+	if mr == nil {
+		return
+	}
+	if mr.change != before || len(mr.ahead) > 0 {
+		s.invalidateLocked(mr)
+		return
+	}
+	if fn != nil {
+		if err := fn(mr.f); err != nil {
+			s.invalidateLocked(mr)
+			return
+		}
+		s.resizedLocked(mr)
+	}
+	mr.change = after
+	s.touchLocked(mr)
+	s.evictLocked(mr)
+}
+
+// invalidate breaks ino's chain: a change the mirror cannot follow.
+func (s *mirrorSet) invalidate(ino fs.Ino) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if mr := s.m[ino]; mr != nil {
+		s.invalidateLocked(mr)
+	}
+}
+
+// writeAhead applies a write-behind write in transaction key, not yet
+// committed, to ino's mirror (its buffer is gone by the commit); the
+// mirror is not valid until committed(key) connects the chain.
+func (s *mirrorSet) writeAhead(ino fs.Ino, key any, off uint64, data []byte) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mr := s.m[ino]
+	if mr == nil {
+		return
+	}
+	if _, err := mr.f.WriteAt(data, int64(off)); err != nil {
+		s.invalidateLocked(mr)
+		return
+	}
+	mr.ahead[key] = true
+	s.resizedLocked(mr)
+	s.touchLocked(mr)
+	s.evictLocked(mr)
+}
+
+// committed ends write-behind transaction key's writes to ino: ok with
+// the engine's change before its first write and after its last, or
+// failed.
+func (s *mirrorSet) committed(ino fs.Ino, key any, ok bool, before, after uint64) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mr := s.m[ino]
+	if mr == nil || !mr.ahead[key] {
+		return
+	}
+	delete(mr.ahead, key)
+	if !ok || mr.change != before {
+		s.invalidateLocked(mr)
+		return
+	}
+	mr.change = after
+}
+
+// forget drops ino's mirror: the kernel forgot the inode.
+func (s *mirrorSet) forget(ino fs.Ino) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if mr := s.m[ino]; mr != nil {
+		if s.passthroughLocked(ino) {
+			mr.forgotten = true
+			return
+		}
+		s.dropLocked(mr)
+	}
+}
+
+// suspend drops every mirror and makes none until resume (a sandbox
+// begins: its reads must go through its transaction, and the mirrors
+// hold committed state). It fails with EBUSY while passthrough opens
+// exist: their reads cannot be moved into the sandbox.
+func (s *mirrorSet) suspend() error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.opens {
+		if c.passthrough > 0 {
+			return errMirrorsInUse
+		}
+	}
+	for _, mr := range s.m {
+		s.dropLocked(mr)
+	}
+	s.off = true
+	return nil
+}
+
+// resume allows mirrors again (the sandbox ended).
+func (s *mirrorSet) resume() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.off = false
+	s.mu.Unlock()
+}
+
+// invalidateLocked drops mr, or copies it again from the engine while
+// passthrough opens read it.
+func (s *mirrorSet) invalidateLocked(mr *mirror) {
+	if !s.passthroughLocked(mr.ino) {
+		s.dropLocked(mr)
+		return
+	}
+	if err := s.resyncLocked(mr); err != nil {
+		// Readers would see wrong data: nothing else can be done
+		// than to say so; new opens fail (openReader resyncs again).
+		mr.change = 0
+	}
+}
+
+// resyncLocked copies ino's engine contents into mr (passthrough
+// readers may see the copy in progress, as a concurrent writer's on a
+// local file system).
+func (s *mirrorSet) resyncLocked(mr *mirror) error {
+	buf := make([]byte, 1<<20)
+	var change uint64
+	err := s.eng.View(s.ctx, fs.RootCred, func(t *fs.Txn) error {
+		a, err := t.GetAttr(s.ctx, mr.ino)
+		if err != nil {
+			return err
+		}
+		for off := uint64(0); off < a.Size; {
+			n, _, err := t.Read(s.ctx, mr.ino, off, buf[:min(uint64(len(buf)), a.Size-off)])
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return errors.New("short read")
+			}
+			if _, err := mr.f.WriteAt(buf[:n], int64(off)); err != nil {
+				return err
+			}
+			off += uint64(n)
+		}
+		if err := mr.f.Truncate(int64(a.Size)); err != nil {
+			return err
+		}
+		change = a.Change
+		return nil
+	})
+	s.resizedLocked(mr)
+	if err != nil {
+		return fmt.Errorf("%w: copying the mirror of inode %d again: %v", fs.ErrIO, mr.ino, err)
+	}
+	clear(mr.ahead)
+	mr.change = change
+	s.stats.resynced.Add(1)
+	return nil
+}
+
+func (s *mirrorSet) dropLocked(mr *mirror) {
+	if s.m[mr.ino] != mr {
+		return
+	}
+	delete(s.m, mr.ino)
+	s.lru.Remove(mr.elem)
+	s.used -= mr.size
+	if mr.backingID != 0 && s.unregister != nil {
+		s.unregister(mr.backingID)
+	}
+	mr.f.Close()
+	s.stats.dropped.Add(1)
+}
+
+func (s *mirrorSet) touchLocked(mr *mirror) { s.lru.MoveToFront(mr.elem) }
+
+// resizedLocked updates mr's size and the bytes used.
+func (s *mirrorSet) resizedLocked(mr *mirror) {
+	size := int64(0)
+	if st, err := mr.f.Stat(); err == nil {
+		size = st.Size()
+	}
+	s.used += size - mr.size
+	mr.size = size
+}
+
+// evictLocked drops least recently used mirrors without passthrough
+// opens while the budget is exceeded (keep, just used, goes last).
+func (s *mirrorSet) evictLocked(keep *mirror) {
+	for e := s.lru.Back(); e != nil && s.used > s.budget; {
+		mr := e.Value.(*mirror)
+		e = e.Prev()
+		if mr == keep || s.passthroughLocked(mr.ino) {
+			continue
+		}
+		s.dropLocked(mr)
+		s.stats.evicted.Add(1)
+	}
+	if keep != nil && s.used > s.budget && !s.passthroughLocked(keep.ino) {
+		s.dropLocked(keep)
+		s.stats.evicted.Add(1)
+	}
+}
+
+// mirrorFallocate applies a FALLOCATE the engine applied (see Fallocate)
+// to a mirror file.
+func mirrorFallocate(f *os.File, punch, allocate bool, off, length uint64) error {
+	if punch {
+		if err := punchHole(f, off, length); err != nil {
+			return err
+		}
+	}
+	if allocate {
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if end := int64(off + length); end > st.Size() {
+			return f.Truncate(end)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+//go:build linux
+
+package fuse
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/txnfs/txnfs/fs"
+)
+
+// waitClosed waits until the mount has seen the RELEASE of every open of
+// the file at path (the kernel sends it asynchronously after close).
+func waitClosed(t *testing.T, m *Server, path string) {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	ino := fs.Ino(st.Ino)
+	for range 500 {
+		m.mirrors.mu.Lock()
+		c := m.mirrors.opens[ino]
+		m.mirrors.mu.Unlock()
+		if c == nil {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Fatalf("%s: opens still counted after close", path)
+}
+
+// readAll reads path, returning its contents and the READ requests the
+// mount served meanwhile.
+func readCounted(t *testing.T, m *Server, path string) ([]byte, uint64) {
+	t.Helper()
+	before := m.readRequests.Load()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, m.readRequests.Load() - before
+}
+
+// TestMirrorPassthrough: a file written through the mount is read back
+// by passthrough from its mirror (no READ request), a writer opening
+// while such a reader is open is refused with ETXTBSY, and a write
+// through another path (an O_APPEND handle) is seen.
+func TestMirrorPassthrough(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	if m.mirrors == nil {
+		t.Fatal("no mirrors on a local mount")
+	}
+	p := filepath.Join(dir, "f")
+	want := bytes.Repeat([]byte("0123456789abcdef"), 256<<10) // 4 MiB
+	if err := os.WriteFile(p, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, m, p)
+	// Drop the FUSE page cache, so that a read through it would need
+	// READ requests.
+	dropPageCache(t, p)
+	got, reads := readCounted(t, m, p)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes, not what was written", len(got))
+	}
+	if reads != 0 {
+		t.Errorf("%d READ requests for a mirrored file (want 0: passthrough)", reads)
+	}
+	if st := m.MirrorStats(); st.PassthroughOpens == 0 || st.Mirrors != 1 || st.Used != int64(len(want)) {
+		t.Errorf("stats %+v", st)
+	}
+	waitClosed(t, m, p)
+
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.OpenFile(p, os.O_WRONLY, 0); !errors.Is(err, syscall.ETXTBSY) {
+		t.Errorf("writable open while a passthrough reader is open: %v, want ETXTBSY", err)
+	}
+	// truncate(2) by path still works, and the reader sees it.
+	if err := os.Truncate(p, 100); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 200)
+	n, _ := r.ReadAt(buf, 0)
+	if n != 100 || !bytes.Equal(buf[:n], want[:100]) {
+		t.Errorf("after truncate to 100 the passthrough reader reads %d bytes", n)
+	}
+	r.Close()
+	waitClosed(t, m, p)
+
+	// O_APPEND writes drop the mirror; the next read goes through FUSE.
+	a, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Write([]byte("tail")); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	waitClosed(t, m, p)
+	got, _ = readCounted(t, m, p)
+	if w := append(append([]byte{}, want[:100]...), "tail"...); !bytes.Equal(got, w) {
+		t.Errorf("after append: %q...", got[min(len(got), 96):])
+	}
+}
+
+// dropPageCache drops the kernel's cached pages of path.
+func dropPageCache(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := fadviseDontNeed(f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fadviseDontNeed(f *os.File) error {
+	return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+}
