@@ -138,7 +138,7 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 	}
 	if err != nil {
 		if writer {
-			m.mirrors.released(ino, false)
+			m.mirrors.closed(ino, false)
 		}
 		return m.nodeStatus("open", err)
 	}
@@ -255,7 +255,7 @@ func (m *Server) Tmpfile(_ <-chan struct{}, in *raw.CreateIn, out *raw.CreateOut
 func (m *Server) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 	h := m.handles.remove(in.Fh)
 	if h != nil {
-		m.mirrors.released(h.ino, h.pt)
+		m.mirrors.closed(h.ino, h.pt)
 	}
 	if h != nil && m.wbOn && h.write {
 		m.waitWrites()

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	raw "github.com/hanwen/go-fuse/v2/fuse"
 
@@ -57,14 +58,18 @@ type mirrorSet struct {
 	register   func(*raw.BackingMap) (int32, syscall.Errno)
 	unregister func(int32) syscall.Errno
 
-	mu    sync.Mutex
-	off   bool // a sandbox is active: no mirrors
-	m     map[fs.Ino]*mirror
-	opens map[fs.Ino]*openCount // every open of this mount, by inode
-	lru   list.List             // of *mirror, most recently used first
-	used  int64                 // sum of the mirrors' sizes
+	mu       sync.Mutex
+	released sync.Cond // broadcast at each close counted (and at timeouts)
+	off      bool      // a sandbox is active: no mirrors
+	m        map[fs.Ino]*mirror
+	opens    map[fs.Ino]*openCount // every open of this mount, by inode
+	lru      list.List             // of *mirror, most recently used first
+	used     int64                 // sum of the mirrors' sizes
 
 	stats mirrorCounters
+	// releaseWait is how long a writable open waits for passthrough
+	// readers' RELEASE (defaultReleaseWait; tests shorten it).
+	releaseWait time.Duration
 }
 
 // openCount counts a mount's opens of one inode.
@@ -128,6 +133,8 @@ func newMirrorSet(ctx context.Context, eng *fs.FS, budget int64) (*mirrorSet, er
 	}
 	s := &mirrorSet{eng: eng, ctx: ctx, budget: budget, dir: dir,
 		m: map[fs.Ino]*mirror{}, opens: map[fs.Ino]*openCount{}}
+	s.released.L = &s.mu
+	s.releaseWait = defaultReleaseWait
 	return s, nil
 }
 
@@ -171,15 +178,35 @@ func (s *mirrorSet) count(ino fs.Ino) *openCount {
 	return c
 }
 
+// defaultReleaseWait bounds how long a writable open waits for passthrough
+// readers' RELEASE requests: the kernel sends them asynchronously after
+// close(2) returns (and has left passthrough mode by then), so a
+// program that reads a file, closes it and opens it for writing would
+// otherwise race its own RELEASE.
+const defaultReleaseWait = time.Second
+
 // reserveWriter records a writable open of ino in progress (before its
 // engine work, so no passthrough open can be given meanwhile), or fails
-// with ETXTBSY while passthrough readers are open. Undo with released.
+// with ETXTBSY while passthrough readers are open (after waiting
+// s.releaseWait for their RELEASE). Undo with closed.
 func (s *mirrorSet) reserveWriter(ino fs.Ino) error {
 	if s == nil {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if c := s.opens[ino]; c != nil && c.passthrough > 0 {
+		deadline := time.Now().Add(s.releaseWait)
+		timer := time.AfterFunc(s.releaseWait, func() {
+			s.mu.Lock()
+			s.released.Broadcast()
+			s.mu.Unlock()
+		})
+		for s.passthroughLocked(ino) && time.Now().Before(deadline) {
+			s.released.Wait()
+		}
+		timer.Stop()
+	}
 	c := s.count(ino)
 	if c.passthrough > 0 {
 		s.stats.refusedWriters.Add(1)
@@ -244,8 +271,9 @@ func (s *mirrorSet) openedWriter(ino fs.Ino) {
 	s.mu.Unlock()
 }
 
-// released records the close of an open of ino (passthrough or not).
-func (s *mirrorSet) released(ino fs.Ino, passthrough bool) {
+// closed records the close (RELEASE) of an open of ino, passthrough or
+// not.
+func (s *mirrorSet) closed(ino fs.Ino, passthrough bool) {
 	if s == nil {
 		return
 	}
@@ -263,6 +291,7 @@ func (s *mirrorSet) released(ino fs.Ino, passthrough bool) {
 	if c.passthrough == 0 && c.other == 0 {
 		delete(s.opens, ino)
 	}
+	s.released.Broadcast()
 	if mr := s.m[ino]; mr != nil && mr.forgotten && c.passthrough == 0 {
 		s.dropLocked(mr)
 	}
