@@ -143,7 +143,7 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 		return m.nodeStatus("open", err)
 	}
 	if !writer {
-		eligible := a.Type == fs.TypeRegular && in.Flags&(fmodeExec|syscall.O_DIRECT) == 0 && !m.inSandbox()
+		eligible := a.Type == fs.TypeRegular && in.Flags&(fmodeExec|oDirect) == 0 && !m.inSandbox()
 		backing, err := m.mirrors.openReader(ino, a.Change, eligible)
 		if err != nil {
 			return m.status("open", err)

@@ -51,7 +51,7 @@ type mirrorSet struct {
 	eng    *fs.FS
 	ctx    context.Context
 	budget int64
-	dir    string // the tmpfs mount point
+	dir    *os.File // the tmpfs's root (detached: see mountTmpfs)
 
 	// register and unregister are the kernel's backing file ioctls
 	// (go-fuse Server.RegisterBackingFd): set once the mount serves.
@@ -122,13 +122,9 @@ var (
 // newMirrorSet mounts a private tmpfs (huge=always, capped at a little
 // more than budget) and returns the mirror set using it.
 func newMirrorSet(ctx context.Context, eng *fs.FS, budget int64) (*mirrorSet, error) {
-	dir, err := os.MkdirTemp("", "txnfs-mirror-")
-	if err != nil {
-		return nil, err
-	}
 	size := budget + budget/8 + 8<<20 // slack for huge page rounding
-	if err := mountTmpfs(dir, size); err != nil {
-		os.Remove(dir)
+	dir, err := mountTmpfs(size)
+	if err != nil {
 		return nil, fmt.Errorf("fuse: mirror tmpfs: %w", err)
 	}
 	s := &mirrorSet{eng: eng, ctx: ctx, budget: budget, dir: dir,
@@ -148,8 +144,7 @@ func (s *mirrorSet) close() {
 		s.dropLocked(mr)
 	}
 	s.mu.Unlock()
-	unmountTmpfs(s.dir)
-	os.Remove(s.dir)
+	s.dir.Close()
 }
 
 // Stats returns the current metrics.
@@ -330,7 +325,7 @@ func (s *mirrorSet) create(ino fs.Ino, change uint64) {
 			return
 		}
 	}
-	f, err := os.OpenFile(s.dir, os.O_RDWR|tmpfileFlag, 0o600)
+	f, err := newTmpfile(s.dir)
 	if err != nil {
 		return
 	}

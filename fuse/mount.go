@@ -287,7 +287,7 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
 		m.notify.start(srv, m.log)
 		if m.mirrors != nil {
 			m.mirrors.mu.Lock()
-			m.mirrors.register, m.mirrors.unregister = srv.RegisterBackingFd, srv.UnregisterBackingFd
+			m.mirrors.register, m.mirrors.unregister = backingFiles(srv)
 			m.mirrors.mu.Unlock()
 		}
 	}); err != nil {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"syscall"
+
+	raw "github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // What differs between the systems go-fuse serves (see os_linux.go). The
@@ -17,10 +19,14 @@ const (
 	capKillPrivV2 = 0
 )
 
-const tmpfileFlag = 0
-
 var errNoMirror = errors.New("memory mirrors need Linux")
 
-func mountTmpfs(string, int64) error           { return errNoMirror }
-func unmountTmpfs(string)                      {}
+func mountTmpfs(int64) (*os.File, error)       { return nil, errNoMirror }
+func newTmpfile(*os.File) (*os.File, error)    { return nil, errNoMirror }
 func punchHole(*os.File, uint64, uint64) error { return errNoMirror }
+
+const oDirect = 0
+
+func backingFiles(*raw.Server) (func(*raw.BackingMap) (int32, syscall.Errno), func(int32) syscall.Errno) {
+	return nil, nil
+}
