@@ -130,3 +130,103 @@ func dropPageCache(t *testing.T, path string) {
 func fadviseDontNeed(f *os.File) error {
 	return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 }
+
+// TestMirrorBudget: mirrors beyond the budget are dropped least recently
+// used first, except those with passthrough opens; a file without a
+// mirror is read through FUSE, correctly.
+func TestMirrorBudget(t *testing.T) {
+	const budget = 3 << 20
+	dir, m := newEnv(t, envOptions{mirror: budget}).mount()
+	data := func(c byte) []byte { return bytes.Repeat([]byte{c}, 2<<20) }
+	write := func(name string, c byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		waitClosed(t, m, p)
+		return p
+	}
+	a := write("a", 'a')
+	b := write("b", 'b') // a is evicted
+	if st := m.MirrorStats(); st.Mirrors != 1 || st.Evicted != 1 || st.Used != 2<<20 {
+		t.Fatalf("after two 2 MiB files with a 3 MiB budget: %+v", st)
+	}
+	dropPageCache(t, a)
+	if got, reads := readCounted(t, m, a); !bytes.Equal(got, data('a')) || reads == 0 {
+		t.Errorf("evicted a: equal %v, %d READs (want > 0)", bytes.Equal(got, data('a')), reads)
+	}
+	waitClosed(t, m, a)
+	r, err := os.Open(b) // passthrough: b's mirror must stay
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	before := m.readRequests.Load()
+	c := write("c", 'c') // over budget: c goes, b stays
+	if st := m.MirrorStats(); st.Mirrors != 1 || st.Evicted != 2 {
+		t.Errorf("after c: %+v", st)
+	}
+	got := make([]byte, 3<<20)
+	if n, _ := r.ReadAt(got, 0); n != 2<<20 || !bytes.Equal(got[:n], data('b')) || m.readRequests.Load() != before {
+		t.Errorf("passthrough reader of b: %d bytes, %d READs", n, m.readRequests.Load()-before)
+	}
+	if got, _ := readCounted(t, m, c); !bytes.Equal(got, data('c')) {
+		t.Error("c read wrong")
+	}
+}
+
+// TestMirrorSandbox: a sandbox cannot begin while passthrough opens
+// exist (their reads would bypass its transaction); inside it nothing is
+// mirrored and reads go through the sandbox; afterwards files are
+// mirrored again.
+func TestMirrorSandbox(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("committed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, m, p)
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.MirrorStats().PassthroughOpens != 1 {
+		t.Fatalf("no passthrough open: %+v", m.MirrorStats())
+	}
+	if _, err := Control(dir, OpBegin); !errors.Is(err, syscall.EBUSY) {
+		t.Errorf("begin with a passthrough reader open: %v, want EBUSY", err)
+	}
+	r.Close()
+	waitClosed(t, m, p)
+	if _, err := Control(dir, OpBegin); err != nil {
+		t.Fatal(err)
+	}
+	if st := m.MirrorStats(); st.Mirrors != 0 {
+		t.Errorf("mirrors inside a sandbox: %+v", st)
+	}
+	if err := os.WriteFile(p, []byte("sandboxed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, m, p)
+	pt := m.MirrorStats().PassthroughOpens
+	if got, err := os.ReadFile(p); err != nil || string(got) != "sandboxed" {
+		t.Errorf("read in the sandbox: %q, %v", got, err)
+	}
+	if st := m.MirrorStats(); st.PassthroughOpens != pt || st.Mirrors != 0 {
+		t.Errorf("passthrough inside a sandbox: %+v", st)
+	}
+	if _, err := Control(dir, OpAbort); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, m, p)
+	if got, err := os.ReadFile(p); err != nil || string(got) != "committed" {
+		t.Errorf("after abort: %q, %v", got, err)
+	}
+	if err := os.WriteFile(p, []byte("again"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, m, p)
+	if got, reads := readCounted(t, m, p); string(got) != "again" || reads != 0 || m.MirrorStats().PassthroughOpens != pt+1 {
+		t.Errorf("after the sandbox: %q, %d READs, %+v", got, reads, m.MirrorStats())
+	}
+}
