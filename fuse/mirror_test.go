@@ -5,7 +5,9 @@ package fuse
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -229,4 +231,58 @@ func TestMirrorSandbox(t *testing.T) {
 	if got, reads := readCounted(t, m, p); string(got) != "again" || reads != 0 || m.MirrorStats().PassthroughOpens != pt+1 {
 		t.Errorf("after the sandbox: %q, %d READs, %+v", got, reads, m.MirrorStats())
 	}
+}
+
+// TestMirrorKill9: the mirror is only a cache: kill -9 of a mount with
+// mirrored files (one open for passthrough reads, one being written)
+// leaves the engine with what was written, and no tmpfs behind.
+func TestMirrorKill9(t *testing.T) {
+	requireFUSE(t)
+	root := t.TempDir()
+	data, mnt := filepath.Join(root, "data"), filepath.Join(root, "mnt")
+	os.Mkdir(mnt, 0o755)
+	mountsBefore, _ := os.ReadFile("/proc/self/mountinfo")
+	d := startDaemon(t, data, mnt)
+	want := bytes.Repeat([]byte("mirrored data "), 100_000)
+	p := filepath.Join(mnt, "read")
+	if err := os.WriteFile(p, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the RELEASE
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(r); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read before kill: %d bytes, %v", len(got), err)
+	}
+	w, err := os.Create(filepath.Join(mnt, "written"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	d.cmd.Wait()
+	r.Close()
+	w.Close()
+	bin, _ := txnfsBinary()
+	if out, err := exec.Command(bin, "umount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("txnfs umount of a dead mount: %v\n%s", err, out)
+	}
+	if mountsAfter, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Count(mountsAfter, []byte("txnfs-mirror")) > bytes.Count(mountsBefore, []byte("txnfs-mirror")) {
+		t.Error("a mirror tmpfs is left mounted")
+	}
+	d2 := startDaemon(t, data, mnt)
+	for _, name := range []string{"read", "written"} {
+		if got, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s after kill -9: %d bytes, %v", name, len(got), err)
+		}
+	}
+	d2.cmd.Process.Signal(syscall.SIGTERM)
+	d2.cmd.Wait()
 }
