@@ -103,11 +103,9 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 	if m.nodes.isRetired(ino) {
 		return raw.EIO
 	}
-	// A writable open is counted before its engine work, so that no
-	// passthrough open is given meanwhile (see mirrorSet).
 	writer := openAccess(in.Flags)&fs.AccessWrite != 0
 	if writer {
-		if err := m.mirrors.reserveWriter(ino); err != nil {
+		if err := m.mirrors.reconcile(ino); err != nil {
 			return m.status("open", err)
 		}
 	}
@@ -137,12 +135,26 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 		err = fs.ErrNotExist
 	}
 	if err != nil {
-		if writer {
-			m.mirrors.closed(ino, false)
-		}
 		return m.nodeStatus("open", err)
 	}
-	if !writer {
+	if writer && a.Type == fs.TypeRegular {
+		backing, err := m.mirrors.openWriter(ino, a.Change)
+		if err != nil {
+			return m.status("open", err)
+		}
+		if backing != 0 {
+			// Passthrough readers have the file open: the kernel takes
+			// only a passthrough open now, so this writer writes the
+			// mirror, which the mount writes to the engine at FLUSH,
+			// fsync and before answering about the file (reconcile).
+			out.Fh = m.newHandle(ino, in.Flags, true)
+			out.BackingID = backing
+			out.OpenFlags |= raw.FOPEN_PASSTHROUGH
+			return raw.OK
+		}
+	} else if writer {
+		m.mirrors.openedWriter(ino)
+	} else {
 		eligible := a.Type == fs.TypeRegular && in.Flags&(fmodeExec|oDirect) == 0 && !m.inSandbox()
 		backing, err := m.mirrors.openReader(ino, a.Change, eligible)
 		if err != nil {
@@ -201,11 +213,22 @@ func (m *Server) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *r
 	if created {
 		m.mirrors.create(a.Ino, a.Change)
 		m.mirrors.openedWriter(a.Ino)
-	} else if err := m.mirrors.reserveWriter(a.Ino); err != nil {
-		// The name appeared since the lookup, and passthrough readers
-		// have the file open: the kernel would refuse a cached open.
-		m.mirrors.invalidate(a.Ino) // O_TRUNC may have emptied it
-		return m.status("create", err)
+	} else {
+		// The name appeared since the lookup: an open of the file.
+		if in.Flags&syscall.O_TRUNC != 0 {
+			m.mirrors.create(a.Ino, a.Change) // emptied
+		}
+		backing, err := m.mirrors.openWriter(a.Ino, a.Change)
+		if err != nil {
+			return m.status("create", err)
+		}
+		if backing != 0 { // passthrough readers have it open (see Open)
+			m.entry(&out.EntryOut, &a)
+			out.Fh = m.newHandle(a.Ino, in.Flags, true)
+			out.BackingID = backing
+			out.OpenFlags |= raw.FOPEN_PASSTHROUGH
+			return raw.OK
+		}
 	}
 	m.entry(&out.EntryOut, &a)
 	out.Fh = m.newHandle(a.Ino, in.Flags, false)
@@ -255,7 +278,7 @@ func (m *Server) Tmpfile(_ <-chan struct{}, in *raw.CreateIn, out *raw.CreateOut
 func (m *Server) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 	h := m.handles.remove(in.Fh)
 	if h != nil {
-		m.mirrors.closed(h.ino, h.pt)
+		m.mirrors.closed(h.ino, h.pt, h.write)
 	}
 	if h != nil && m.wbOn && h.write {
 		m.waitWrites()
@@ -416,6 +439,13 @@ func (m *Server) Flush(_ <-chan struct{}, in *raw.FlushIn) raw.Status {
 	if h == nil {
 		return raw.OK
 	}
+	if h.pt && h.write {
+		// Its writes went to the mirror: into the engine, durably.
+		if err := m.mirrors.reconcile(h.ino); err != nil {
+			return m.status("flush", err)
+		}
+		h.dirty.Store(true)
+	}
 	m.waitWrites()
 	if err := h.takeErr(); err != nil {
 		h.dirty.Store(false)
@@ -432,7 +462,10 @@ func (m *Server) Flush(_ <-chan struct{}, in *raw.FlushIn) raw.Status {
 // committed so far durable (FS.Sync, one metadata log flush). Inside a
 // sandbox nothing is durable before the sandbox commits.
 func (m *Server) Fsync(_ <-chan struct{}, in *raw.FsyncIn) raw.Status {
-	err := m.syncEngine() // waits for the write-behind queue first
+	err := m.mirrors.reconcile(fs.Ino(in.NodeId)) // passthrough writes
+	if serr := m.syncEngine(); err == nil {      // waits for the write-behind queue first
+		err = serr
+	}
 	if h := m.handles.get(in.Fh); h != nil {
 		// A writer that fsyncs after every write gains nothing from
 		// write-behind (the fsync waits for the write at once) and
@@ -496,6 +529,9 @@ func (m *Server) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Status {
 	if in.Offset+in.Length < in.Offset || in.Offset+in.Length > fs.MaxFileSize {
 		return raw.Status(syscall.EFBIG)
 	}
+	if err := m.mirrors.reconcile(ino); err != nil {
+		return m.status("fallocate", err)
+	}
 	var before, after fs.Attr
 	err := m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) (err error) {
 		if before, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange); err != nil {
@@ -548,6 +584,9 @@ func (m *Server) Lseek(_ <-chan struct{}, in *raw.LseekIn, out *raw.LseekOut) ra
 	var off uint64
 	var eof bool
 	var size uint64
+	if err := m.mirrors.reconcile(fs.Ino(in.NodeId)); err != nil {
+		return m.status("lseek", err)
+	}
 	err := m.view(m.cred(&in.InHeader), func(t *fs.Txn) error {
 		a, err := t.GetAttr(m.ctx, fs.Ino(in.NodeId))
 		if err != nil {
@@ -585,6 +624,11 @@ func (m *Server) CopyFileRange(_ <-chan struct{}, in *raw.CopyFileRangeIn) (uint
 	for _, ino := range []fs.Ino{src, dst} {
 		if m.nodes.isRetired(ino) {
 			return 0, raw.EIO
+		}
+	}
+	for _, ino := range []fs.Ino{src, dst} {
+		if err := m.mirrors.reconcile(ino); err != nil {
+			return 0, m.status("copy_file_range", err)
 		}
 	}
 	var copied uint64

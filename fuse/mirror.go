@@ -1,6 +1,7 @@
 package fuse
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	raw "github.com/hanwen/go-fuse/v2/fuse"
 
@@ -37,16 +37,21 @@ const DefaultMirrorBytes = 1 << 30
 // open compares the engine's current change with the mirror's before
 // using it: a mirror is only a cache, used when provably equal.
 //
-// The kernel's rules for one inode (fs/fuse/iomode.c): while any
-// passthrough open exists, every other open must be passthrough too (to
-// the same backing file) or it fails with EIO, and a passthrough open
-// fails while a cached open exists. Writes through a passthrough open
-// would go to the mirror, not the engine. So passthrough is given only
-// to read-only opens of an inode with no other open of this mount, and a
-// writable open while passthrough readers are open fails with ETXTBSY
-// (as writing a running program does). A mirror with passthrough opens
-// is never dropped: if its chain breaks it is copied again from the
-// engine (resync).
+// The kernel's rules for one inode (fs/fuse/iomode.c, checked on this
+// 6.18 kernel): while any passthrough open exists, every other open must
+// be passthrough too (to the same backing file) or open(2) fails with
+// EIO -- FOPEN_DIRECT_IO included, the check comes first -- and a
+// passthrough open fails while a cached open exists. So passthrough is
+// given to a read-only open of an inode with no other open of this mount,
+// and then to every open of it until the passthrough opens are closed,
+// writable ones included. A passthrough writer's writes go to the mirror,
+// not the mount: the mirror is then ahead of the engine (dirty), and
+// reconcile writes what differs into the engine before anything the mount
+// answers about the file (GETATTR, LOOKUP, SETATTR, FALLOCATE,
+// copy_file_range, LSEEK), at every close (FLUSH) and fsync (so fsync is
+// durable as ever), and at the last close. A mirror with passthrough
+// opens is never dropped: if its chain breaks it is copied again from the
+// engine (resync), or, when dirty, reconciled.
 type mirrorSet struct {
 	eng    *fs.FS
 	ctx    context.Context
@@ -58,24 +63,21 @@ type mirrorSet struct {
 	register   func(*raw.BackingMap) (int32, syscall.Errno)
 	unregister func(int32) syscall.Errno
 
-	mu       sync.Mutex
-	released sync.Cond // broadcast at each close counted (and at timeouts)
-	off      bool      // a sandbox is active: no mirrors
+	mu    sync.Mutex
+	off   bool // a sandbox is active: no mirrors
 	m        map[fs.Ino]*mirror
 	opens    map[fs.Ino]*openCount // every open of this mount, by inode
 	lru      list.List             // of *mirror, most recently used first
 	used     int64                 // sum of the mirrors' sizes
 
 	stats mirrorCounters
-	// releaseWait is how long a writable open waits for passthrough
-	// readers' RELEASE (defaultReleaseWait; tests shorten it).
-	releaseWait time.Duration
 }
 
 // openCount counts a mount's opens of one inode.
 type openCount struct {
 	passthrough int // opens answered FOPEN_PASSTHROUGH
-	other       int // every other open (and writable opens in progress)
+	ptWriters   int // those of them open for writing
+	other       int // every other open
 }
 
 type mirror struct {
@@ -88,6 +90,9 @@ type mirror struct {
 	// the mirror is ahead of the engine until they have.
 	ahead     map[any]bool
 	backingID int32 // registered with the kernel (0: not yet)
+	// dirty says passthrough writers may have written the mirror since
+	// the last reconcile: it is the file's truth, ahead of the engine.
+	dirty     bool
 	forgotten bool  // the kernel forgot the inode: drop at the last close
 	elem      *list.Element
 }
@@ -95,7 +100,8 @@ type mirror struct {
 // mirrorCounters are the mirrors' metrics (MirrorStats).
 type mirrorCounters struct {
 	created, dropped, resynced, evicted atomic.Uint64
-	passthroughOpens, refusedWriters    atomic.Uint64
+	passthroughOpens, passthroughWriters atomic.Uint64
+	reconciled, reconciledBytes          atomic.Uint64
 }
 
 // MirrorStats describes a mount's mirrors.
@@ -107,13 +113,15 @@ type MirrorStats struct {
 	Evicted          uint64 // dropped for the budget
 	Resynced         uint64 // copied again from the engine (chain broken under passthrough opens)
 	PassthroughOpens uint64 // opens answered FOPEN_PASSTHROUGH
-	RefusedWriters   uint64 // writable opens refused (ETXTBSY) while passthrough readers were open
+	// PassthroughWriters counts writable opens answered
+	// FOPEN_PASSTHROUGH (passthrough readers had the file open).
+	PassthroughWriters uint64
+	// Reconciled counts reconciles that found the mirror dirty, and
+	// ReconciledBytes the bytes they wrote into the engine.
+	Reconciled, ReconciledBytes uint64
 }
 
 var (
-	// errPassthroughReaders refuses a writable open while passthrough
-	// readers have the file open (ETXTBSY).
-	errPassthroughReaders = errors.New("the file is open for passthrough reads from its memory mirror")
 	// errMirrorsInUse refuses a sandbox while passthrough opens exist
 	// (EBUSY).
 	errMirrorsInUse = errors.New("files are open for passthrough reads from the memory mirror (close them first)")
@@ -129,8 +137,6 @@ func newMirrorSet(ctx context.Context, eng *fs.FS, budget int64) (*mirrorSet, er
 	}
 	s := &mirrorSet{eng: eng, ctx: ctx, budget: budget, dir: dir,
 		m: map[fs.Ino]*mirror{}, opens: map[fs.Ino]*openCount{}}
-	s.released.L = &s.mu
-	s.releaseWait = defaultReleaseWait
 	return s, nil
 }
 
@@ -141,6 +147,9 @@ func (s *mirrorSet) close() {
 	}
 	s.mu.Lock()
 	for _, mr := range s.m {
+		if mr.dirty {
+			s.reconcileLocked(mr)
+		}
 		s.dropLocked(mr)
 	}
 	s.mu.Unlock()
@@ -160,7 +169,9 @@ func (s *mirrorSet) Stats() MirrorStats {
 	st.Evicted = s.stats.evicted.Load()
 	st.Resynced = s.stats.resynced.Load()
 	st.PassthroughOpens = s.stats.passthroughOpens.Load()
-	st.RefusedWriters = s.stats.refusedWriters.Load()
+	st.PassthroughWriters = s.stats.passthroughWriters.Load()
+	st.Reconciled = s.stats.reconciled.Load()
+	st.ReconciledBytes = s.stats.reconciledBytes.Load()
 	return st
 }
 
@@ -173,42 +184,47 @@ func (s *mirrorSet) count(ino fs.Ino) *openCount {
 	return c
 }
 
-// defaultReleaseWait bounds how long a writable open waits for passthrough
-// readers' RELEASE requests: the kernel sends them asynchronously after
-// close(2) returns (and has left passthrough mode by then), so a
-// program that reads a file, closes it and opens it for writing would
-// otherwise race its own RELEASE.
-const defaultReleaseWait = time.Second
-
-// reserveWriter records a writable open of ino in progress (before its
-// engine work, so no passthrough open can be given meanwhile), or fails
-// with ETXTBSY while passthrough readers are open (after waiting
-// s.releaseWait for their RELEASE). Undo with closed.
-func (s *mirrorSet) reserveWriter(ino fs.Ino) error {
+// openWriter records a writable open of ino, whose engine change is
+// change after the open's checks, and returns the backing id to answer
+// it with: passthrough while passthrough opens exist (the kernel accepts
+// nothing else then), or 0 for an ordinary open.
+func (s *mirrorSet) openWriter(ino fs.Ino, change uint64) (int32, error) {
 	if s == nil {
-		return nil
+		return 0, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c := s.opens[ino]; c != nil && c.passthrough > 0 {
-		deadline := time.Now().Add(s.releaseWait)
-		timer := time.AfterFunc(s.releaseWait, func() {
-			s.mu.Lock()
-			s.released.Broadcast()
-			s.mu.Unlock()
-		})
-		for s.passthroughLocked(ino) && time.Now().Before(deadline) {
-			s.released.Wait()
-		}
-		timer.Stop()
-	}
 	c := s.count(ino)
-	if c.passthrough > 0 {
-		s.stats.refusedWriters.Add(1)
-		return errPassthroughReaders
+	if c.passthrough == 0 {
+		c.other++
+		return 0, nil
 	}
-	c.other++
-	return nil
+	mr, err := s.currentLocked(ino, change)
+	if err != nil {
+		return 0, err
+	}
+	c.passthrough++
+	c.ptWriters++
+	mr.dirty = true
+	s.stats.passthroughOpens.Add(1)
+	s.stats.passthroughWriters.Add(1)
+	return mr.backingID, nil
+}
+
+// currentLocked returns ino's mirror, which passthrough opens use, made
+// equal to the engine at change unless passthrough writers made it the
+// truth.
+func (s *mirrorSet) currentLocked(ino fs.Ino, change uint64) (*mirror, error) {
+	mr := s.m[ino]
+	if mr == nil {
+		return nil, fmt.Errorf("%w: passthrough opens of inode %d without a mirror", fs.ErrIO, ino)
+	}
+	if !mr.dirty && (mr.change != change || len(mr.ahead) > 0) {
+		if err := s.resyncLocked(mr); err != nil {
+			return nil, err
+		}
+	}
+	return mr, nil
 }
 
 // openReader records a read-only open of ino, whose engine change is
@@ -225,13 +241,9 @@ func (s *mirrorSet) openReader(ino fs.Ino, change uint64, eligible bool) (int32,
 	mr := s.m[ino]
 	if c.passthrough > 0 {
 		// The kernel accepts only another passthrough open now.
-		if mr == nil {
-			return 0, fmt.Errorf("%w: passthrough opens of inode %d without a mirror", fs.ErrIO, ino)
-		}
-		if mr.change != change || len(mr.ahead) > 0 {
-			if err := s.resyncLocked(mr); err != nil {
-				return 0, err
-			}
+		mr, err := s.currentLocked(ino, change)
+		if err != nil {
+			return 0, err
 		}
 		c.passthrough++
 		s.stats.passthroughOpens.Add(1)
@@ -255,8 +267,8 @@ func (s *mirrorSet) openReader(ino fs.Ino, change uint64, eligible bool) (int32,
 	return mr.backingID, nil
 }
 
-// openedWriter counts a non-passthrough open that needed no reservation
-// (O_CREAT of a new file: nobody else can have it open yet).
+// openedWriter counts an ordinary open of a file nobody else can have
+// open yet (O_CREAT of a new file, O_TMPFILE).
 func (s *mirrorSet) openedWriter(ino fs.Ino) {
 	if s == nil {
 		return
@@ -266,9 +278,10 @@ func (s *mirrorSet) openedWriter(ino fs.Ino) {
 	s.mu.Unlock()
 }
 
-// closed records the close (RELEASE) of an open of ino, passthrough or
-// not.
-func (s *mirrorSet) closed(ino fs.Ino, passthrough bool) {
+// closed records the close (RELEASE) of an open of ino: passthrough or
+// not, for writing or not. The last passthrough writer's close
+// reconciles the mirror.
+func (s *mirrorSet) closed(ino fs.Ino, passthrough, write bool) {
 	if s == nil {
 		return
 	}
@@ -280,13 +293,18 @@ func (s *mirrorSet) closed(ino fs.Ino, passthrough bool) {
 	}
 	if passthrough {
 		c.passthrough--
+		if write {
+			c.ptWriters--
+		}
 	} else {
 		c.other--
 	}
 	if c.passthrough == 0 && c.other == 0 {
 		delete(s.opens, ino)
 	}
-	s.released.Broadcast()
+	if mr := s.m[ino]; mr != nil && mr.dirty {
+		s.reconcileLocked(mr)
+	}
 	if mr := s.m[ino]; mr != nil && mr.forgotten && c.passthrough == 0 {
 		s.dropLocked(mr)
 	}
@@ -346,6 +364,27 @@ func (s *mirrorSet) apply(ino fs.Ino, before, after uint64, fn func(f *os.File) 
 	defer s.mu.Unlock()
 	mr := s.m[ino]
 	if mr == nil {
+		return
+	}
+	if mr.dirty {
+		// The caller reconciled before the operation, which ran on
+		// the engine; the mirror, the truth for passthrough writers
+		// and readers, gets it too. If something else moved the
+		// engine meanwhile, the engine follows the mirror again.
+		if fn != nil {
+			if err := fn(mr.f); err != nil {
+				if err := s.resyncLocked(mr); err != nil {
+					mr.change = 0
+				}
+				return
+			}
+			s.resizedLocked(mr)
+		}
+		if mr.change == before {
+			mr.change = after
+		} else {
+			s.reconcileLocked(mr)
+		}
 		return
 	}
 	if mr.change != before || len(mr.ahead) > 0 {
@@ -432,6 +471,9 @@ func (s *mirrorSet) forget(ino fs.Ino) {
 			mr.forgotten = true
 			return
 		}
+		if mr.dirty {
+			s.reconcileLocked(mr)
+		}
 		s.dropLocked(mr)
 	}
 }
@@ -469,7 +511,10 @@ func (s *mirrorSet) resume() {
 }
 
 // invalidateLocked drops mr, or copies it again from the engine while
-// passthrough opens read it.
+// passthrough opens use it.
+//
+// Operations that change the engine without the mirror reconcile first
+// (see reconcile), so a dirty mirror is copied again too.
 func (s *mirrorSet) invalidateLocked(mr *mirror) {
 	if !s.passthroughLocked(mr.ino) {
 		s.dropLocked(mr)
@@ -582,6 +627,101 @@ func mirrorFallocate(f *os.File, punch, allocate bool, off, length uint64) error
 		if end := int64(off + length); end > st.Size() {
 			return f.Truncate(end)
 		}
+	}
+	return nil
+}
+
+// reconcile writes what passthrough writers wrote into ino's mirror to
+// the engine (nothing if the mirror is not dirty). Called before any
+// operation whose answer or effect depends on the file's engine
+// contents or attributes.
+func (s *mirrorSet) reconcile(ino fs.Ino) error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if mr := s.m[ino]; mr != nil && mr.dirty {
+		return s.reconcileLocked(mr)
+	}
+	return nil
+}
+
+// dirty reports whether passthrough writers may have changed ino's mirror
+// since the engine last got its contents.
+func (s *mirrorSet) dirty(ino fs.Ino) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mr := s.m[ino]
+	return mr != nil && mr.dirty
+}
+
+// reconcileBlock is the unit reconcile compares and writes.
+const reconcileBlock = 64 << 10
+
+// reconcileLocked makes the engine's contents equal to dirty mirror mr's:
+// the size, then every block that differs, in one transaction (the
+// engine's change then moves and the mirror holds the new one). The
+// mirror stays dirty while passthrough writers are open.
+func (s *mirrorSet) reconcileLocked(mr *mirror) error {
+	st, err := mr.f.Stat()
+	if err != nil {
+		return err
+	}
+	size := uint64(st.Size())
+	mbuf := make([]byte, 1<<20)
+	ebuf := make([]byte, 1<<20)
+	var after uint64
+	var written uint64
+	err = s.eng.DoOpts(s.ctx, fs.RootCred, fs.TxnOptions{NoSync: true}, func(t *fs.Txn) error {
+		written = 0
+		a, err := t.GetAttr(s.ctx, mr.ino)
+		if err != nil {
+			return err
+		}
+		if a.Size != size {
+			if _, err := t.SetAttr(s.ctx, mr.ino, fs.SetAttr{Size: &size, OpenForWrite: true}); err != nil {
+				return err
+			}
+		}
+		for off := uint64(0); off < size; off += uint64(len(mbuf)) {
+			n := int(min(uint64(len(mbuf)), size-off))
+			if _, err := mr.f.ReadAt(mbuf[:n], int64(off)); err != nil {
+				return err
+			}
+			clear(ebuf[:n])
+			if _, _, err := t.Read(s.ctx, mr.ino, off, ebuf[:n]); err != nil {
+				return err
+			}
+			for b := 0; b < n; b += reconcileBlock {
+				e := min(b+reconcileBlock, n)
+				if !bytes.Equal(mbuf[b:e], ebuf[b:e]) {
+					if err := t.Write(s.ctx, mr.ino, off+uint64(b), mbuf[b:e]); err != nil {
+						return err
+					}
+					written += uint64(e - b)
+				}
+			}
+		}
+		ca, err := t.GetAttrMask(s.ctx, mr.ino, fs.AttrChange)
+		after = ca.Change
+		return err
+	})
+	s.resizedLocked(mr)
+	if err != nil {
+		return fmt.Errorf("%w: writing the mirror of inode %d to the engine: %v", fs.ErrIO, mr.ino, err)
+	}
+	mr.change = after
+	clear(mr.ahead)
+	if c := s.opens[mr.ino]; c == nil || c.ptWriters == 0 {
+		mr.dirty = false
+	}
+	if written > 0 || size != 0 {
+		s.stats.reconciled.Add(1)
+		s.stats.reconciledBytes.Add(written)
 	}
 	return nil
 }

@@ -116,6 +116,16 @@ func (m *Server) Lookup(_ <-chan struct{}, h *raw.InHeader, name string, out *ra
 			}
 			return err
 		})
+		if err == nil && m.mirrors.dirty(a.Ino) {
+			// Passthrough writers wrote its mirror: the engine's size
+			// follows before the kernel is told one.
+			if err = m.mirrors.reconcile(a.Ino); err == nil {
+				err = m.view(c, func(t *fs.Txn) (err error) {
+					a, err = t.GetAttr(m.ctx, a.Ino)
+					return err
+				})
+			}
+		}
 		if errors.Is(err, fs.ErrNotExist) && m.cfg.NegativeTimeout > 0 {
 			// A negative entry: the kernel caches the absence.
 			*out = raw.EntryOut{}
@@ -156,6 +166,9 @@ func (m *Server) Forget(nodeid, nlookup uint64) {
 func (m *Server) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.AttrOut) raw.Status {
 	if m.nodes.isRetired(fs.Ino(in.NodeId)) {
 		return retiredAttr(out)
+	}
+	if err := m.mirrors.reconcile(fs.Ino(in.NodeId)); err != nil {
+		return m.status("getattr", err)
 	}
 	var a fs.Attr
 	err := m.view(m.cred(&in.InHeader), func(t *fs.Txn) (err error) {
@@ -198,6 +211,9 @@ func (m *Server) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.AttrOut)
 	}
 	if in.Valid&raw.FATTR_MTIME != 0 {
 		sa.Mtime = setTime(in.Valid&raw.FATTR_MTIME_NOW != 0, in.Mtime, in.Mtimensec)
+	}
+	if err := m.mirrors.reconcile(ino); err != nil {
+		return m.status("setattr", err)
 	}
 	var before, a fs.Attr
 	inv := &invalidation{inos: []fs.Ino{ino}}

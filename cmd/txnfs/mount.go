@@ -397,7 +397,7 @@ var (
 	mirrorBytesDesc  = prometheus.NewDesc("txnfs_fuse_mirror_bytes", "Bytes (file sizes) held in memory mirrors of recently written files.", nil, nil)
 	mirrorBudgetDesc = prometheus.NewDesc("txnfs_fuse_mirror_budget_bytes", "Memory budget of the mirrors (--mirror-bytes).", nil, nil)
 	mirrorFilesDesc  = prometheus.NewDesc("txnfs_fuse_mirror_files", "Files with a memory mirror.", nil, nil)
-	mirrorEventsDesc = prometheus.NewDesc("txnfs_fuse_mirror_events_total", "Mirror events: created, dropped, evicted (dropped for the budget), resynced (copied again from the engine), passthrough_opens, refused_writers (ETXTBSY while passthrough readers were open).", []string{"event"}, nil)
+	mirrorEventsDesc = prometheus.NewDesc("txnfs_fuse_mirror_events_total", "Mirror events: created, dropped, evicted (dropped for the budget), resynced (copied again from the engine), passthrough_opens, passthrough_writers (writable opens given passthrough: passthrough readers had the file open), reconciled and reconciled_bytes (passthrough writes written into the engine).", []string{"event"}, nil)
 )
 
 func (c *mirrorCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -420,7 +420,8 @@ func (c *mirrorCollector) Collect(ch chan<- prometheus.Metric) {
 		name string
 		v    uint64
 	}{{"created", st.Created}, {"dropped", st.Dropped}, {"evicted", st.Evicted}, {"resynced", st.Resynced},
-		{"passthrough_opens", st.PassthroughOpens}, {"refused_writers", st.RefusedWriters}} {
+		{"passthrough_opens", st.PassthroughOpens}, {"passthrough_writers", st.PassthroughWriters},
+		{"reconciled", st.Reconciled}, {"reconciled_bytes", st.ReconciledBytes}} {
 		ch <- prometheus.MustNewConstMetric(mirrorEventsDesc, prometheus.CounterValue, float64(e.v), e.name)
 	}
 }
