@@ -463,7 +463,7 @@ func (m *Server) Flush(_ <-chan struct{}, in *raw.FlushIn) raw.Status {
 // sandbox nothing is durable before the sandbox commits.
 func (m *Server) Fsync(_ <-chan struct{}, in *raw.FsyncIn) raw.Status {
 	err := m.mirrors.reconcile(fs.Ino(in.NodeId)) // passthrough writes
-	if serr := m.syncEngine(); err == nil {      // waits for the write-behind queue first
+	if serr := m.syncEngine(); err == nil {       // waits for the write-behind queue first
 		err = serr
 	}
 	if h := m.handles.get(in.Fh); h != nil {

@@ -65,10 +65,10 @@ type mirrorSet struct {
 
 	mu    sync.Mutex
 	off   bool // a sandbox is active: no mirrors
-	m        map[fs.Ino]*mirror
-	opens    map[fs.Ino]*openCount // every open of this mount, by inode
-	lru      list.List             // of *mirror, most recently used first
-	used     int64                 // sum of the mirrors' sizes
+	m     map[fs.Ino]*mirror
+	opens map[fs.Ino]*openCount // every open of this mount, by inode
+	lru   list.List             // of *mirror, most recently used first
+	used  int64                 // sum of the mirrors' sizes
 
 	stats mirrorCounters
 }
@@ -93,13 +93,13 @@ type mirror struct {
 	// dirty says passthrough writers may have written the mirror since
 	// the last reconcile: it is the file's truth, ahead of the engine.
 	dirty     bool
-	forgotten bool  // the kernel forgot the inode: drop at the last close
+	forgotten bool // the kernel forgot the inode: drop at the last close
 	elem      *list.Element
 }
 
 // mirrorCounters are the mirrors' metrics (MirrorStats).
 type mirrorCounters struct {
-	created, dropped, resynced, evicted atomic.Uint64
+	created, dropped, resynced, evicted  atomic.Uint64
 	passthroughOpens, passthroughWriters atomic.Uint64
 	reconciled, reconciledBytes          atomic.Uint64
 }
