@@ -127,10 +127,14 @@ var (
 	errMirrorsInUse = errors.New("files are open for passthrough reads from the memory mirror (close them first)")
 )
 
-// newMirrorSet mounts a private tmpfs (huge=always, capped at a little
-// more than budget) and returns the mirror set using it.
+// newMirrorSet mounts a private tmpfs (huge=always, capped at twice the
+// budget) and returns the mirror set using it.
 func newMirrorSet(ctx context.Context, eng *fs.FS, budget int64) (*mirrorSet, error) {
-	size := budget + budget/8 + 8<<20 // slack for huge page rounding
+	// The cap only bounds memory: mirrors over the budget are dropped
+	// (evictLocked), except those with passthrough opens, which
+	// passthrough writers may grow; past the cap their writes fail
+	// with ENOSPC.
+	size := 2*budget + 64<<20
 	dir, err := mountTmpfs(size)
 	if err != nil {
 		return nil, fmt.Errorf("fuse: mirror tmpfs: %w", err)
