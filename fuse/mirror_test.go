@@ -307,3 +307,77 @@ func TestMirrorKill9(t *testing.T) {
 	d2.cmd.Process.Signal(syscall.SIGTERM)
 	d2.cmd.Wait()
 }
+
+// TestMirrorExecWhileRead: a program written through the mount runs
+// while a passthrough reader has it open (the exec's open is then
+// passthrough too and maps the mirror), and after.
+func TestMirrorExecWhileRead(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	prog, err := os.ReadFile("/bin/true")
+	if err != nil {
+		t.Skip(err)
+	}
+	p := filepath.Join(dir, "true")
+	if err := os.WriteFile(p, prog, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, m, p)
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.MirrorStats().PassthroughOpens != 1 {
+		t.Fatalf("reader not passthrough: %+v", m.MirrorStats())
+	}
+	if out, err := exec.Command(p).CombinedOutput(); err != nil {
+		t.Errorf("exec while a passthrough reader is open: %v %s", err, out)
+	}
+	if n := m.MirrorStats().PassthroughOpens; n != 2 {
+		t.Errorf("the exec's open was not passthrough (%d passthrough opens)", n)
+	}
+	r.Close()
+	waitClosed(t, m, p)
+	if out, err := exec.Command(p).CombinedOutput(); err != nil {
+		t.Errorf("exec: %v %s", err, out)
+	}
+}
+
+// TestMirrorMmapWriter: stores through a shared mapping of a passthrough
+// writer (opened while a passthrough reader is open) land in the mirror,
+// which the reader sees at once, and in the engine at the last close.
+func TestMirrorMmapWriter(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	p := filepath.Join(dir, "f")
+	want := bytes.Repeat([]byte("x"), 1<<20)
+	if err := os.WriteFile(p, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, m, p)
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.MirrorStats().PassthroughWriters != 1 {
+		t.Fatalf("writer not passthrough: %+v", m.MirrorStats())
+	}
+	b, err := unix.Mmap(int(w.Fd()), 0, len(want), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b[4096:], "mapped")
+	copy(want[4096:], "mapped")
+	got := make([]byte, 6)
+	if _, err := r.ReadAt(got, 4096); err != nil || string(got) != "mapped" {
+		t.Errorf("reader sees %q, %v", got, err)
+	}
+	unix.Munmap(b)
+	w.Close()
+	r.Close()
+	waitClosed(t, m, p)
+	checkEngine(t, m, 0, "after the mapping's last close", p, want)
+}
