@@ -72,13 +72,21 @@ func (m *Server) appendFlags(flags uint32) uint32 {
 	return 0
 }
 
-func (m *Server) newHandle(ino fs.Ino, flags uint32, passthrough bool) uint64 {
+// How an open was answered (mirrorSet).
+const (
+	notPassthrough = iota
+	ptReader       // FOPEN_PASSTHROUGH, read-only
+	ptWriter       // FOPEN_PASSTHROUGH, writable (or O_TRUNC)
+)
+
+func (m *Server) newHandle(ino fs.Ino, flags uint32, passthrough int) uint64 {
 	return m.handles.add(&handle{
-		ino:    ino,
-		pt:     passthrough,
-		write:  flags&syscall.O_ACCMODE != syscall.O_RDONLY,
-		append: flags&syscall.O_APPEND != 0 && !m.cfg.Writeback,
-		sync:   flags&(syscall.O_SYNC|oDSync) != 0,
+		ino:      ino,
+		pt:       passthrough != notPassthrough,
+		ptWriter: passthrough == ptWriter,
+		write:    flags&syscall.O_ACCMODE != syscall.O_RDONLY,
+		append:   flags&syscall.O_APPEND != 0 && !m.cfg.Writeback,
+		sync:     flags&(syscall.O_SYNC|oDSync) != 0,
 	})
 }
 
@@ -147,7 +155,7 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 			// only a passthrough open now, so this writer writes the
 			// mirror, which the mount writes to the engine at FLUSH,
 			// fsync and before answering about the file (reconcile).
-			out.Fh = m.newHandle(ino, in.Flags, true)
+			out.Fh = m.newHandle(ino, in.Flags, ptWriter)
 			out.BackingID = backing
 			out.OpenFlags |= raw.FOPEN_PASSTHROUGH
 			return raw.OK
@@ -164,7 +172,7 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 			// Reads go to the mirror, not the FUSE page cache: its
 			// pages are left as they are (the next cached open checks
 			// them), the attributes are refreshed if they changed.
-			out.Fh = m.newHandle(ino, in.Flags, true)
+			out.Fh = m.newHandle(ino, in.Flags, ptReader)
 			out.BackingID = backing
 			out.OpenFlags |= raw.FOPEN_PASSTHROUGH
 			if !m.nodes.current(ino, a.Change) {
@@ -173,7 +181,7 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 			return raw.OK
 		}
 	}
-	out.Fh = m.newHandle(ino, in.Flags, false)
+	out.Fh = m.newHandle(ino, in.Flags, notPassthrough)
 	// Close-to-open: the kernel keeps its caches only if the file has
 	// not changed since it last saw its attributes. Otherwise its pages
 	// are dropped (no KEEP_CACHE) and its attributes, the size above all,
@@ -224,14 +232,14 @@ func (m *Server) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *r
 		}
 		if backing != 0 { // passthrough readers have it open (see Open)
 			m.entry(&out.EntryOut, &a)
-			out.Fh = m.newHandle(a.Ino, in.Flags, true)
+			out.Fh = m.newHandle(a.Ino, in.Flags, ptWriter)
 			out.BackingID = backing
 			out.OpenFlags |= raw.FOPEN_PASSTHROUGH
 			return raw.OK
 		}
 	}
 	m.entry(&out.EntryOut, &a)
-	out.Fh = m.newHandle(a.Ino, in.Flags, false)
+	out.Fh = m.newHandle(a.Ino, in.Flags, notPassthrough)
 	m.nodes.opened(a.Ino, a.Change)
 	out.OpenFlags |= m.appendFlags(in.Flags)
 	return raw.OK
@@ -266,7 +274,7 @@ func (m *Server) Tmpfile(_ <-chan struct{}, in *raw.CreateIn, out *raw.CreateOut
 		m.log.Error("unpin of a new O_TMPFILE file failed", "ino", a.Ino, "err", err)
 	}
 	m.mirrors.openedWriter(a.Ino)
-	out.Fh = m.newHandle(a.Ino, in.Flags, false)
+	out.Fh = m.newHandle(a.Ino, in.Flags, notPassthrough)
 	m.nodes.opened(a.Ino, a.Change)
 	out.OpenFlags |= m.appendFlags(in.Flags)
 	return raw.OK
@@ -278,7 +286,7 @@ func (m *Server) Tmpfile(_ <-chan struct{}, in *raw.CreateIn, out *raw.CreateOut
 func (m *Server) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 	h := m.handles.remove(in.Fh)
 	if h != nil {
-		m.mirrors.closed(h.ino, h.pt, h.write)
+		m.mirrors.closed(h.ino, h.pt, h.ptWriter)
 	}
 	if h != nil && m.wbOn && h.write {
 		m.waitWrites()
@@ -439,7 +447,7 @@ func (m *Server) Flush(_ <-chan struct{}, in *raw.FlushIn) raw.Status {
 	if h == nil {
 		return raw.OK
 	}
-	if h.pt && h.write {
+	if h.ptWriter {
 		// Its writes went to the mirror: into the engine, durably.
 		if err := m.mirrors.reconcile(h.ino); err != nil {
 			return m.status("flush", err)
