@@ -155,9 +155,7 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 			// only a passthrough open now, so this writer writes the
 			// mirror, which the mount writes to the engine at FLUSH,
 			// fsync and before answering about the file (reconcile).
-			out.Fh = m.newHandle(ino, in.Flags, ptWriter)
-			out.BackingID = backing
-			out.OpenFlags |= raw.FOPEN_PASSTHROUGH
+			m.passthroughOpen(out, ino, in.Flags, ptWriter, backing, a.Change)
 			return raw.OK
 		}
 	} else if writer {
@@ -169,15 +167,7 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 			return m.status("open", err)
 		}
 		if backing != 0 {
-			// Reads go to the mirror, not the FUSE page cache: its
-			// pages are left as they are (the next cached open checks
-			// them), the attributes are refreshed if they changed.
-			out.Fh = m.newHandle(ino, in.Flags, ptReader)
-			out.BackingID = backing
-			out.OpenFlags |= raw.FOPEN_PASSTHROUGH
-			if !m.nodes.current(ino, a.Change) {
-				m.srv.InodeNotify(uint64(ino), -1, 0)
-			}
+			m.passthroughOpen(out, ino, in.Flags, ptReader, backing, a.Change)
 			return raw.OK
 		}
 	}
@@ -194,6 +184,21 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 	}
 	out.OpenFlags |= m.appendFlags(in.Flags)
 	return raw.OK
+}
+
+// passthroughOpen answers an open of ino (at change) FOPEN_PASSTHROUGH
+// with the mirror's backing id (see mirrorSet). Its reads and writes go
+// to the mirror, not the FUSE page cache: the pages are left as they are
+// (the next cached open checks them, nodeTable.opened), and the
+// attributes are refreshed if the file changed since the kernel saw them.
+// No KEEP_CACHE: the kernel refuses it with passthrough.
+func (m *Server) passthroughOpen(out *raw.OpenOut, ino fs.Ino, flags uint32, kind int, backing int32, change uint64) {
+	out.Fh = m.newHandle(ino, flags, kind)
+	out.BackingID = backing
+	out.OpenFlags = raw.FOPEN_PASSTHROUGH
+	if !m.nodes.current(ino, change) {
+		m.srv.InodeNotify(uint64(ino), -1, 0)
+	}
 }
 
 // Create implements RawFileSystem (open with O_CREAT of a missing name).
@@ -232,9 +237,7 @@ func (m *Server) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *r
 		}
 		if backing != 0 { // passthrough readers have it open (see Open)
 			m.entry(&out.EntryOut, &a)
-			out.Fh = m.newHandle(a.Ino, in.Flags, ptWriter)
-			out.BackingID = backing
-			out.OpenFlags |= raw.FOPEN_PASSTHROUGH
+			m.passthroughOpen(&out.OpenOut, a.Ino, in.Flags, ptWriter, backing, a.Change)
 			return raw.OK
 		}
 	}
