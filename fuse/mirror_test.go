@@ -472,3 +472,37 @@ func TestMirrorConcurrentOpens(t *testing.T) {
 	st := m.MirrorStats()
 	t.Logf("passthrough opens %d (writers %d), reconciled %d", st.PassthroughOpens, st.PassthroughWriters, st.Reconciled)
 }
+
+// TestMirrorReaddirplusSize: a directory listing with attributes
+// (READDIRPLUS) reports the size a passthrough writer gave the file.
+func TestMirrorReaddirplusSize(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("short"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, m, p)
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.WriteAt(make([]byte, 1<<20), 0); err != nil {
+		t.Fatal(err)
+	}
+	// Drop the kernel's entry and attributes, so that the listing's
+	// attributes are taken.
+	m.srv.EntryNotify(1, "f")
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("readdir: %v %v", entries, err)
+	}
+	if st, err := os.Stat(p); err != nil || st.Size() != 1<<20 {
+		t.Errorf("size after a listing: %v, %v (want %d)", st.Size(), err, 1<<20)
+	}
+}
