@@ -1,0 +1,96 @@
+//go:build linux
+
+package fuse
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// openPassthroughPair opens the mirrored file at path for reading (a
+// passthrough reader) and then for writing (a passthrough writer, as the
+// kernel then takes nothing else), and checks both are passthrough.
+func openPassthroughPair(t *testing.T, m *Server, path string) (r, w *os.File) {
+	t.Helper()
+	waitClosed(t, m, path)
+	before := m.MirrorStats()
+	r, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	w, err = os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	if st := m.MirrorStats(); st.PassthroughOpens-before.PassthroughOpens != 2 || st.PassthroughWriters-before.PassthroughWriters != 1 {
+		t.Fatalf("opens not passthrough: before %+v after %+v", before, st)
+	}
+	return r, w
+}
+
+// TestMirrorHuntSameDataMtime: a write through a passthrough writer moves
+// the file's mtime and ctime even if the bytes written equal those there
+// (POSIX: a successful write marks them for update).
+func TestMirrorHuntSameDataMtime(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	p := filepath.Join(dir, "f")
+	data := bytes.Repeat([]byte("x"), 8192)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, w := openPassthroughPair(t, m, p)
+	var st0 syscall.Stat_t
+	if err := syscall.Stat(p, &st0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := w.WriteAt(data[:100], 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var st1 syscall.Stat_t
+	if err := syscall.Stat(p, &st1); err != nil {
+		t.Fatal(err)
+	}
+	if st1.Mtim == st0.Mtim || st1.Ctim == st0.Ctim {
+		t.Errorf("a passthrough write of the same bytes left mtime %v -> %v, ctime %v -> %v", st0.Mtim, st1.Mtim, st0.Ctim, st1.Ctim)
+	}
+}
+
+// TestMirrorHuntLinkSize: link(2) of a file a passthrough writer grew
+// answers the grown size (the kernel takes the attributes of the reply).
+func TestMirrorHuntLinkSize(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("abcd"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, w := openPassthroughPair(t, m, p)
+	big := bytes.Repeat([]byte("y"), 1<<20)
+	if _, err := w.WriteAt(big, 0); err != nil {
+		t.Fatal(err)
+	}
+	q := filepath.Join(dir, "g")
+	if err := os.Link(p, q); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{p, q} {
+		fi, err := os.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() != int64(len(big)) {
+			t.Errorf("%s after link: size %d, want %d", filepath.Base(name), fi.Size(), len(big))
+		}
+	}
+	w.Close()
+	checkEngine(t, m, 0, "after close", p, big)
+}
