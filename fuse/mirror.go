@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	raw "github.com/hanwen/go-fuse/v2/fuse"
 
@@ -94,7 +95,11 @@ type mirror struct {
 	// the last reconcile: it is the file's truth, ahead of the engine.
 	dirty     bool
 	forgotten bool // the kernel forgot the inode: drop at the last close
-	elem      *list.Element
+	// mtime is the mirror file's modification time when the mount last
+	// changed or reconciled it: a later one is a passthrough write, even
+	// one of bytes equal to those there (see reconcileLocked).
+	mtime time.Time
+	elem  *list.Element
 }
 
 // mirrorCounters are the mirrors' metrics (MirrorStats).
@@ -353,6 +358,7 @@ func (s *mirrorSet) create(ino fs.Ino, change uint64) {
 	}
 	mr := &mirror{ino: ino, f: f, change: change, ahead: map[any]bool{}}
 	mr.elem = s.lru.PushFront(mr)
+	s.resizedLocked(mr)
 	s.m[ino] = mr
 	s.stats.created.Add(1)
 }
@@ -587,11 +593,13 @@ func (s *mirrorSet) dropLocked(mr *mirror) {
 
 func (s *mirrorSet) touchLocked(mr *mirror) { s.lru.MoveToFront(mr.elem) }
 
-// resizedLocked updates mr's size and the bytes used.
+// resizedLocked updates mr's size and the bytes used, and its recorded
+// mtime (the mount changed or reconciled it).
 func (s *mirrorSet) resizedLocked(mr *mirror) {
 	size := int64(0)
 	if st, err := mr.f.Stat(); err == nil {
 		size = st.Size()
+		mr.mtime = st.ModTime()
 	}
 	s.used += size - mr.size
 	mr.size = size
@@ -708,6 +716,13 @@ func (s *mirrorSet) reconcileLocked(mr *mirror) error {
 					}
 					written += uint64(e - b)
 				}
+			}
+		}
+		if written == 0 && a.Size == size && !st.ModTime().Equal(mr.mtime) {
+			// Passthrough writes of the bytes already there: POSIX
+			// still moves mtime and ctime.
+			if _, err := t.SetAttr(s.ctx, mr.ino, fs.SetAttr{Mtime: &fs.SetTime{Now: true}}); err != nil {
+				return err
 			}
 		}
 		ca, err := t.GetAttrMask(s.ctx, mr.ino, fs.AttrChange)

@@ -44,11 +44,23 @@ func TestMirrorHuntSameDataMtime(t *testing.T) {
 	if err := os.WriteFile(p, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, w := openPassthroughPair(t, m, p)
 	var st0 syscall.Stat_t
 	if err := syscall.Stat(p, &st0); err != nil {
 		t.Fatal(err)
 	}
+	// A passthrough writer that writes nothing moves nothing.
+	r, w := openPassthroughPair(t, m, p)
+	time.Sleep(20 * time.Millisecond)
+	w.Close()
+	r.Close()
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mtim != st0.Mtim || st.Ctim != st0.Ctim {
+		t.Errorf("a passthrough writer that wrote nothing moved mtime %v -> %v, ctime %v -> %v", st0.Mtim, st.Mtim, st0.Ctim, st.Ctim)
+	}
+	_, w = openPassthroughPair(t, m, p)
 	time.Sleep(20 * time.Millisecond)
 	if _, err := w.WriteAt(data[:100], 0); err != nil {
 		t.Fatal(err)
