@@ -321,6 +321,11 @@ func (m *Server) Symlink(_ <-chan struct{}, h *raw.InHeader, target, name string
 // Link implements RawFileSystem.
 func (m *Server) Link(_ <-chan struct{}, in *raw.LinkIn, name string, out *raw.EntryOut) raw.Status {
 	dir, ino := fs.Ino(in.NodeId), fs.Ino(in.Oldnodeid)
+	// The kernel takes the size of the entry reply: passthrough writes
+	// reach the engine first.
+	if err := m.mirrors.reconcile(ino); err != nil {
+		return m.status("link", err)
+	}
 	var a fs.Attr
 	inv := &invalidation{}
 	inv.entry(dir, name)
