@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // openPassthroughPair opens the mirrored file at path for reading (a
@@ -105,4 +107,102 @@ func TestMirrorHuntLinkSize(t *testing.T) {
 	}
 	w.Close()
 	checkEngine(t, m, 0, "after close", p, big)
+}
+
+// TestMirrorHuntUtimesAfterWrite: futimens after passthrough writes
+// sticks (the writes reach the engine before, not after, the times).
+func TestMirrorHuntUtimesAfterWrite(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, w := openPassthroughPair(t, m, p)
+	if _, err := w.WriteAt([]byte("ab"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt([]byte("ab"), 2); err != nil { // bytes not in the engine yet
+		t.Fatal(err)
+	}
+	old := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt([]byte("ab"), 0); err != nil { // equal bytes, after the times
+		t.Fatal(err)
+	}
+	// The last write came after the times: mtime moves again.
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.ModTime().Equal(old) {
+		t.Errorf("a write after utimes left mtime at %v", fi.ModTime())
+	}
+	r.Close()
+	// And utimes after the last write sticks.
+	r, w = openPassthroughPair(t, m, p)
+	if _, err := w.WriteAt([]byte("cd"), 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	waitClosed(t, m, p)
+	fi, err = os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.ModTime().Equal(old) {
+		t.Errorf("utimes after passthrough writes: mtime %v, want %v", fi.ModTime(), old)
+	}
+	checkEngine(t, m, 0, "after close", p, []byte("ababcd6789"))
+}
+
+// TestMirrorHuntCopyRange: copy_file_range out of a file a passthrough
+// writer has written (not closed) copies those bytes, and into a file
+// with passthrough readers reaches them.
+func TestMirrorHuntCopyRange(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	for _, p := range []string{src, dst} {
+		if err := os.WriteFile(p, bytes.Repeat([]byte("."), 100000), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, sw := openPassthroughPair(t, m, src)
+	if _, err := sw.WriteAt(bytes.Repeat([]byte("S"), 5000), 1000); err != nil {
+		t.Fatal(err)
+	}
+	dr, dw := openPassthroughPair(t, m, dst)
+	sr, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sr.Close()
+	offIn, offOut := int64(0), int64(50000)
+	n, err := unix.CopyFileRange(int(sr.Fd()), &offIn, int(dw.Fd()), &offOut, 10000, 0)
+	if err != nil || n != 10000 {
+		t.Fatalf("copy_file_range: %d, %v", n, err)
+	}
+	want := bytes.Repeat([]byte("."), 100000)
+	copy(want[51000:], bytes.Repeat([]byte("S"), 5000))
+	got := make([]byte, len(want))
+	if _, err := dr.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("passthrough reader of dst after copy_file_range: %q", got[50990:51010])
+	}
+	dw.Close()
+	dr.Close()
+	waitClosed(t, m, dst)
+	checkEngine(t, m, 0, "dst after close", dst, want)
 }
