@@ -699,7 +699,24 @@ func (s *mirrorSet) reconcileLocked(mr *mirror) error {
 				return err
 			}
 		}
-		for off := uint64(0); off < size; off += uint64(len(mbuf)) {
+		// Only ranges where the mirror or the engine holds data are
+		// compared: a sparse file costs what it holds, not its size.
+		var mStart, mEnd, eStart, eEnd uint64
+		for off := uint64(0); off < size; {
+			if off >= mEnd {
+				mStart, mEnd = mirrorExtent(mr.f, off, size)
+			}
+			if off >= eEnd {
+				if eStart, eEnd, err = engineExtent(s.ctx, t, mr.ino, off, size); err != nil {
+					return err
+				}
+			}
+			if next := min(mStart, eStart); next > off {
+				off = max(off, next&^(reconcileBlock-1))
+				if off >= size {
+					break
+				}
+			}
 			n := int(min(uint64(len(mbuf)), size-off))
 			if _, err := mr.f.ReadAt(mbuf[:n], int64(off)); err != nil {
 				return err
@@ -717,6 +734,7 @@ func (s *mirrorSet) reconcileLocked(mr *mirror) error {
 					written += uint64(e - b)
 				}
 			}
+			off += uint64(n)
 		}
 		if written == 0 && a.Size == size && !st.ModTime().Equal(mr.mtime) {
 			// Passthrough writes of the bytes already there: POSIX
@@ -743,4 +761,39 @@ func (s *mirrorSet) reconcileLocked(mr *mirror) error {
 		s.stats.reconciledBytes.Add(written)
 	}
 	return nil
+}
+
+// mirrorExtent returns the first data extent [start, end) of mirror file
+// f at or after off, within size (start = size: none). An lseek that
+// fails otherwise than with ENXIO reports data to the end.
+func mirrorExtent(f *os.File, off, size uint64) (start, end uint64) {
+	st, err := f.Seek(int64(off), seekData)
+	if errors.Is(err, syscall.ENXIO) {
+		return size, size
+	}
+	if err != nil {
+		return off, size
+	}
+	start = min(uint64(st), size)
+	e, err := f.Seek(st, seekHole)
+	if err != nil {
+		return start, size
+	}
+	return start, max(min(uint64(e), size), start+1)
+}
+
+// engineExtent is mirrorExtent of ino's engine contents.
+func engineExtent(ctx context.Context, t *fs.Txn, ino fs.Ino, off, size uint64) (start, end uint64, err error) {
+	st, eof, err := t.Seek(ctx, ino, off, fs.SeekData)
+	if err != nil {
+		return 0, 0, err
+	}
+	if eof || st >= size {
+		return size, size, nil
+	}
+	e, _, err := t.Seek(ctx, ino, st, fs.SeekHole)
+	if err != nil {
+		return 0, 0, err
+	}
+	return st, max(min(e, size), st+1), nil
 }
