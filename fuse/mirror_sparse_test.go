@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/txnfs/txnfs/fs"
 )
 
@@ -59,4 +61,61 @@ func TestMirrorHuntSparseReconcile(t *testing.T) {
 			t.Errorf("engine at %d: %q, %v; want %q", c.off, got, err, c.want)
 		}
 	}
+}
+
+// TestMirrorHuntSparseResync: copying a sparse file's mirror again from
+// the engine (here after copy_file_range into it while passthrough
+// readers have it open) keeps the engine's holes holes: it neither fills
+// the mirrors' tmpfs with zeros nor fails.
+func TestMirrorHuntSparseResync(t *testing.T) {
+	dir, m := newEnv(t, envOptions{mirror: 64 << 20}).mount() // tmpfs cap 192 MiB
+	p, src := filepath.Join(dir, "f"), filepath.Join(dir, "src")
+	if err := os.WriteFile(p, []byte("head"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(src, []byte("COPY"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, w := openPassthroughPair(t, m, p)
+	const size = 1 << 30
+	if err := w.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	s, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	offIn, offOut := int64(0), int64(size-4)
+	if n, err := unix.CopyFileRange(int(s.Fd()), &offIn, int(w.Fd()), &offOut, 4, 0); err != nil || n != 4 {
+		t.Fatalf("copy_file_range: %d, %v", n, err)
+	}
+	got := make([]byte, 4)
+	if _, err := r.ReadAt(got, size-4); err != nil || string(got) != "COPY" {
+		t.Errorf("passthrough reader after copy_file_range: %q, %v", got, err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	m.mirrors.mu.Lock()
+	mr := m.mirrors.m[fs.Ino(st.Ino)]
+	var blocks int64
+	if mr != nil {
+		if fi, err := mr.f.Stat(); err == nil {
+			blocks = fi.Sys().(*syscall.Stat_t).Blocks
+		}
+	}
+	m.mirrors.mu.Unlock()
+	if mr == nil {
+		t.Fatal("no mirror while passthrough opens exist")
+	}
+	if blocks*512 > 16<<20 {
+		t.Errorf("the mirror of a 1 GiB file holding 8 bytes uses %d MiB of tmpfs", blocks*512>>20)
+	}
+	if st := m.MirrorStats(); st.Resynced == 0 {
+		t.Errorf("no resync: %+v", st)
+	}
+	w.Close()
+	r.Close()
 }
