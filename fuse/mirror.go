@@ -548,8 +548,23 @@ func (s *mirrorSet) resyncLocked(mr *mirror) error {
 		if err != nil {
 			return err
 		}
+		// The engine's holes become holes (not zeros written into
+		// tmpfs): a sparse file costs what it holds.
+		var start, end uint64
 		for off := uint64(0); off < a.Size; {
-			n, _, err := t.Read(s.ctx, mr.ino, off, buf[:min(uint64(len(buf)), a.Size-off)])
+			if off >= end {
+				if start, end, err = engineExtent(s.ctx, t, mr.ino, off, a.Size); err != nil {
+					return err
+				}
+				if start > off {
+					if err := punchHole(mr.f, off, start-off); err != nil {
+						return err
+					}
+					off = start
+					continue
+				}
+			}
+			n, _, err := t.Read(s.ctx, mr.ino, off, buf[:min(uint64(len(buf)), end-off)])
 			if err != nil {
 				return err
 			}
