@@ -206,3 +206,40 @@ func TestMirrorHuntCopyRange(t *testing.T) {
 	waitClosed(t, m, dst)
 	checkEngine(t, m, 0, "dst after close", dst, want)
 }
+
+// TestMirrorHuntReconcileFails: passthrough writes the engine refuses
+// (past fs.MaxFileSize, which the kernel does not check for passthrough
+// writes) fail the close; after it the file is the engine's again:
+// stat and opens work, nothing stays stuck.
+func TestMirrorHuntReconcileFails(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("head"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, w := openPassthroughPair(t, m, p)
+	if _, err := w.WriteAt([]byte("tail"), 1<<60); err != nil {
+		t.Skipf("the kernel refused the write itself: %v", err)
+	}
+	if err := w.Close(); err == nil {
+		t.Error("close of a passthrough writer whose data the engine refused succeeded")
+	}
+	r.Close()
+	waitClosed(t, m, p)
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatalf("stat after the failed close: %v", err)
+	}
+	if fi.Size() != 4 {
+		t.Errorf("size %d after the failed close, want the engine's 4", fi.Size())
+	}
+	got, err := os.ReadFile(p)
+	if err != nil || string(got) != "head" {
+		t.Errorf("read after the failed close: %q, %v", got, err)
+	}
+	w2, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatalf("open for writing after the failed close: %v", err)
+	}
+	w2.Close()
+}
