@@ -312,7 +312,13 @@ func (s *mirrorSet) closed(ino fs.Ino, passthrough, write bool) {
 		delete(s.opens, ino)
 	}
 	if mr := s.m[ino]; mr != nil && mr.dirty {
-		s.reconcileLocked(mr)
+		if err := s.reconcileLocked(mr); err != nil && c.ptWriters == 0 {
+			// The engine refused what the writers wrote, and their
+			// close (FLUSH) said so: its contents stand, else the
+			// file answers every later request with the error.
+			mr.dirty = false
+			s.invalidateLocked(mr)
+		}
 	}
 	if mr := s.m[ino]; mr != nil && mr.forgotten && c.passthrough == 0 {
 		s.dropLocked(mr)
