@@ -5,6 +5,7 @@ package fuse
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -242,4 +243,99 @@ func TestMirrorHuntReconcileFails(t *testing.T) {
 		t.Fatalf("open for writing after the failed close: %v", err)
 	}
 	w2.Close()
+}
+
+// TestMirrorHuntKill9PassthroughWriter: what a passthrough writer (the
+// file had a passthrough reader) wrote and fsynced or fdatasynced is in
+// the engine after kill -9 of the mount.
+func TestMirrorHuntKill9PassthroughWriter(t *testing.T) {
+	kill9PassthroughWriter(t, "fsync", "fdatasync")
+}
+
+// TestMirrorHuntKill9Msync: what a passthrough writer stored through a
+// shared mapping and msynced (MS_SYNC) is in the engine after kill -9.
+func TestMirrorHuntKill9Msync(t *testing.T) {
+	kill9PassthroughWriter(t, "msync")
+}
+
+// kill9PassthroughWriter writes a file per sync method named (fsync,
+// fdatasync, msync) through a passthrough writer, syncs it that way,
+// kills the mount with SIGKILL, and checks the files after a new mount.
+func kill9PassthroughWriter(t *testing.T, methods ...string) {
+	requireFUSE(t)
+	root := t.TempDir()
+	data, mnt := filepath.Join(root, "data"), filepath.Join(root, "mnt")
+	os.Mkdir(mnt, 0o755)
+	d := startDaemon(t, data, mnt)
+	old := bytes.Repeat([]byte("old data "), 100_000)
+	want := map[string][]byte{}
+	var files []*os.File
+	var maps [][]byte
+	for _, name := range methods {
+		p := filepath.Join(mnt, name)
+		if err := os.WriteFile(p, old, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the RELEASEs
+	for _, name := range methods {
+		p := filepath.Join(mnt, name)
+		r, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, r)
+		w, err := os.OpenFile(p, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, w)
+		next := append(bytes.ToUpper(old[:len(old)/2]), []byte("... and more "+name)...)
+		next = append(next, old[len(old)/2:]...)
+		switch name {
+		case "fsync", "fdatasync":
+			if _, err := w.WriteAt(next, 0); err != nil {
+				t.Fatal(err)
+			}
+			sync := unix.Fsync
+			if name == "fdatasync" {
+				sync = unix.Fdatasync
+			}
+			if err := sync(int(w.Fd())); err != nil {
+				t.Fatal(err)
+			}
+		case "msync":
+			next = next[:len(old)] // a mapping does not grow the file
+			mem, err := unix.Mmap(int(w.Fd()), 0, len(old), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+			if err != nil {
+				t.Fatal(err)
+			}
+			maps = append(maps, mem)
+			copy(mem, next)
+			if err := unix.Msync(mem, unix.MS_SYNC); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want[name] = next
+	}
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	d.cmd.Wait()
+	for _, mem := range maps {
+		unix.Munmap(mem)
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	bin, _ := txnfsBinary()
+	if out, err := exec.Command(bin, "umount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("txnfs umount of a dead mount: %v\n%s", err, out)
+	}
+	d2 := startDaemon(t, data, mnt)
+	for name, w := range want {
+		if got, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || !bytes.Equal(got, w) {
+			t.Errorf("%s after kill -9: %d bytes (want %d), %v", name, len(got), len(w), err)
+		}
+	}
+	d2.cmd.Process.Signal(syscall.SIGTERM)
+	d2.cmd.Wait()
 }
