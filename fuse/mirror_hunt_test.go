@@ -346,3 +346,126 @@ func kill9PassthroughWriter(t *testing.T, methods ...string) {
 	d2.cmd.Process.Signal(syscall.SIGTERM)
 	d2.cmd.Wait()
 }
+
+// TestMirrorHuntAppendBlocks: an O_APPEND passthrough writer appends at
+// the end the reader sees, and stat's size, blocks and mtime follow.
+func TestMirrorHuntAppendBlocks(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("head"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, m, p)
+	var st0 syscall.Stat_t
+	if err := syscall.Stat(p, &st0); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	a, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	time.Sleep(20 * time.Millisecond)
+	big := bytes.Repeat([]byte("z"), 1<<20)
+	for range 2 {
+		if _, err := a.Write(big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Size != 4+2<<20 || st.Blocks*512 < 2<<20 || st.Mtim == st0.Mtim {
+		t.Errorf("stat after appends: size %d blocks %d mtime %v (before %v)", st.Size, st.Blocks, st.Mtim, st0.Mtim)
+	}
+	got := make([]byte, 8)
+	if n, _ := r.ReadAt(got, 4+2<<20-4); n != 4 || string(got[:4]) != "zzzz" {
+		t.Errorf("reader at the end: %q", got[:n])
+	}
+	a.Close()
+	r.Close()
+	waitClosed(t, m, p)
+	want := append([]byte("head"), append(big, big...)...)
+	checkEngine(t, m, 0, "after close", p, want)
+}
+
+// TestMirrorHuntNames: hard links share one mirror, a rename over a
+// file a passthrough reader has open leaves the reader on the old file,
+// and an unlinked file's passthrough writer still reaches its reader.
+func TestMirrorHuntNames(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	a, b, c := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "c")
+	if err := os.WriteFile(a, []byte("AAAA"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, w := openPassthroughPair(t, m, a)
+	if err := os.Link(a, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt([]byte("B"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(b); err != nil || string(got) != "ABAA" {
+		t.Errorf("other link: %q, %v", got, err)
+	}
+	// Rename c over a: r and w keep the old inode.
+	if err := os.WriteFile(c, []byte("CCCCCC"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(c, a); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(a); err != nil || string(got) != "CCCCCC" {
+		t.Errorf("a after rename: %q, %v", got, err)
+	}
+	// Unlink the last name of the old inode; its writer still reaches
+	// its reader.
+	if err := os.Remove(b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt([]byte("D"), 2); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 8)
+	if n, _ := r.ReadAt(got, 0); string(got[:n]) != "ABDA" {
+		t.Errorf("reader of the unlinked file: %q", got[:n])
+	}
+	if err := w.Sync(); err != nil {
+		t.Errorf("fsync of the unlinked file: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Errorf("close of the unlinked file's writer: %v", err)
+	}
+	r.Close()
+	if got, err := os.ReadFile(a); err != nil || string(got) != "CCCCCC" {
+		t.Errorf("a at the end: %q, %v", got, err)
+	}
+}
+
+// TestMirrorHuntRenameKeepsMirror: the save-by-rename pattern (write a
+// temporary name, rename it over the real one) keeps the file's mirror:
+// the next read-only open is passthrough.
+func TestMirrorHuntRenameKeepsMirror(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	tmp, p := filepath.Join(dir, "f.tmp"), filepath.Join(dir, "f")
+	if err := os.WriteFile(tmp, []byte("saved"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, m, tmp)
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
+	before := m.MirrorStats().PassthroughOpens
+	if got, err := os.ReadFile(p); err != nil || string(got) != "saved" {
+		t.Fatalf("read: %q, %v", got, err)
+	}
+	if m.MirrorStats().PassthroughOpens == before {
+		t.Errorf("the open after a rename was not passthrough: %+v", m.MirrorStats())
+	}
+}
