@@ -399,13 +399,25 @@ func (m *Server) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newName st
 	src, dst := fs.Ino(in.NodeId), fs.Ino(in.Newdir)
 	inv := &invalidation{}
 	var victim fs.Ino
+	var moved, movedAfter fs.Attr // the renamed inode's change: its mirror's chain
 	err := m.pins.removing(func() error {
-		return m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) error {
+		return m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) (err error) {
 			*inv = invalidation{}
 			inv.entry(src, oldName)
 			inv.entry(dst, newName)
 			inv.ino(src, dst)
 			victim = 0
+			moved = fs.Attr{}
+			if m.mirrors == nil {
+				// no chain to keep
+			} else if a, lerr := t.Lookup(m.ctx, src, oldName); lerr == nil {
+				moved = a
+				defer func() {
+					if err == nil {
+						movedAfter, err = t.GetAttrMask(m.ctx, moved.Ino, fs.AttrChange)
+					}
+				}()
+			}
 			for i, e := range inv.entries {
 				if m.cfg.Group == nil {
 					break
@@ -422,6 +434,10 @@ func (m *Server) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newName st
 	})
 	if err == nil && victim != 0 {
 		m.nodes.removedHere(victim)
+	}
+	if err == nil && moved.Ino != 0 {
+		// A rename changes no data (save-by-rename keeps the mirror).
+		m.mirrors.apply(moved.Ino, moved.Change, movedAfter.Change, nil)
 	}
 	return m.status("rename", err)
 }
