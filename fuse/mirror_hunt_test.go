@@ -468,4 +468,16 @@ func TestMirrorHuntRenameKeepsMirror(t *testing.T) {
 	if m.MirrorStats().PassthroughOpens == before {
 		t.Errorf("the open after a rename was not passthrough: %+v", m.MirrorStats())
 	}
+	// So does a hard link.
+	waitClosed(t, m, p)
+	if err := os.Link(p, tmp); err != nil {
+		t.Fatal(err)
+	}
+	before = m.MirrorStats().PassthroughOpens
+	if got, err := os.ReadFile(tmp); err != nil || string(got) != "saved" {
+		t.Fatalf("read: %q, %v", got, err)
+	}
+	if m.MirrorStats().PassthroughOpens == before {
+		t.Errorf("the open after a link was not passthrough: %+v", m.MirrorStats())
+	}
 }
