@@ -330,13 +330,18 @@ func (m *Server) Link(_ <-chan struct{}, in *raw.LinkIn, name string, out *raw.E
 	inv := &invalidation{}
 	inv.entry(dir, name)
 	inv.ino(dir, ino)
+	var before fs.Attr // the inode's change before: its mirror's chain
 	err := m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) (err error) {
+		if before, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange); err != nil {
+			return err
+		}
 		a, err = t.Link(m.ctx, ino, dir, name)
 		return err
 	})
 	if err != nil {
 		return m.status("link", err)
 	}
+	m.mirrors.apply(ino, before.Change, a.Change, nil) // no data changed
 	m.entry(out, &a)
 	return raw.OK
 }
@@ -408,9 +413,7 @@ func (m *Server) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newName st
 			inv.ino(src, dst)
 			victim = 0
 			moved = fs.Attr{}
-			if m.mirrors == nil {
-				// no chain to keep
-			} else if a, lerr := t.Lookup(m.ctx, src, oldName); lerr == nil {
+			if a, lerr := t.Lookup(m.ctx, src, oldName); m.mirrors != nil && lerr == nil {
 				moved = a
 				defer func() {
 					if err == nil {
