@@ -481,3 +481,24 @@ func TestMirrorHuntRenameKeepsMirror(t *testing.T) {
 		t.Errorf("the open after a link was not passthrough: %+v", m.MirrorStats())
 	}
 }
+
+// TestMirrorHuntXattrKeepsMirror: setting an extended attribute (cp -a,
+// rsync -X after writing the data) keeps the file's mirror.
+func TestMirrorHuntXattrKeepsMirror(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(p, "user.k", []byte("v"), 0); err != nil {
+		t.Skipf("setxattr: %v", err)
+	}
+	waitClosed(t, m, p)
+	before := m.MirrorStats().PassthroughOpens
+	if got, err := os.ReadFile(p); err != nil || string(got) != "data" {
+		t.Fatalf("read: %q, %v", got, err)
+	}
+	if m.MirrorStats().PassthroughOpens == before {
+		t.Errorf("the open after setxattr was not passthrough: %+v", m.MirrorStats())
+	}
+}
