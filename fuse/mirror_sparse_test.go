@@ -3,6 +3,7 @@
 package fuse
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -118,4 +119,30 @@ func TestMirrorHuntSparseResync(t *testing.T) {
 	}
 	w.Close()
 	r.Close()
+}
+
+// TestMirrorHuntSmallFilesMemory: the budget bounds the mirrors' memory,
+// not only their sizes: with huge=always a small file's mirror may take
+// a 2 MiB page, and many small files must not fill the tmpfs (which
+// would fail passthrough writers with ENOSPC).
+func TestMirrorHuntSmallFilesMemory(t *testing.T) {
+	dir, m := newEnv(t, envOptions{mirror: 16 << 20}).mount() // tmpfs cap 96 MiB
+	for i := range 100 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprint(i)), []byte("small"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.mirrors.mu.Lock()
+	var mem int64
+	for _, mr := range m.mirrors.m {
+		if fi, err := mr.f.Stat(); err == nil {
+			mem += fi.Sys().(*syscall.Stat_t).Blocks * 512
+		}
+	}
+	n := len(m.mirrors.m)
+	m.mirrors.mu.Unlock()
+	t.Logf("%d mirrors of 5-byte files use %d KiB of tmpfs", n, mem>>10)
+	if mem > 2*(16<<20) {
+		t.Errorf("%d mirrors of 5-byte files use %d MiB of tmpfs, budget 16 MiB", n, mem>>20)
+	}
 }
