@@ -69,7 +69,7 @@ type mirrorSet struct {
 	m     map[fs.Ino]*mirror
 	opens map[fs.Ino]*openCount // every open of this mount, by inode
 	lru   list.List             // of *mirror, most recently used first
-	used  int64                 // sum of the mirrors' sizes
+	used  int64                 // sum of the mirrors' sizes (memory)
 
 	stats mirrorCounters
 }
@@ -84,7 +84,7 @@ type openCount struct {
 type mirror struct {
 	ino    fs.Ino
 	f      *os.File
-	size   int64
+	size   int64  // the memory it takes (tmpfs blocks), counted in used
 	change uint64 // the engine's change attribute the contents equal
 	// ahead holds the write-behind transactions whose writes were
 	// applied to the mirror before they committed (see writeAhead):
@@ -112,7 +112,7 @@ type mirrorCounters struct {
 // MirrorStats describes a mount's mirrors.
 type MirrorStats struct {
 	Enabled          bool
-	Budget, Used     int64  // bytes (file sizes)
+	Budget, Used     int64  // bytes of memory (the mirrors' tmpfs blocks)
 	Mirrors          int    // mirrors held
 	Created, Dropped uint64 // mirrors made and dropped (incl. evicted)
 	Evicted          uint64 // dropped for the budget
@@ -614,12 +614,12 @@ func (s *mirrorSet) dropLocked(mr *mirror) {
 
 func (s *mirrorSet) touchLocked(mr *mirror) { s.lru.MoveToFront(mr.elem) }
 
-// resizedLocked updates mr's size and the bytes used, and its recorded
-// mtime (the mount changed or reconciled it).
+// resizedLocked updates mr's size (the memory it takes) and the bytes
+// used, and its recorded mtime (the mount changed or reconciled it).
 func (s *mirrorSet) resizedLocked(mr *mirror) {
 	size := int64(0)
 	if st, err := mr.f.Stat(); err == nil {
-		size = st.Size()
+		size = fileMemory(st)
 		mr.mtime = st.ModTime()
 	}
 	s.used += size - mr.size

@@ -50,6 +50,15 @@ func newTmpfile(dir *os.File) (*os.File, error) {
 }
 
 // punchHole deallocates a range of f, keeping its size.
+// fileMemory returns the memory a tmpfs file takes (its blocks: a small
+// file may hold a whole 2 MiB huge page).
+func fileMemory(fi os.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return fi.Size()
+}
+
 func punchHole(f *os.File, off, length uint64) error {
 	return syscall.Fallocate(int(f.Fd()), fallocPunchHole|fallocKeepSize, int64(off), int64(length))
 }

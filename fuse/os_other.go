@@ -24,6 +24,7 @@ var errNoMirror = errors.New("memory mirrors need Linux")
 func mountTmpfs(int64) (*os.File, error)       { return nil, errNoMirror }
 func newTmpfile(*os.File) (*os.File, error)    { return nil, errNoMirror }
 func punchHole(*os.File, uint64, uint64) error { return errNoMirror }
+func fileMemory(fi os.FileInfo) int64          { return fi.Size() }
 
 const oDirect = 0
 
