@@ -105,7 +105,7 @@ type Config struct {
 	// once it holds 4 MiB or a request waits for it): 0 means
 	// DefaultWriteBehindDelay, negative commits at once.
 	WriteBehindDelay time.Duration
-	// MirrorBytes is the memory budget (file bytes) of the mount's
+	// MirrorBytes is the memory budget (tmpfs blocks) of the mount's
 	// mirrors: copies of recently written files in a private tmpfs that
 	// read-only opens read by FUSE passthrough (see mirrorSet). 0 means
 	// DefaultMirrorBytes, negative disables them. Only local mounts

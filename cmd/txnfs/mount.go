@@ -394,7 +394,7 @@ func runUmount(ctx context.Context, args []string, stdout, stderr io.Writer) err
 type mirrorCollector struct{ m atomic.Pointer[fuse.Server] }
 
 var (
-	mirrorBytesDesc  = prometheus.NewDesc("txnfs_fuse_mirror_bytes", "Bytes (file sizes) held in memory mirrors of recently written files.", nil, nil)
+	mirrorBytesDesc  = prometheus.NewDesc("txnfs_fuse_mirror_bytes", "Memory (tmpfs blocks) held by the mirrors of recently written files.", nil, nil)
 	mirrorBudgetDesc = prometheus.NewDesc("txnfs_fuse_mirror_budget_bytes", "Memory budget of the mirrors (--mirror-bytes).", nil, nil)
 	mirrorFilesDesc  = prometheus.NewDesc("txnfs_fuse_mirror_files", "Files with a memory mirror.", nil, nil)
 	mirrorEventsDesc = prometheus.NewDesc("txnfs_fuse_mirror_events_total", "Mirror events: created, dropped, evicted (dropped for the budget), resynced (copied again from the engine), passthrough_opens, passthrough_writers (writable opens given passthrough: passthrough readers had the file open), reconciled and reconciled_bytes (passthrough writes written into the engine).", []string{"event"}, nil)
