@@ -502,3 +502,46 @@ func TestMirrorHuntXattrKeepsMirror(t *testing.T) {
 		t.Errorf("the open after setxattr was not passthrough: %+v", m.MirrorStats())
 	}
 }
+
+// TestMirrorHuntCopyRangeNoResync: copy_file_range into a file with
+// passthrough opens puts the copied range into its mirror; it does not
+// copy the whole file again from the engine (which would also drop a
+// concurrent passthrough writer's bytes written meanwhile).
+func TestMirrorHuntCopyRangeNoResync(t *testing.T) {
+	dir, m := newEnv(t, envOptions{}).mount()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	if err := os.WriteFile(src, bytes.Repeat([]byte("s"), 100000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, bytes.Repeat([]byte("."), 100000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, w := openPassthroughPair(t, m, dst)
+	sr, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sr.Close()
+	resynced := m.MirrorStats().Resynced
+	want := bytes.Repeat([]byte("."), 150000)
+	for _, c := range []struct{ in, out, n int64 }{{0, 10, 100}, {5000, 90000, 60000}} {
+		offIn, offOut := c.in, c.out
+		n, err := unix.CopyFileRange(int(sr.Fd()), &offIn, int(w.Fd()), &offOut, int(c.n), 0)
+		if err != nil || int64(n) != c.n {
+			t.Fatalf("copy_file_range %+v: %d, %v", c, n, err)
+		}
+		copy(want[c.out:], bytes.Repeat([]byte("s"), int(c.n)))
+	}
+	got := make([]byte, 200000)
+	n, _ := r.ReadAt(got, 0)
+	if !bytes.Equal(got[:n], want) {
+		t.Errorf("passthrough reader after copies: %d bytes (want %d)", n, len(want))
+	}
+	if st := m.MirrorStats(); st.Resynced != resynced {
+		t.Errorf("copy_file_range copied the mirror again from the engine %d times", st.Resynced-resynced)
+	}
+	w.Close()
+	r.Close()
+	waitClosed(t, m, dst)
+	checkEngine(t, m, 0, "after close", dst, want)
+}
