@@ -643,13 +643,26 @@ func (m *Server) CopyFileRange(_ <-chan struct{}, in *raw.CopyFileRangeIn) (uint
 		}
 	}
 	var copied uint64
+	var before, after fs.Attr
 	err := m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{dst}}, func(t *fs.Txn) (err error) {
-		copied, err = t.CopyRange(m.ctx, src, in.OffIn, dst, in.OffOut, n)
+		if before, err = t.GetAttrMask(m.ctx, dst, fs.AttrChange); err != nil {
+			return err
+		}
+		if copied, err = t.CopyRange(m.ctx, src, in.OffIn, dst, in.OffOut, n); err != nil {
+			return err
+		}
+		after, err = t.GetAttrMask(m.ctx, dst, fs.AttrChange)
 		return err
 	})
-	m.mirrors.invalidate(dst)
 	if err != nil {
+		m.mirrors.invalidate(dst)
 		return 0, m.status("copy_file_range", err)
 	}
+	// The copied range goes into dst's mirror (not a copy of the whole
+	// file again, which would also drop what passthrough writers write
+	// meanwhile).
+	m.mirrors.apply(dst, before.Change, after.Change, func(f *os.File) error {
+		return m.mirrors.readEngine(f, dst, in.OffOut, copied)
+	})
 	return uint32(copied), raw.OK
 }

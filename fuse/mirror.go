@@ -598,6 +598,28 @@ func (s *mirrorSet) resyncLocked(mr *mirror) error {
 	return nil
 }
 
+// readEngine copies ino's engine contents in [off, off+n) into mirror
+// file f (s.mu held: apply).
+func (s *mirrorSet) readEngine(f *os.File, ino fs.Ino, off, n uint64) error {
+	buf := make([]byte, min(n, 1<<20))
+	return s.eng.View(s.ctx, fs.RootCred, func(t *fs.Txn) error {
+		for end := off + n; off < end; {
+			r, _, err := t.Read(s.ctx, ino, off, buf[:min(uint64(len(buf)), end-off)])
+			if err != nil {
+				return err
+			}
+			if r == 0 {
+				return errors.New("short read")
+			}
+			if _, err := f.WriteAt(buf[:r], int64(off)); err != nil {
+				return err
+			}
+			off += uint64(r)
+		}
+		return nil
+	})
+}
+
 func (s *mirrorSet) dropLocked(mr *mirror) {
 	if s.m[mr.ino] != mr {
 		return
