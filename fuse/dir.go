@@ -96,6 +96,7 @@ func (m *Server) readDir(in *raw.ReadIn, out *raw.DirEntryList, plus bool) raw.S
 			return false
 		}
 		if a != nil { // the kernel takes a reference on all but "." and ".."
+			a = m.reconciledAttr(in, a)
 			m.entry(eo, a)
 		}
 		return true
@@ -113,4 +114,21 @@ func (m *Server) readDir(in *raw.ReadIn, out *raw.DirEntryList, plus bool) raw.S
 		}
 	}
 	return raw.OK
+}
+
+// reconciledAttr returns a, or, if passthrough writers wrote ino's mirror
+// since the engine got it, the attributes after the engine got it (the
+// kernel takes the size of an entry reply).
+func (m *Server) reconciledAttr(in *raw.ReadIn, a *fs.Attr) *fs.Attr {
+	if !m.mirrors.dirty(a.Ino) || m.mirrors.reconcile(a.Ino) != nil {
+		return a
+	}
+	var fresh fs.Attr
+	if err := m.view(m.cred(&in.InHeader), func(t *fs.Txn) (err error) {
+		fresh, err = t.GetAttr(m.ctx, a.Ino)
+		return err
+	}); err != nil {
+		return a
+	}
+	return &fresh
 }

@@ -63,6 +63,8 @@ func errnoOf(log *slog.Logger, op string, err error) syscall.Errno {
 		return syscall.EBUSY
 	case errors.Is(err, errWritebackSandbox):
 		return syscall.EOPNOTSUPP
+	case errors.Is(err, errMirrorsInUse):
+		return syscall.EBUSY
 	case errors.Is(err, fs.ErrIO), errors.Is(err, fs.ErrCorrupt), errors.Is(err, fs.ErrTxnDone):
 		log.Error("engine error", "op", op, "err", err)
 		return syscall.EIO

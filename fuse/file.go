@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"fmt"
+	"os"
 	"syscall"
 
 	raw "github.com/hanwen/go-fuse/v2/fuse"
@@ -71,12 +72,21 @@ func (m *Server) appendFlags(flags uint32) uint32 {
 	return 0
 }
 
-func (m *Server) newHandle(ino fs.Ino, flags uint32) uint64 {
+// How an open was answered (mirrorSet).
+const (
+	notPassthrough = iota
+	ptReader       // FOPEN_PASSTHROUGH, read-only
+	ptWriter       // FOPEN_PASSTHROUGH, writable (or O_TRUNC)
+)
+
+func (m *Server) newHandle(ino fs.Ino, flags uint32, passthrough int) uint64 {
 	return m.handles.add(&handle{
-		ino:    ino,
-		write:  flags&syscall.O_ACCMODE != syscall.O_RDONLY,
-		append: flags&syscall.O_APPEND != 0 && !m.cfg.Writeback,
-		sync:   flags&(syscall.O_SYNC|oDSync) != 0,
+		ino:      ino,
+		pt:       passthrough != notPassthrough,
+		ptWriter: passthrough == ptWriter,
+		write:    flags&syscall.O_ACCMODE != syscall.O_RDONLY,
+		append:   flags&syscall.O_APPEND != 0 && !m.cfg.Writeback,
+		sync:     flags&(syscall.O_SYNC|oDSync) != 0,
 	})
 }
 
@@ -100,6 +110,12 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 	ino := fs.Ino(in.NodeId)
 	if m.nodes.isRetired(ino) {
 		return raw.EIO
+	}
+	writer := openAccess(in.Flags)&fs.AccessWrite != 0
+	if writer {
+		if err := m.mirrors.reconcile(ino); err != nil {
+			return m.status("open", err)
+		}
 	}
 	var a fs.Attr
 	var err error
@@ -129,7 +145,33 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 	if err != nil {
 		return m.nodeStatus("open", err)
 	}
-	out.Fh = m.newHandle(ino, in.Flags)
+	if writer && a.Type == fs.TypeRegular {
+		backing, err := m.mirrors.openWriter(ino, a.Change)
+		if err != nil {
+			return m.status("open", err)
+		}
+		if backing != 0 {
+			// Passthrough readers have the file open: the kernel takes
+			// only a passthrough open now, so this writer writes the
+			// mirror, which the mount writes to the engine at FLUSH,
+			// fsync and before answering about the file (reconcile).
+			m.passthroughOpen(out, ino, in.Flags, ptWriter, backing, a.Change)
+			return raw.OK
+		}
+	} else if writer {
+		m.mirrors.openedWriter(ino)
+	} else {
+		eligible := a.Type == fs.TypeRegular && in.Flags&(fmodeExec|oDirect) == 0 && !m.inSandbox()
+		backing, err := m.mirrors.openReader(ino, a.Change, eligible)
+		if err != nil {
+			return m.status("open", err)
+		}
+		if backing != 0 {
+			m.passthroughOpen(out, ino, in.Flags, ptReader, backing, a.Change)
+			return raw.OK
+		}
+	}
+	out.Fh = m.newHandle(ino, in.Flags, notPassthrough)
 	// Close-to-open: the kernel keeps its caches only if the file has
 	// not changed since it last saw its attributes. Otherwise its pages
 	// are dropped (no KEEP_CACHE) and its attributes, the size above all,
@@ -144,16 +186,31 @@ func (m *Server) Open(_ <-chan struct{}, in *raw.OpenIn, out *raw.OpenOut) raw.S
 	return raw.OK
 }
 
+// passthroughOpen answers an open of ino (at change) FOPEN_PASSTHROUGH
+// with the mirror's backing id (see mirrorSet). Its reads and writes go
+// to the mirror, not the FUSE page cache: the pages are left as they are
+// (the next cached open checks them, nodeTable.opened), and the
+// attributes are refreshed if the file changed since the kernel saw them.
+// No KEEP_CACHE: the kernel refuses it with passthrough.
+func (m *Server) passthroughOpen(out *raw.OpenOut, ino fs.Ino, flags uint32, kind int, backing int32, change uint64) {
+	out.Fh = m.newHandle(ino, flags, kind)
+	out.BackingID = backing
+	out.OpenFlags = raw.FOPEN_PASSTHROUGH
+	if !m.nodes.current(ino, change) {
+		m.srv.InodeNotify(uint64(ino), -1, 0)
+	}
+}
+
 // Create implements RawFileSystem (open with O_CREAT of a missing name).
 func (m *Server) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *raw.CreateOut) raw.Status {
 	dir := fs.Ino(in.NodeId)
 	req := fs.CreateRequest{Type: fs.TypeRegular, Mode: in.Mode & fs.ModePerm, Exclusive: in.Flags&syscall.O_EXCL != 0}
 	var a fs.Attr
+	var created bool
 	inv := &invalidation{}
 	inv.entry(dir, name)
 	inv.ino(dir)
 	err := m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) error {
-		var created bool
 		var err error
 		a, created, err = t.Create(m.ctx, dir, name, req)
 		if err != nil || created {
@@ -166,8 +223,26 @@ func (m *Server) Create(_ <-chan struct{}, in *raw.CreateIn, name string, out *r
 	if err != nil {
 		return m.status("create", err)
 	}
+	if created {
+		m.mirrors.create(a.Ino, a.Change)
+		m.mirrors.openedWriter(a.Ino)
+	} else {
+		// The name appeared since the lookup: an open of the file.
+		if in.Flags&syscall.O_TRUNC != 0 {
+			m.mirrors.create(a.Ino, a.Change) // emptied
+		}
+		backing, err := m.mirrors.openWriter(a.Ino, a.Change)
+		if err != nil {
+			return m.status("create", err)
+		}
+		if backing != 0 { // passthrough readers have it open (see Open)
+			m.entry(&out.EntryOut, &a)
+			m.passthroughOpen(&out.OpenOut, a.Ino, in.Flags, ptWriter, backing, a.Change)
+			return raw.OK
+		}
+	}
 	m.entry(&out.EntryOut, &a)
-	out.Fh = m.newHandle(a.Ino, in.Flags)
+	out.Fh = m.newHandle(a.Ino, in.Flags, notPassthrough)
 	m.nodes.opened(a.Ino, a.Change)
 	out.OpenFlags |= m.appendFlags(in.Flags)
 	return raw.OK
@@ -201,7 +276,8 @@ func (m *Server) Tmpfile(_ <-chan struct{}, in *raw.CreateIn, out *raw.CreateOut
 	if err := m.eng.Unpin(m.ctx, a.Ino); err != nil {
 		m.log.Error("unpin of a new O_TMPFILE file failed", "ino", a.Ino, "err", err)
 	}
-	out.Fh = m.newHandle(a.Ino, in.Flags)
+	m.mirrors.openedWriter(a.Ino)
+	out.Fh = m.newHandle(a.Ino, in.Flags, notPassthrough)
 	m.nodes.opened(a.Ino, a.Change)
 	out.OpenFlags |= m.appendFlags(in.Flags)
 	return raw.OK
@@ -212,6 +288,9 @@ func (m *Server) Tmpfile(_ <-chan struct{}, in *raw.CreateIn, out *raw.CreateOut
 // after close) is logged.
 func (m *Server) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 	h := m.handles.remove(in.Fh)
+	if h != nil {
+		m.mirrors.closed(h.ino, h.pt, h.ptWriter)
+	}
 	if h != nil && m.wbOn && h.write {
 		m.waitWrites()
 		if err := h.takeErr(); err != nil {
@@ -276,6 +355,7 @@ func (m *Server) Write(cancel <-chan struct{}, in *raw.WriteIn, data []byte) (ui
 	}
 	if h != nil && h.append {
 		_, err := m.appendData(c, ino, data)
+		m.mirrors.invalidate(ino) // the chain is not known
 		if err == nil {
 			err = m.written(in.Fh)
 		}
@@ -317,7 +397,13 @@ func (m *Server) Write(cancel <-chan struct{}, in *raw.WriteIn, data []byte) (ui
 	})
 	if err == nil {
 		m.nodes.wrote(ino, before.Change, after.Change)
+		m.mirrors.apply(ino, before.Change, after.Change, func(f *os.File) error {
+			_, err := f.WriteAt(data, int64(in.Offset))
+			return err
+		})
 		err = m.written(in.Fh)
+	} else {
+		m.mirrors.invalidate(ino)
 	}
 	if err != nil {
 		return 0, m.status("write", err)
@@ -380,6 +466,13 @@ func (m *Server) Flush(_ <-chan struct{}, in *raw.FlushIn) raw.Status {
 	if h == nil {
 		return raw.OK
 	}
+	if h.ptWriter {
+		// Its writes went to the mirror: into the engine, durably.
+		if err := m.mirrors.reconcile(h.ino); err != nil {
+			return m.status("flush", err)
+		}
+		h.dirty.Store(true)
+	}
 	m.waitWrites()
 	if err := h.takeErr(); err != nil {
 		h.dirty.Store(false)
@@ -396,7 +489,10 @@ func (m *Server) Flush(_ <-chan struct{}, in *raw.FlushIn) raw.Status {
 // committed so far durable (FS.Sync, one metadata log flush). Inside a
 // sandbox nothing is durable before the sandbox commits.
 func (m *Server) Fsync(_ <-chan struct{}, in *raw.FsyncIn) raw.Status {
-	err := m.syncEngine() // waits for the write-behind queue first
+	err := m.mirrors.reconcile(fs.Ino(in.NodeId)) // passthrough writes
+	if serr := m.syncEngine(); err == nil {       // waits for the write-behind queue first
+		err = serr
+	}
 	if h := m.handles.get(in.Fh); h != nil {
 		// A writer that fsyncs after every write gains nothing from
 		// write-behind (the fsync waits for the write at once) and
@@ -460,7 +556,19 @@ func (m *Server) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Status {
 	if in.Offset+in.Length < in.Offset || in.Offset+in.Length > fs.MaxFileSize {
 		return raw.Status(syscall.EFBIG)
 	}
-	err := m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) error {
+	if err := m.mirrors.reconcile(ino); err != nil {
+		return m.status("fallocate", err)
+	}
+	var before, after fs.Attr
+	err := m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) (err error) {
+		if before, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange); err != nil {
+			return err
+		}
+		defer func() {
+			if err == nil {
+				after, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange)
+			}
+		}()
 		if punch {
 			if err := t.Punch(m.ctx, ino, in.Offset, in.Length); err != nil {
 				return err
@@ -473,7 +581,14 @@ func (m *Server) Fallocate(_ <-chan struct{}, in *raw.FallocateIn) raw.Status {
 		}
 		return t.Allocate(m.ctx, ino, in.Offset, in.Length)
 	})
-	return m.status("fallocate", err)
+	if err != nil {
+		m.mirrors.invalidate(ino)
+		return m.status("fallocate", err)
+	}
+	m.mirrors.apply(ino, before.Change, after.Change, func(f *os.File) error {
+		return mirrorFallocate(f, punch, allocate, in.Offset, in.Length)
+	})
+	return raw.OK
 }
 
 // lseek whence values served by the file system (the kernel does the rest).
@@ -496,6 +611,9 @@ func (m *Server) Lseek(_ <-chan struct{}, in *raw.LseekIn, out *raw.LseekOut) ra
 	var off uint64
 	var eof bool
 	var size uint64
+	if err := m.mirrors.reconcile(fs.Ino(in.NodeId)); err != nil {
+		return m.status("lseek", err)
+	}
 	err := m.view(m.cred(&in.InHeader), func(t *fs.Txn) error {
 		a, err := t.GetAttr(m.ctx, fs.Ino(in.NodeId))
 		if err != nil {
@@ -535,13 +653,32 @@ func (m *Server) CopyFileRange(_ <-chan struct{}, in *raw.CopyFileRangeIn) (uint
 			return 0, raw.EIO
 		}
 	}
+	for _, ino := range []fs.Ino{src, dst} {
+		if err := m.mirrors.reconcile(ino); err != nil {
+			return 0, m.status("copy_file_range", err)
+		}
+	}
 	var copied uint64
+	var before, after fs.Attr
 	err := m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{dst}}, func(t *fs.Txn) (err error) {
-		copied, err = t.CopyRange(m.ctx, src, in.OffIn, dst, in.OffOut, n)
+		if before, err = t.GetAttrMask(m.ctx, dst, fs.AttrChange); err != nil {
+			return err
+		}
+		if copied, err = t.CopyRange(m.ctx, src, in.OffIn, dst, in.OffOut, n); err != nil {
+			return err
+		}
+		after, err = t.GetAttrMask(m.ctx, dst, fs.AttrChange)
 		return err
 	})
 	if err != nil {
+		m.mirrors.invalidate(dst)
 		return 0, m.status("copy_file_range", err)
 	}
+	// The copied range goes into dst's mirror (not a copy of the whole
+	// file again, which would also drop what passthrough writers write
+	// meanwhile).
+	m.mirrors.apply(dst, before.Change, after.Change, func(f *os.File) error {
+		return m.mirrors.readEngine(f, dst, in.OffOut, copied)
+	})
 	return uint32(copied), raw.OK
 }

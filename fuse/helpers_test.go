@@ -33,6 +33,7 @@ func requireFUSE(t testing.TB) {
 type env struct {
 	writeback bool
 	wbDelay   time.Duration
+	mirror    int64
 	t         testing.TB
 	data      string
 	engine    *datadir.Engine
@@ -45,13 +46,14 @@ type envOptions struct {
 	sync      bool          // durable commits (default: pebble NoSync for speed)
 	group     bool          // join the mounts in a Group
 	wbDelay   time.Duration // Config.WriteBehindDelay (0: the default)
+	mirror    int64         // Config.MirrorBytes (0: no mirrors)
 }
 
 // newEnv opens an engine in a temporary directory.
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	requireFUSE(t)
-	e := &env{t: t, data: filepath.Join(t.TempDir(), "data"), writeback: o.writeback, wbDelay: o.wbDelay}
+	e := &env{t: t, data: filepath.Join(t.TempDir(), "data"), writeback: o.writeback, wbDelay: o.wbDelay, mirror: o.mirror}
 	eng, err := datadir.Open(context.Background(), datadir.Options{Dir: e.data, NoSync: !o.sync})
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +100,7 @@ func (e *env) mountWriteback(writeback bool) (string, *Server) {
 		Logger:      testLogger(e.t),
 
 		WriteBehindDelay: e.wbDelay,
+		MirrorBytes:      e.mirror,
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -105,6 +105,14 @@ type Config struct {
 	// once it holds 4 MiB or a request waits for it): 0 means
 	// DefaultWriteBehindDelay, negative commits at once.
 	WriteBehindDelay time.Duration
+	// MirrorBytes is the memory budget (tmpfs blocks) of the mount's
+	// mirrors: copies of recently written files in a private tmpfs that
+	// read-only opens read by FUSE passthrough (see mirrorSet). 0 or
+	// negative: no mirrors (the default; SuggestedMirrorBytes is a budget). Only local mounts
+	// without the writeback cache (the kernel refuses passthrough with
+	// it) and outside a Group have mirrors; mounting the tmpfs needs
+	// root, and without it the mount goes on without mirrors.
+	MirrorBytes int64
 }
 
 // Validate checks c and fills in defaults.
@@ -188,6 +196,9 @@ type Server struct {
 	// readRequests counts READ requests: data the kernel did not find
 	// in its page cache (tests check that written data stays there).
 	readRequests atomic.Uint64
+	// mirrors are the memory mirrors of recently written files (nil:
+	// none).
+	mirrors *mirrorSet
 }
 
 var _ raw.RawFileSystem = (*Server)(nil)
@@ -261,7 +272,23 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Server, error) {
 	if cfg.Writeback {
 		bdi.maxRatio = cfg.DirtyMaxRatio
 	}
-	if err := m.serve(m, opts, bdi, m.log, func(srv *raw.Server) { m.notify.start(srv, m.log) }); err != nil {
+	if cfg.MirrorBytes > 0 && !cfg.Writeback && cfg.Group == nil {
+		ms, err := newMirrorSet(mctx, cfg.FS, cfg.MirrorBytes)
+		if err != nil {
+			m.log.Warn("no memory mirrors (passthrough reads of recently written files)", "err", err)
+		} else {
+			m.mirrors = ms
+		}
+	}
+	if err := m.serve(m, opts, bdi, m.log, func(srv *raw.Server) {
+		m.notify.start(srv, m.log)
+		if m.mirrors != nil {
+			m.mirrors.mu.Lock()
+			m.mirrors.register, m.mirrors.unregister = backingFiles(srv)
+			m.mirrors.mu.Unlock()
+		}
+	}); err != nil {
+		m.mirrors.close()
 		cancel()
 		return nil, err
 	}
@@ -291,8 +318,12 @@ func (m *Server) doShutdown() {
 	}
 	m.unpins.Wait()
 	m.presync.wait()
+	m.mirrors.close()
 	m.cancel()
 }
+
+// MirrorStats returns the metrics of the mount's memory mirrors.
+func (m *Server) MirrorStats() MirrorStats { return m.mirrors.Stats() }
 
 // String implements RawFileSystem.
 func (m *Server) String() string { return "txnfs" }
@@ -488,10 +519,14 @@ type handleTable struct {
 // and err.
 type handle struct {
 	ino    fs.Ino
-	write  bool        // opened for writing: ftruncate skips the permission check
-	append bool        // O_APPEND: writes go to the end of file, atomically
-	sync   bool        // O_SYNC or O_DSYNC: each write is durable when answered
-	dirty  atomic.Bool // written since the last Sync through this handle
+	write  bool // opened for writing: ftruncate skips the permission check
+	append bool // O_APPEND: writes go to the end of file, atomically
+	sync   bool // O_SYNC or O_DSYNC: each write is durable when answered
+	pt     bool // answered FOPEN_PASSTHROUGH (reads go to the mirror)
+	// ptWriter: answered FOPEN_PASSTHROUGH for writing: its writes go
+	// to the mirror (see mirrorSet.reconcile).
+	ptWriter bool
+	dirty    atomic.Bool // written since the last Sync through this handle
 
 	errMu sync.Mutex
 	err   error // a write-behind failure not yet reported (setErr)
@@ -694,6 +729,15 @@ func (n *nodeTable) wrote(ino fs.Ino, before, after uint64) {
 	if nd := n.mu.m[ino]; nd != nil && nd.change == before {
 		nd.change = after
 	}
+}
+
+// current reports whether the kernel's pages of ino reflect change
+// (without recording anything, unlike opened).
+func (n *nodeTable) current(ino fs.Ino, change uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	nd := n.mu.m[ino]
+	return nd != nil && nd.change == change
 }
 
 // forgetPages records that the kernel's pages of ino may hold data the

@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"errors"
+	"os"
 	"syscall"
 	"time"
 
@@ -115,6 +116,16 @@ func (m *Server) Lookup(_ <-chan struct{}, h *raw.InHeader, name string, out *ra
 			}
 			return err
 		})
+		if err == nil && m.mirrors.dirty(a.Ino) {
+			// Passthrough writers wrote its mirror: the engine's size
+			// follows before the kernel is told one.
+			if err = m.mirrors.reconcile(a.Ino); err == nil {
+				err = m.view(c, func(t *fs.Txn) (err error) {
+					a, err = t.GetAttr(m.ctx, a.Ino)
+					return err
+				})
+			}
+		}
 		if errors.Is(err, fs.ErrNotExist) && m.cfg.NegativeTimeout > 0 {
 			// A negative entry: the kernel caches the absence.
 			*out = raw.EntryOut{}
@@ -146,6 +157,7 @@ func (m *Server) alive(c fs.Cred, ino fs.Ino) bool {
 // Forget implements RawFileSystem.
 func (m *Server) Forget(nodeid, nlookup uint64) {
 	if m.nodes.forget(fs.Ino(nodeid), nlookup) {
+		m.mirrors.forget(fs.Ino(nodeid))
 		m.unpinLater(fs.Ino(nodeid))
 	}
 }
@@ -154,6 +166,9 @@ func (m *Server) Forget(nodeid, nlookup uint64) {
 func (m *Server) GetAttr(_ <-chan struct{}, in *raw.GetAttrIn, out *raw.AttrOut) raw.Status {
 	if m.nodes.isRetired(fs.Ino(in.NodeId)) {
 		return retiredAttr(out)
+	}
+	if err := m.mirrors.reconcile(fs.Ino(in.NodeId)); err != nil {
+		return m.status("getattr", err)
 	}
 	var a fs.Attr
 	err := m.view(m.cred(&in.InHeader), func(t *fs.Txn) (err error) {
@@ -197,6 +212,9 @@ func (m *Server) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.AttrOut)
 	if in.Valid&raw.FATTR_MTIME != 0 {
 		sa.Mtime = setTime(in.Valid&raw.FATTR_MTIME_NOW != 0, in.Mtime, in.Mtimensec)
 	}
+	if err := m.mirrors.reconcile(ino); err != nil {
+		return m.status("setattr", err)
+	}
 	var before, a fs.Attr
 	inv := &invalidation{inos: []fs.Ino{ino}}
 	err := m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) (err error) {
@@ -207,10 +225,19 @@ func (m *Server) SetAttr(_ <-chan struct{}, in *raw.SetAttrIn, out *raw.AttrOut)
 		return err
 	})
 	if err != nil {
+		m.mirrors.invalidate(ino)
 		return m.nodeStatus("setattr", err)
 	}
 	// The kernel truncates its own pages with the size.
 	m.nodes.wrote(ino, before.Change, a.Change)
+	switch {
+	case sa.Size != nil && *sa.Size == 0:
+		m.mirrors.create(ino, a.Change) // O_TRUNC arrives as this
+	case sa.Size != nil:
+		m.mirrors.apply(ino, before.Change, a.Change, func(f *os.File) error { return f.Truncate(int64(*sa.Size)) })
+	default:
+		m.mirrors.apply(ino, before.Change, a.Change, nil)
+	}
 	m.attrOut(out, &a)
 	m.timesFlushed(in)
 	return raw.OK
@@ -294,17 +321,27 @@ func (m *Server) Symlink(_ <-chan struct{}, h *raw.InHeader, target, name string
 // Link implements RawFileSystem.
 func (m *Server) Link(_ <-chan struct{}, in *raw.LinkIn, name string, out *raw.EntryOut) raw.Status {
 	dir, ino := fs.Ino(in.NodeId), fs.Ino(in.Oldnodeid)
+	// The kernel takes the size of the entry reply: passthrough writes
+	// reach the engine first.
+	if err := m.mirrors.reconcile(ino); err != nil {
+		return m.status("link", err)
+	}
 	var a fs.Attr
 	inv := &invalidation{}
 	inv.entry(dir, name)
 	inv.ino(dir, ino)
+	var before fs.Attr // the inode's change before: its mirror's chain
 	err := m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) (err error) {
+		if before, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange); err != nil {
+			return err
+		}
 		a, err = t.Link(m.ctx, ino, dir, name)
 		return err
 	})
 	if err != nil {
 		return m.status("link", err)
 	}
+	m.mirrors.apply(ino, before.Change, a.Change, nil) // no data changed
 	m.entry(out, &a)
 	return raw.OK
 }
@@ -367,13 +404,23 @@ func (m *Server) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newName st
 	src, dst := fs.Ino(in.NodeId), fs.Ino(in.Newdir)
 	inv := &invalidation{}
 	var victim fs.Ino
+	var moved, movedAfter fs.Attr // the renamed inode's change: its mirror's chain
 	err := m.pins.removing(func() error {
-		return m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) error {
+		return m.update(m.cred(&in.InHeader), inv, func(t *fs.Txn) (err error) {
 			*inv = invalidation{}
 			inv.entry(src, oldName)
 			inv.entry(dst, newName)
 			inv.ino(src, dst)
 			victim = 0
+			moved = fs.Attr{}
+			if a, lerr := t.Lookup(m.ctx, src, oldName); m.mirrors != nil && lerr == nil {
+				moved = a
+				defer func() {
+					if err == nil {
+						movedAfter, err = t.GetAttrMask(m.ctx, moved.Ino, fs.AttrChange)
+					}
+				}()
+			}
 			for i, e := range inv.entries {
 				if m.cfg.Group == nil {
 					break
@@ -390,6 +437,10 @@ func (m *Server) Rename(_ <-chan struct{}, in *raw.RenameIn, oldName, newName st
 	})
 	if err == nil && victim != 0 {
 		m.nodes.removedHere(victim)
+	}
+	if err == nil && moved.Ino != 0 {
+		// A rename changes no data (save-by-rename keeps the mirror).
+		m.mirrors.apply(moved.Ino, moved.Change, movedAfter.Change, nil)
 	}
 	return m.status("rename", err)
 }

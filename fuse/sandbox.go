@@ -87,8 +87,13 @@ func (m *Server) begin() error {
 	// Writes answered before Begin commit outside the sandbox; none is
 	// queued after (a WRITE checks for the sandbox under the gate).
 	m.waitWrites()
+	// No mirrors in a sandbox: its reads must enter its read set.
+	if err := m.mirrors.suspend(); err != nil {
+		return err
+	}
 	t, err := m.eng.Begin(m.ctx, fs.RootCred, fs.TxnOptions{})
 	if err != nil {
+		m.mirrors.resume()
 		return err
 	}
 	m.sb.txn, m.sb.since, m.sb.ops, m.sb.touched = t, time.Now(), 0, invalidation{}
@@ -130,6 +135,7 @@ func (m *Server) Commit() error {
 		retired = m.retire(&touched)
 	}
 	m.sb.txn, m.sb.touched = nil, invalidation{}
+	m.mirrors.resume()
 	m.sb.gate.Unlock()
 	if err != nil {
 		m.log.Warn("sandbox commit failed; its changes are discarded", "operations", ops, "err", err)
@@ -164,6 +170,7 @@ func (m *Server) Abort() error {
 	t.Abort()
 	retired := m.retire(&touched)
 	m.sb.txn, m.sb.touched = nil, invalidation{}
+	m.mirrors.resume()
 	m.sb.gate.Unlock()
 	m.log.Info("sandbox aborted", "operations", ops)
 	m.forgetRetired(retired)

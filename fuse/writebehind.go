@@ -1,6 +1,7 @@
 package fuse
 
 import (
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -257,8 +258,10 @@ func (tx *wbTxn) write(m *Server, h *handle, ino fs.Ino, off uint64, data []byte
 		ctx = slice.WithLoan(ctx, loan)
 	}
 	if err := tx.t.Write(ctx, ino, off, data); err != nil {
+		m.mirrors.invalidate(ino)
 		return err
 	}
+	m.mirrors.writeAhead(ino, tx, off, data)
 	if err := tx.t.ChangeMark(m.ctx, ino, &mk[1]); err != nil {
 		return err
 	}
@@ -308,6 +311,7 @@ func (q *writeBehind) commitTxn(w *wbWrite) (syncNow func()) {
 		for _, ino := range tx.inos {
 			m.handles.setErr(ino, err)
 			m.nodes.forgetPages(ino)
+			m.mirrors.committed(ino, tx, false, 0, 0)
 		}
 		m.notify.push(&invalidation{inos: tx.inos})
 		return nil
@@ -321,6 +325,7 @@ func (q *writeBehind) commitTxn(w *wbWrite) (syncNow func()) {
 	for _, ino := range tx.inos {
 		mk := tx.marks[ino]
 		m.nodes.wrote(ino, mk[0], mk[1])
+		m.mirrors.committed(ino, tx, true, mk[0], mk[1])
 	}
 	if m.cfg.Group != nil {
 		m.cfg.Group.broadcast(m, &invalidation{inos: tx.inos})
@@ -542,9 +547,18 @@ func (m *Server) commitWrites(c fs.Cred, ino fs.Ino, ps []wbPiece) error {
 		return err
 	})
 	if err != nil {
+		m.mirrors.invalidate(ino)
 		return err
 	}
 	m.nodes.wrote(ino, before.Change, after.Change)
+	m.mirrors.apply(ino, before.Change, after.Change, func(f *os.File) error {
+		for _, p := range ps {
+			if _, err := f.WriteAt(p.data, int64(p.off)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if m.cfg.Group != nil {
 		m.cfg.Group.broadcast(m, &invalidation{inos: []fs.Ino{ino}})
 	}

@@ -61,7 +61,7 @@ func (m *Server) SetXAttr(_ <-chan struct{}, in *raw.SetXAttrIn, name string, da
 	}
 	flags := fs.XattrFlags{Create: in.Flags&xattrCreate != 0, Replace: in.Flags&xattrReplace != 0}
 	ino := fs.Ino(in.NodeId)
-	err := m.update(m.cred(&in.InHeader), &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) error {
+	err := m.updateMetadata(m.cred(&in.InHeader), ino, func(t *fs.Txn) error {
 		return t.SetXattr(m.ctx, ino, name, data, flags)
 	})
 	return m.nodeStatus("setxattr", err)
@@ -70,8 +70,31 @@ func (m *Server) SetXAttr(_ <-chan struct{}, in *raw.SetXAttrIn, name string, da
 // RemoveXAttr implements RawFileSystem.
 func (m *Server) RemoveXAttr(_ <-chan struct{}, h *raw.InHeader, name string) raw.Status {
 	ino := fs.Ino(h.NodeId)
-	err := m.update(m.cred(h), &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) error {
+	err := m.updateMetadata(m.cred(h), ino, func(t *fs.Txn) error {
 		return t.RemoveXattr(m.ctx, ino, name)
 	})
 	return m.nodeStatus("removexattr", err)
+}
+
+// updateMetadata runs fn, which changes ino's metadata but not its data,
+// in an update invalidating ino, and connects ino's mirror chain across
+// it (its change attribute moves, its contents do not).
+func (m *Server) updateMetadata(c fs.Cred, ino fs.Ino, fn func(t *fs.Txn) error) error {
+	var before, after fs.Attr
+	err := m.update(c, &invalidation{inos: []fs.Ino{ino}}, func(t *fs.Txn) (err error) {
+		if m.mirrors != nil {
+			if before, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange); err != nil {
+				return err
+			}
+		}
+		if err = fn(t); err != nil || m.mirrors == nil {
+			return err
+		}
+		after, err = t.GetAttrMask(m.ctx, ino, fs.AttrChange)
+		return err
+	})
+	if err == nil && m.mirrors != nil {
+		m.mirrors.apply(ino, before.Change, after.Change, nil)
+	}
+	return err
 }

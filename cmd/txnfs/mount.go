@@ -14,8 +14,11 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txnfs/txnfs/datadir"
 	"github.com/txnfs/txnfs/fuse"
@@ -115,6 +118,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	dirtyMaxRatio := fl.Int("dirty-max-ratio", fuse.DefaultDirtyMaxRatio, "with --writeback: percent of the kernel's dirty page threshold the mount's dirty pages may use before writers are throttled (needs root; negative: the kernel's 1% for FUSE)")
 	writeBehind := fl.Int("write-behind", fuse.DefaultWriteBehindBytes, "bytes of writes answered before they commit (local mounts; 0 or negative: every write commits first)")
 	writeBehindDelay := fl.Duration("write-behind-delay", fuse.DefaultWriteBehindDelay, "longest an answered write waits for its commit when nothing asks for it (0: commit at once)")
+	mirrorBytes := fl.Int64("mirror-bytes", 0, "local mounts without --writeback: memory (bytes, e.g. 1073741824) for mirrors of recently written files in a private tmpfs, which read-only opens read by FUSE passthrough at page-cache speed (needs root; 0: off, the default; see docs/fuse.md for the costs)")
 	debug := fl.Bool("debug", false, "log every FUSE request")
 	level := fl.String("log-level", "info", "log level: debug, info, warn, error")
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile of the mount to this file when it ends")
@@ -220,6 +224,7 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.WriteBehindBytes <= 0 {
 		cfg.WriteBehindBytes = -1 // 0 would be Config's default
 	}
+	cfg.MirrorBytes = *mirrorBytes
 	if cfg.WriteBehindDelay <= 0 {
 		cfg.WriteBehindDelay = -1 // 0 would be Config's default
 	}
@@ -255,13 +260,17 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			// overwrites (see fs.RunCollector); stopped before Close.
 			defer startCollector(ctx, e.FS, *gcEvery, *gcGarbage)()
 		}
-		if err := serveMetrics(ctx, *metrics, newRegistry(e.Metrics())); err != nil {
+		mirrors := &mirrorCollector{}
+		if err := serveMetrics(ctx, *metrics, newRegistry(e.Metrics(), mirrors)); err != nil {
 			return fail(err)
 		}
 		cfg.FS = e.FS
-		if m, err = fuse.Mount(ctx, mnt, cfg); err != nil {
+		lm, err := fuse.Mount(ctx, mnt, cfg)
+		if err != nil {
 			return fail(err)
 		}
+		mirrors.m.Store(lm)
+		m = lm
 		log.Info("txnfs mounted", "mountpoint", mnt, "data", *dir)
 	}
 	if notify != nil {
@@ -375,4 +384,41 @@ func runUmount(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("%w: want exactly one MOUNTPOINT", errUsage)
 	}
 	return fuse.Unmount(pos[0], *force)
+}
+
+// mirrorCollector exports a local mount's memory mirror metrics
+// (fuse.MirrorStats) once the mount exists.
+type mirrorCollector struct{ m atomic.Pointer[fuse.Server] }
+
+var (
+	mirrorBytesDesc  = prometheus.NewDesc("txnfs_fuse_mirror_bytes", "Memory (tmpfs blocks) held by the mirrors of recently written files.", nil, nil)
+	mirrorBudgetDesc = prometheus.NewDesc("txnfs_fuse_mirror_budget_bytes", "Memory budget of the mirrors (--mirror-bytes).", nil, nil)
+	mirrorFilesDesc  = prometheus.NewDesc("txnfs_fuse_mirror_files", "Files with a memory mirror.", nil, nil)
+	mirrorEventsDesc = prometheus.NewDesc("txnfs_fuse_mirror_events_total", "Mirror events: created, dropped, evicted (dropped for the budget), resynced (copied again from the engine), passthrough_opens, passthrough_writers (writable opens given passthrough: passthrough readers had the file open), reconciled and reconciled_bytes (passthrough writes written into the engine).", []string{"event"}, nil)
+)
+
+func (c *mirrorCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- mirrorBytesDesc
+	ch <- mirrorBudgetDesc
+	ch <- mirrorFilesDesc
+	ch <- mirrorEventsDesc
+}
+
+func (c *mirrorCollector) Collect(ch chan<- prometheus.Metric) {
+	m := c.m.Load()
+	if m == nil {
+		return
+	}
+	st := m.MirrorStats()
+	ch <- prometheus.MustNewConstMetric(mirrorBytesDesc, prometheus.GaugeValue, float64(st.Used))
+	ch <- prometheus.MustNewConstMetric(mirrorBudgetDesc, prometheus.GaugeValue, float64(st.Budget))
+	ch <- prometheus.MustNewConstMetric(mirrorFilesDesc, prometheus.GaugeValue, float64(st.Mirrors))
+	for _, e := range []struct {
+		name string
+		v    uint64
+	}{{"created", st.Created}, {"dropped", st.Dropped}, {"evicted", st.Evicted}, {"resynced", st.Resynced},
+		{"passthrough_opens", st.PassthroughOpens}, {"passthrough_writers", st.PassthroughWriters},
+		{"reconciled", st.Reconciled}, {"reconciled_bytes", st.ReconciledBytes}} {
+		ch <- prometheus.MustNewConstMetric(mirrorEventsDesc, prometheus.CounterValue, float64(e.v), e.name)
+	}
 }
