@@ -377,6 +377,20 @@ func (f *cutFile) SyncTo(length int64) (bool, error) {
 
 // powerCutRounds is the number of rounds of TestPowerCutCovered
 // (TXNFS_POWERCUT_ROUNDS overrides).
+// powerCutSeeds returns the first round's seed and the number of rounds:
+// TXNFS_POWERCUT_SEED replays one round, else the clock seeds
+// powerCutRounds rounds.
+func powerCutSeeds(t *testing.T) (uint64, int) {
+	if s := os.Getenv("TXNFS_POWERCUT_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v, 1
+	}
+	return uint64(time.Now().UnixNano()), powerCutRounds()
+}
+
 func powerCutRounds() int {
 	if s := os.Getenv("TXNFS_POWERCUT_ROUNDS"); s != "" {
 		if n, err := strconv.Atoi(s); err == nil && n > 0 {
@@ -392,15 +406,7 @@ func powerCutRounds() int {
 // rounds adversarially (every metadata write kept, every slice write
 // dropped). Seeds are printed; TXNFS_POWERCUT_SEED replays one round.
 func TestPowerCutCovered(t *testing.T) {
-	rounds := powerCutRounds()
-	base := uint64(time.Now().UnixNano())
-	if s := os.Getenv("TXNFS_POWERCUT_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		base, rounds = v, 1
-	}
+	base, rounds := powerCutSeeds(t)
 	cutCommits := 0
 	for r := 0; r < rounds; r++ {
 		seed := base + uint64(r)
@@ -423,15 +429,7 @@ func TestPowerCutCovered(t *testing.T) {
 // is flushed without that wait: an acknowledged commit's bytes are then
 // lost in the cut, and recovery cuts the commit.
 func TestPowerCutCoveredSlowWrites(t *testing.T) {
-	rounds := powerCutRounds()
-	base := uint64(time.Now().UnixNano())
-	if s := os.Getenv("TXNFS_POWERCUT_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		base, rounds = v, 1
-	}
+	base, rounds := powerCutSeeds(t)
 	// Whether a slice write is still running when the log is written
 	// depends on scheduling: under load (CI runs packages in parallel)
 	// a whole run of rounds may see none, so rounds go on (up to three
