@@ -1040,14 +1040,8 @@ func (l *Local) SyncAllDeferred(ctx context.Context) (*Deferred, error) {
 		return nil, err
 	}
 	defer l.exit()
-	var targets []syncTarget
-	for _, b := range l.all {
-		if size := b.size.Load(); size > 0 {
-			targets = append(targets, syncTarget{b: b, upto: size, all: true, deferCovered: true})
-		}
-	}
 	var running []deferredWrite
-	if err := l.syncTargets(ctx, targets, &running); err != nil {
+	if err := l.syncTargets(ctx, l.allTargets(true), &running); err != nil {
 		return nil, err
 	}
 	if len(running) == 0 {
@@ -1113,13 +1107,19 @@ func (l *Local) SyncAll(ctx context.Context) error {
 		return err
 	}
 	defer l.exit()
+	return l.syncTargets(ctx, l.allTargets(false), nil)
+}
+
+// allTargets are SyncAll's and SyncAllDeferred's targets: every backing
+// file with bytes, whole.
+func (l *Local) allTargets(deferCovered bool) []syncTarget {
 	var targets []syncTarget
 	for _, b := range l.all {
 		if size := b.size.Load(); size > 0 {
-			targets = append(targets, syncTarget{b: b, upto: size, all: true})
+			targets = append(targets, syncTarget{b: b, upto: size, all: true, deferCovered: deferCovered})
 		}
 	}
-	return l.syncTargets(ctx, targets, nil)
+	return targets
 }
 
 type syncTarget struct {

@@ -1,6 +1,7 @@
 package slice_test
 
 import (
+	"bytes"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -115,7 +116,7 @@ func TestPledge(t *testing.T) {
 	if err := d.Wait(ctx); err != nil || !d.Done() {
 		t.Fatalf("Deferred.Wait = %v, done %v", err, d.Done())
 	}
-	if !equalData(slicetest.MustRead(t, s, running), slicetest.RandomData(11, 1<<20)) {
+	if !bytes.Equal(slicetest.MustRead(t, s, running), slicetest.RandomData(11, 1<<20)) {
 		t.Fatal("the pledged put reads other bytes")
 	}
 	if d, err := s.SyncAllDeferred(ctx); d != nil || err != nil {
@@ -163,5 +164,3 @@ func TestPledge(t *testing.T) {
 		t.Fatalf("SyncAll after a pledged write failed = %v, want the write's error for good", err)
 	}
 }
-
-func equalData(a, b []byte) bool { return string(a) == string(b) }
