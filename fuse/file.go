@@ -81,12 +81,11 @@ const (
 
 func (m *Server) newHandle(ino fs.Ino, flags uint32, passthrough int) uint64 {
 	return m.handles.add(&handle{
-		ino:      ino,
-		pt:       passthrough != notPassthrough,
-		ptWriter: passthrough == ptWriter,
-		write:    flags&syscall.O_ACCMODE != syscall.O_RDONLY,
-		append:   flags&syscall.O_APPEND != 0 && !m.cfg.Writeback,
-		sync:     flags&(syscall.O_SYNC|oDSync) != 0,
+		ino:         ino,
+		passthrough: passthrough,
+		write:       flags&syscall.O_ACCMODE != syscall.O_RDONLY,
+		append:      flags&syscall.O_APPEND != 0 && !m.cfg.Writeback,
+		sync:        flags&(syscall.O_SYNC|oDSync) != 0,
 	})
 }
 
@@ -289,7 +288,7 @@ func (m *Server) Tmpfile(_ <-chan struct{}, in *raw.CreateIn, out *raw.CreateOut
 func (m *Server) Release(_ <-chan struct{}, in *raw.ReleaseIn) {
 	h := m.handles.remove(in.Fh)
 	if h != nil {
-		m.mirrors.closed(h.ino, h.pt, h.ptWriter)
+		m.mirrors.closed(h.ino, h.passthrough != notPassthrough, h.passthrough == ptWriter)
 	}
 	if h != nil && m.wbOn && h.write {
 		m.waitWrites()
@@ -466,7 +465,7 @@ func (m *Server) Flush(_ <-chan struct{}, in *raw.FlushIn) raw.Status {
 	if h == nil {
 		return raw.OK
 	}
-	if h.ptWriter {
+	if h.passthrough == ptWriter {
 		// Its writes went to the mirror: into the engine, durably.
 		if err := m.mirrors.reconcile(h.ino); err != nil {
 			return m.status("flush", err)

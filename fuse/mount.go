@@ -522,11 +522,11 @@ type handle struct {
 	write  bool // opened for writing: ftruncate skips the permission check
 	append bool // O_APPEND: writes go to the end of file, atomically
 	sync   bool // O_SYNC or O_DSYNC: each write is durable when answered
-	pt     bool // answered FOPEN_PASSTHROUGH (reads go to the mirror)
-	// ptWriter: answered FOPEN_PASSTHROUGH for writing: its writes go
-	// to the mirror (see mirrorSet.reconcile).
-	ptWriter bool
-	dirty    atomic.Bool // written since the last Sync through this handle
+	// passthrough: how the open was answered: notPassthrough, ptReader
+	// (FOPEN_PASSTHROUGH: reads go to the mirror) or ptWriter (also its
+	// writes: see mirrorSet.reconcile).
+	passthrough int
+	dirty       atomic.Bool // written since the last Sync through this handle
 
 	errMu sync.Mutex
 	err   error // a write-behind failure not yet reported (setErr)
