@@ -82,6 +82,14 @@ func TestChainRandomSyncs(t *testing.T) {
 		return rng.IntN(n)
 	}
 	ts := startServer(t)
+	clients := []*client.Client{ts.dialClient(t), ts.dialClient(t)}
+	var mk client.Compound
+	mk.PutRootFH()
+	mk.Mkdir("taken", nfsv4.Fattr4{})
+	if rep, err := clients[0].Do(context.Background(), &mk); err != nil || rep.Status != nfsv4.NFS4_OK {
+		t.Fatal(err, rep)
+	}
+	// Syncs fail only from here on: the setup above must not.
 	var failed atomic.Int64
 	server.SetSyncForTest(ts.srv, func(ctx context.Context, sync func(context.Context) error) error {
 		time.Sleep(time.Duration(random(3000)) * time.Microsecond)
@@ -91,13 +99,6 @@ func TestChainRandomSyncs(t *testing.T) {
 		}
 		return sync(ctx)
 	})
-	clients := []*client.Client{ts.dialClient(t), ts.dialClient(t)}
-	var mk client.Compound
-	mk.PutRootFH()
-	mk.Mkdir("taken", nfsv4.Fattr4{})
-	if rep, err := clients[0].Do(context.Background(), &mk); err != nil || rep.Status != nfsv4.NFS4_OK {
-		t.Fatal(err, rep)
-	}
 	const rounds, chainLen = 15, 8
 	var wg sync.WaitGroup
 	var mu sync.Mutex
