@@ -9,13 +9,14 @@ import (
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
 	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/nfs4/internal/extxdr"
 )
 
 // OpChain is the private operation that makes a COMPOUND part of an
 // ordered chain (docs/protocol.md §4): the server runs a chain's
 // COMPOUNDs in the client's order and refuses, running nothing, every
 // one after a COMPOUND of the chain that stopped early.
-const OpChain nfsv4.NfsOpnum4 = 0x74786e05 // "txn\5"
+const OpChain nfsv4.NfsOpnum4 = extxdr.OP_CHAIN // "txn\5"
 
 // chainLast is the CHAIN4args flag of a chain's last COMPOUND.
 const chainLast = 0x1

@@ -3,18 +3,18 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"time"
-	"unicode/utf8"
+	"unsafe"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
 	"github.com/buildbarn/go-xdr/pkg/runtime"
 
 	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/nfs4/internal/extxdr"
 	"github.com/txnfs/txnfs/nfs4/internal/rpc"
 	"github.com/txnfs/txnfs/nfs4/internal/state"
 	"github.com/txnfs/txnfs/slice"
@@ -25,7 +25,7 @@ import (
 // makes the rest of the compound one atomic, isolated, durable
 // transaction. Its argument is one uint32 of flags (must be zero); its
 // result is a bare nfsstat4.
-const OpTxn nfsv4.NfsOpnum4 = 0x74786e00 // "txn\0"
+const OpTxn nfsv4.NfsOpnum4 = extxdr.OP_TXN // "txn\0"
 
 // OpAppendOffset is the private operation of the append extension
 // (docs/protocol.md §2): placed right after a WRITE, it returns the offset
@@ -33,7 +33,7 @@ const OpTxn nfsv4.NfsOpnum4 = 0x74786e00 // "txn\0"
 // 2^64 − 1), the end of file the server chose. Its argument is one uint32
 // of flags (must be zero); its result is an nfsstat4 followed, when OK, by
 // an offset4.
-const OpAppendOffset nfsv4.NfsOpnum4 = 0x74786e01 // "txn\1"
+const OpAppendOffset nfsv4.NfsOpnum4 = extxdr.OP_APPEND_OFFSET // "txn\1"
 
 const maxTagLen = 1024
 
@@ -279,7 +279,7 @@ func (s *Server) notePayload(call *rpc.Call, data []byte, learn bool) bool {
 func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	start := time.Now()
 	r := bytes.NewReader(call.Args)
-	tag, ok := readString(r, call.Args, maxTagLen)
+	tag, ok := readTag(r)
 	if !ok {
 		return encoded{}, false
 	}
@@ -306,41 +306,15 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 	var chr *txnResult   // OpChain's result
 	learnt := false      // a large WRITE's payload offset was passed to the connection
 	for i := uint32(0); i < n; i++ {
-		if r.Len() < 4 {
+		code, ok := peekOpcode(r)
+		if !ok {
 			return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
 		}
-		code := nfsv4.NfsOpnum4(binary.BigEndian.Uint32(call.Args[len(call.Args)-r.Len():]))
-		if i == 0 && code == OpChain {
-			r.Seek(4, 1)
-			var a chainArgs
-			var err error
-			a.id, _, err = runtime.ReadUnsignedHyper(r)
-			if err == nil {
-				a.seq, _, err = runtime.ReadUnsignedInt(r)
-			}
-			if err == nil {
-				a.flags, _, err = runtime.ReadUnsignedInt(r)
-			}
-			if err != nil {
-				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
-			}
-			chain = &a
-			continue
-		}
-		if i == 0 && code == OpTxn {
-			r.Seek(4, 1)
-			flags, _, err := runtime.ReadUnsignedInt(r)
-			if err != nil {
-				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
-			}
-			if flags != 0 {
-				return encodeCompound(nfsv4.NFS4ERR_INVAL, tag, &txnResult{status: nfsv4.NFS4ERR_INVAL}, nil), true
-			}
-			ops = append(ops, decodedOp{code: OpTxn})
-			continue
-		}
-		if isTxnExtOp(code) {
-			a, ok := decodeTxnArgs(r, call.Args, code)
+		// OP_CHAIN and OP_TXN are operations only when first: elsewhere
+		// they are unknown (OP_ILLEGAL), like any opcode not in the
+		// minor version.
+		if isExtOp(code) && (i == 0 || (code != OpChain && code != OpTxn)) {
+			op, a, ok := decodeExtOp(r)
 			if !ok {
 				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
 			}
@@ -348,36 +322,27 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 				ops = append(ops, decodedOp{code: nfsv4.OP_ILLEGAL})
 				break
 			}
-			ops = append(ops, decodedOp{code: code, txn: a})
-			continue
-		}
-		if code == OpAppendOffset {
-			r.Seek(4, 1)
-			flags, _, err := runtime.ReadUnsignedInt(r)
-			if err != nil {
-				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
+			switch {
+			case code == OpChain:
+				chain = a
+			case code == OpTxn && op.flags != 0:
+				return encodeCompound(nfsv4.NFS4ERR_INVAL, tag, &txnResult{status: nfsv4.NFS4ERR_INVAL}, nil), true
+			default:
+				ops = append(ops, op)
 			}
-			ops = append(ops, decodedOp{code: OpAppendOffset, flags: flags})
 			continue
 		}
 		if !knownOp(code, minor) {
 			ops = append(ops, decodedOp{code: nfsv4.OP_ILLEGAL})
 			break
 		}
-		if arg, handled, ok := fastArg(code, r, call.Args); handled {
-			if !ok {
-				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
-			}
-			if w, ok := arg.(*nfsv4.NfsArgop4_OP_WRITE); ok {
-				learnt = s.notePayload(call, w.Opwrite.Data, !learnt) || learnt
-			}
-			ops = append(ops, decodedOp{code: code, arg: arg})
-			continue
-		}
-		arg, _, err := nfsv4.ReadNfsArgop4(r)
-		if err != nil {
-			s.log.Debug("nfs4: undecodable operation", "op", code, "err", err)
+		arg, ok := decodeStdOp(r, call.Args)
+		if !ok {
+			s.log.Debug("nfs4: undecodable operation", "op", code)
 			return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
+		}
+		if w, ok := arg.(*nfsv4.NfsArgop4_OP_WRITE); ok {
+			learnt = s.notePayload(call, w.Opwrite.Data, !learnt) || learnt
 		}
 		ops = append(ops, decodedOp{code: code, arg: arg})
 	}
@@ -1019,11 +984,21 @@ func (e encoded) flatten() []byte {
 type segmentWriter struct {
 	segs [][]byte
 	cur  []byte
+	// loans are the READ payloads to keep by reference whatever their
+	// size (at least minReadSegment), in the order the encoder writes
+	// them: the generated encoder writes an opaque's bytes with one
+	// Write of the very slice.
+	loans [][]byte
+}
+
+// sameBytes reports whether p and q are the same bytes in memory.
+func sameBytes(p, q []byte) bool {
+	return len(p) == len(q) && len(p) > 0 && unsafe.SliceData(p) == unsafe.SliceData(q)
 }
 
 const minSegment = 32 << 10
 
-// minReadSegment is the smallest READ payload encodeResult keeps by
+// minReadSegment is the smallest READ payload encodeCompound keeps by
 // reference. READ buffers are the compound's pooled buffers, returned
 // once the reply is written (compound.bufs), so any size could be; below
 // a page the copy costs less than an iovec. Copying every payload under
@@ -1032,6 +1007,11 @@ const minSegment = 32 << 10
 const minReadSegment = 4 << 10
 
 func (w *segmentWriter) Write(p []byte) (int, error) {
+	if len(w.loans) > 0 && sameBytes(p, w.loans[0]) {
+		w.loans = w.loans[1:]
+		w.ref(p)
+		return len(p), nil
+	}
 	if len(p) < minSegment {
 		w.cur = append(w.cur, p...)
 		return len(p), nil
@@ -1062,170 +1042,43 @@ func (w *segmentWriter) done() encoded {
 	return encoded{head: w.segs[0], more: more}
 }
 
-// encodeCompound encodes COMPOUND4res. The OpTxn result, if any, is
-// encoded first as (opcode, status).
+// encodeCompound encodes COMPOUND4res with the generated encoder. The
+// OpTxn (or TXN_JOIN, OP_CHAIN) result, if any, is encoded first.
 func encodeCompound(st nfsv4.Nfsstat4, tag string, txr *txnResult, results []nfsv4.NfsResop4) encoded {
+	if txr != nil {
+		results = append([]nfsv4.NfsResop4{txr.result()}, results...)
+	}
+	res := nfsv4.Compound4res{Status: st, Tag: tag, Resarray: results}
 	// size is what the first segment takes: the whole reply but the
 	// READ payloads that go by reference. Sized exactly, a reply of many
 	// small READs (a vectorized tar: ~1 MiB of 12 KiB files) is not
 	// copied through doubling appends (6% of its process CPU when the
 	// first segment was capped at 64 KiB).
-	size := 12 + (len(tag)+3)&^3
+	size := res.GetEncodedSizeBytes()
+	var w segmentWriter
 	for _, r := range results {
-		size += r.GetEncodedSizeBytes()
-		if rd, ok := r.(*nfsv4.NfsResop4_OP_READ); ok {
-			if ok, isOK := rd.Opread.(*nfsv4.Read4res_NFS4_OK); isOK && len(ok.Resok4.Data) >= minReadSegment {
-				size -= len(ok.Resok4.Data)
-			}
+		if d := readPayload(r); len(d) >= minReadSegment {
+			size -= len(d)
+			w.loans = append(w.loans, d)
 		}
 	}
-	w := &segmentWriter{cur: make([]byte, 0, size+8)}
-	// The header by hand (the generated writers allocate per value); tag
-	// is at most maxTagLen bytes of UTF-8: it was decoded as such.
-	be := binary.BigEndian
-	w.cur = be.AppendUint32(w.cur, uint32(st))
-	w.cur = be.AppendUint32(w.cur, uint32(len(tag)))
-	w.cur = append(w.cur, tag...)
-	w.cur = append(w.cur, make([]byte, (4-len(tag)%4)%4)...)
-	n := len(results)
-	if txr != nil {
-		n++
-	}
-	w.cur = be.AppendUint32(w.cur, uint32(n))
-	if txr != nil {
-		code := OpTxn
-		if txr.op != 0 {
-			code = txr.op
-		}
-		w.cur = be.AppendUint32(w.cur, uint32(code))
-		w.cur = be.AppendUint32(w.cur, uint32(txr.status))
-	}
-	for _, r := range results {
-		if encodeResult(w, r) {
-			continue
-		}
-		if _, err := r.WriteTo(w); err != nil {
-			// Only a server bug (e.g. an over-long field) gets here.
-			return encodeCompound(nfsv4.NFS4ERR_SERVERFAULT, "", nil, nil)
-		}
+	w.cur = make([]byte, 0, size+8)
+	if _, err := res.WriteTo(&w); err != nil {
+		// Only a server bug (e.g. an over-long field, a name that is
+		// not UTF-8) gets here.
+		return encodeCompound(nfsv4.NFS4ERR_SERVERFAULT, "", nil, nil)
 	}
 	return w.done()
 }
 
-// encodeResult encodes the results of the operations of the usual
-// metadata compounds (SEQUENCE, PUTFH, LOOKUP, GETFH, GETATTR) and of the
-// vectorized tree tools' (READ, CLOSE, READDIR) into w by
-// hand and reports whether it did; any other result, or a large opaque
-// (kept by reference, see segmentWriter), is left to the generated
-// encoder, which allocates per integer. TestEncodeResultMatchesGenerated
-// checks them against it.
-func encodeResult(w *segmentWriter, r nfsv4.NfsResop4) bool {
-	be := binary.BigEndian
-	head := func(op nfsv4.NfsOpnum4, st nfsv4.Nfsstat4) {
-		w.cur = be.AppendUint32(be.AppendUint32(w.cur, uint32(op)), uint32(st))
+// readPayload returns the data of r if it is a successful READ's.
+func readPayload(r nfsv4.NfsResop4) []byte {
+	if rd, ok := r.(*nfsv4.NfsResop4_OP_READ); ok {
+		if ok, isOK := rd.Opread.(*nfsv4.Read4res_NFS4_OK); isOK {
+			return ok.Resok4.Data
+		}
 	}
-	opaque := func(b []byte) {
-		w.cur = be.AppendUint32(w.cur, uint32(len(b)))
-		w.cur = append(w.cur, b...)
-		w.cur = append(w.cur, make([]byte, (4-len(b)%4)%4)...)
-	}
-	switch r := r.(type) {
-	case *nfsv4.NfsResop4_OP_PUTFH:
-		head(nfsv4.OP_PUTFH, r.Opputfh.Status)
-	case *nfsv4.NfsResop4_OP_LOOKUP:
-		head(nfsv4.OP_LOOKUP, r.Oplookup.Status)
-	case *nfsv4.NfsResop4_OP_GETFH:
-		ok, isOK := r.Opgetfh.(*nfsv4.Getfh4res_NFS4_OK)
-		if !isOK || len(ok.Resok4.Object) > nfsv4.NFS4_FHSIZE {
-			return false
-		}
-		head(nfsv4.OP_GETFH, nfsv4.NFS4_OK)
-		opaque(ok.Resok4.Object)
-	case *nfsv4.NfsResop4_OP_GETATTR:
-		ok, isOK := r.Opgetattr.(*nfsv4.Getattr4res_NFS4_OK)
-		if !isOK || len(ok.Resok4.ObjAttributes.AttrVals) >= minSegment {
-			return false
-		}
-		head(nfsv4.OP_GETATTR, nfsv4.NFS4_OK)
-		f := &ok.Resok4.ObjAttributes
-		w.cur = be.AppendUint32(w.cur, uint32(len(f.Attrmask)))
-		for _, m := range f.Attrmask {
-			w.cur = be.AppendUint32(w.cur, m)
-		}
-		opaque(f.AttrVals)
-	case *nfsv4.NfsResop4_OP_SEQUENCE:
-		ok, isOK := r.Opsequence.(*nfsv4.Sequence4res_NFS4_OK)
-		if !isOK {
-			return false
-		}
-		head(nfsv4.OP_SEQUENCE, nfsv4.NFS4_OK)
-		q := &ok.SrResok4
-		w.cur = append(w.cur, q.SrSessionid[:]...)
-		for _, v := range [...]uint32{q.SrSequenceid, q.SrSlotid, q.SrHighestSlotid, q.SrTargetHighestSlotid, q.SrStatusFlags} {
-			w.cur = be.AppendUint32(w.cur, v)
-		}
-	case *nfsv4.NfsResop4_OP_READ:
-		ok, isOK := r.Opread.(*nfsv4.Read4res_NFS4_OK)
-		if !isOK {
-			return false
-		}
-		head(nfsv4.OP_READ, nfsv4.NFS4_OK)
-		w.cur = be.AppendUint32(w.cur, xdrBool(ok.Resok4.Eof))
-		if d := ok.Resok4.Data; len(d) >= minReadSegment {
-			w.cur = be.AppendUint32(w.cur, uint32(len(d)))
-			w.ref(d)
-			w.cur = append(w.cur, make([]byte, (4-len(d)%4)%4)...)
-		} else {
-			opaque(d)
-		}
-	case *nfsv4.NfsResop4_OP_CLOSE:
-		ok, isOK := r.Opclose.(*nfsv4.Close4res_NFS4_OK)
-		if !isOK {
-			return false
-		}
-		head(nfsv4.OP_CLOSE, nfsv4.NFS4_OK)
-		w.cur = be.AppendUint32(w.cur, ok.OpenStateid.Seqid)
-		w.cur = append(w.cur, ok.OpenStateid.Other[:]...)
-	case *nfsv4.NfsResop4_OP_READDIR:
-		ok, isOK := r.Opreaddir.(*nfsv4.Readdir4res_NFS4_OK)
-		if !isOK {
-			return false
-		}
-		// The generated encoder refuses names that are not UTF-8 (the
-		// reply becomes SERVERFAULT): leave such a listing to it.
-		for e := ok.Resok4.Reply.Entries; e != nil; e = e.Nextentry {
-			if !utf8.ValidString(e.Name) {
-				return false
-			}
-		}
-		head(nfsv4.OP_READDIR, nfsv4.NFS4_OK)
-		w.cur = append(w.cur, ok.Resok4.Cookieverf[:]...)
-		for e := ok.Resok4.Reply.Entries; e != nil; e = e.Nextentry {
-			w.cur = be.AppendUint32(w.cur, 1)
-			w.cur = be.AppendUint64(w.cur, e.Cookie)
-			w.cur = be.AppendUint32(w.cur, uint32(len(e.Name)))
-			w.cur = append(w.cur, e.Name...)
-			w.cur = append(w.cur, make([]byte, (4-len(e.Name)%4)%4)...)
-			w.cur = be.AppendUint32(w.cur, uint32(len(e.Attrs.Attrmask)))
-			for _, m := range e.Attrs.Attrmask {
-				w.cur = be.AppendUint32(w.cur, m)
-			}
-			opaque(e.Attrs.AttrVals)
-		}
-		w.cur = be.AppendUint32(w.cur, 0)
-		w.cur = be.AppendUint32(w.cur, xdrBool(ok.Resok4.Reply.Eof))
-	default:
-		return false
-	}
-	return true
-}
-
-// xdrBool is the XDR encoding of v.
-func xdrBool(v bool) uint32 {
-	if v {
-		return 1
-	}
-	return 0
+	return nil
 }
 
 // errRes returns the result of op code with a non-OK status (or OK for
@@ -1233,10 +1086,10 @@ func xdrBool(v bool) uint32 {
 // result starting with its status, and decodes (opcode, status) with the
 // generated decoder so each op gets its proper union arm.
 func errRes(code nfsv4.NfsOpnum4, st nfsv4.Nfsstat4) nfsv4.NfsResop4 {
-	var b [8]byte
-	binary.BigEndian.PutUint32(b[:], uint32(code))
-	binary.BigEndian.PutUint32(b[4:], uint32(st))
-	r, _, err := nfsv4.ReadNfsResop4(bytes.NewReader(b[:]))
+	var b bytes.Buffer
+	code.WriteTo(&b)
+	st.WriteTo(&b)
+	r, _, err := nfsv4.ReadNfsResop4(&b)
 	if err != nil {
 		return &nfsv4.NfsResop4_OP_ILLEGAL{Opillegal: nfsv4.Illegal4res{Status: st}}
 	}

@@ -2,174 +2,158 @@ package server
 
 import (
 	"bytes"
-	"encoding/binary"
 	"io"
-	"unicode/utf8"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+	"github.com/buildbarn/go-xdr/pkg/runtime"
+
+	"github.com/txnfs/txnfs/nfs4/internal/extxdr"
 )
 
-// Hand-written decoders for the arguments of the most frequent
-// operations. The generated decoder reads every opaque and string through
-// a growing buffer (io.CopyN into a bytes.Buffer or strings.Builder) and
-// allocates per field: for a LOOKUP compound the tag and the name alone
-// were ~4% of the server's CPU. These read straight from the request
-// record. They accept exactly what the generated decoder accepts
-// (FuzzFastArg compares them) and the generated decoder stays the
-// reference for every other operation.
+// Decoding of COMPOUND4args. Everything is decoded by go-xdr's generated
+// code: the standard operations by nfsv4.ReadNfsArgop4, the extension's
+// (docs/protocol.md) by extxdr.ReadExtArgop4 (generated from
+// nfs4/internal/extxdr/ext.x). The loop over the operations is ours only
+// because the extension's operations are not in nfs_argop4 and an unknown
+// opcode ends the decoding (OP_ILLEGAL) instead of failing it.
 
-// fastArg decodes the arguments of op code at r's position in args (r
-// reads args; the opcode is not consumed yet) if code has a fast decoder
-// (handled). ok=false means they do not decode. Opaque fields (PUTFH's
-// handle, WRITE's data) alias args; the compound owns args until its reply
-// is written (see compound.keepArgs).
-func fastArg(code nfsv4.NfsOpnum4, r *bytes.Reader, args []byte) (arg nfsv4.NfsArgop4, handled, ok bool) {
+// readTag reads COMPOUND4args' tag: a UTF-8 string, here of at most
+// maxTagLen bytes.
+func readTag(r io.Reader) (string, bool) {
+	tag, _, err := runtime.ReadUTF8String(r, maxTagLen)
+	return tag, err == nil
+}
+
+// peekOpcode returns the opcode at r's position without consuming it.
+func peekOpcode(r *bytes.Reader) (nfsv4.NfsOpnum4, bool) {
+	var code nfsv4.NfsOpnum4
+	if _, err := code.ReadFrom(r); err != nil {
+		return 0, false
+	}
+	r.Seek(-nfsv4.NfsOpnum4EncodedSizeBytes, io.SeekCurrent)
+	return code, true
+}
+
+// isExtOp reports whether code is an operation of the extension.
+func isExtOp(code nfsv4.NfsOpnum4) bool {
 	switch code {
-	case nfsv4.OP_PUTFH:
-		arg, ok = decodePutFH(r, args)
-	case nfsv4.OP_WRITE:
-		arg, ok = decodeWrite(r, args)
-	case nfsv4.OP_LOOKUP:
-		arg, ok = decodeLookup(r, args)
-	case nfsv4.OP_GETATTR:
-		arg, ok = decodeGetattr(r, args)
-	case nfsv4.OP_SEQUENCE:
-		arg, ok = decodeSequence(r, args)
+	case OpTxn, OpAppendOffset, OpTxnBegin, OpTxnJoin, OpTxnEnd, OpChain:
+		return true
+	}
+	return false
+}
+
+// decodeExtOp decodes the extension operation at r's position (opcode
+// included) into op, or into chain for OpChain; ok=false means the
+// arguments do not decode (BADXDR).
+func decodeExtOp(r *bytes.Reader) (op decodedOp, chain *chainArgs, ok bool) {
+	arg, _, err := extxdr.ReadExtArgop4(r)
+	if err != nil {
+		return decodedOp{}, nil, false
+	}
+	op.code = nfsv4.NfsOpnum4(arg.GetArgop())
+	switch a := arg.(type) {
+	case *extxdr.ExtArgop4_OP_TXN:
+		op.flags = a.Optxn.Flags
+	case *extxdr.ExtArgop4_OP_APPEND_OFFSET:
+		op.flags = a.Opappendoffset.Flags
+	case *extxdr.ExtArgop4_OP_TXN_BEGIN:
+		op.txn = &txnArgs{flags: a.Optxnbegin.Flags, clientID: a.Optxnbegin.Clientid}
+	case *extxdr.ExtArgop4_OP_TXN_JOIN:
+		op.txn = &txnArgs{id: a.Optxnjoin.Txnid, clientID: a.Optxnjoin.Clientid}
+	case *extxdr.ExtArgop4_OP_TXN_END:
+		op.txn = &txnArgs{id: a.Optxnend.Txnid, clientID: a.Optxnend.Clientid, commit: a.Optxnend.Commit}
+	case *extxdr.ExtArgop4_OP_CHAIN:
+		chain = &chainArgs{id: a.Opchain.Chain, seq: a.Opchain.Seq, flags: a.Opchain.Flags}
+	}
+	return op, chain, true
+}
+
+// decodeStdOp decodes the standard operation at r's position in args
+// (opcode included). A WRITE's data, which the generated decoder copies,
+// is pointed back at the same bytes in args (recordData): the zero-copy
+// write path (payload loans, aligned direct puts, the CRC computed while
+// the record arrived) works on the request record.
+func decodeStdOp(r *bytes.Reader, args []byte) (nfsv4.NfsArgop4, bool) {
+	arg, _, err := nfsv4.ReadNfsArgop4(r)
+	if err != nil {
+		return nil, false
+	}
+	if w, ok := arg.(*nfsv4.NfsArgop4_OP_WRITE); ok {
+		w.Opwrite.Data = recordData(args, len(args)-r.Len(), w.Opwrite.Data)
+	}
+	return arg, true
+}
+
+// recordData returns the bytes of args that the generated decoder copied
+// into v, v being the last field of what it just decoded, which ended at
+// args[end] (WRITE4args' data). XDR pads an opaque to a multiple of 4
+// bytes, so v's bytes are the len(v) bytes at end-padded(len(v)).
+func recordData(args []byte, end int, v []byte) []byte {
+	start := end - (len(v)+3)&^3
+	if len(v) == 0 || start < 0 {
+		return v
+	}
+	return args[start : start+len(v) : start+len(v)]
+}
+
+// extResult is an extension operation's result among a COMPOUND's
+// results, encoded by the generated extxdr.ExtResop4 (opcode, then the
+// result). It embeds a generated standard result only to satisfy
+// nfsv4.NfsResop4, whose marker method is unexported; its own methods
+// shadow the embedded ones.
+type extResult struct {
+	nfsv4.NfsResop4_OP_ILLEGAL
+	res extxdr.ExtResop4
+}
+
+func (r *extResult) GetResop() nfsv4.NfsOpnum4 { return nfsv4.NfsOpnum4(r.res.GetResop()) }
+
+func (r *extResult) GetEncodedSizeBytes() int { return r.res.GetEncodedSizeBytes() }
+
+func (r *extResult) WriteTo(w io.Writer) (int64, error) { return r.res.WriteTo(w) }
+
+// appendOffsetResult is OP_APPEND_OFFSET's result: the offset if st is
+// NFS4_OK.
+func appendOffsetResult(st nfsv4.Nfsstat4, off uint64) nfsv4.NfsResop4 {
+	var res extxdr.AppendOffset4res = &extxdr.AppendOffset4res_default{Status: st}
+	if st == nfsv4.NFS4_OK {
+		res = &extxdr.AppendOffset4res_NFS4_OK{Offset: off}
+	}
+	return &extResult{res: &extxdr.ExtResop4_OP_APPEND_OFFSET{Opappendoffset: res}}
+}
+
+// txnBeginResult is TXN_BEGIN's result: the transaction's id if st is
+// NFS4_OK.
+func txnBeginResult(st nfsv4.Nfsstat4, id [16]byte) nfsv4.NfsResop4 {
+	var res extxdr.TxnBegin4res = &extxdr.TxnBegin4res_default{Status: st}
+	if st == nfsv4.NFS4_OK {
+		res = &extxdr.TxnBegin4res_NFS4_OK{Txnid: id}
+	}
+	return &extResult{res: &extxdr.ExtResop4_OP_TXN_BEGIN{Optxnbegin: res}}
+}
+
+// txnEndResult is TXN_END's result: the conflict report if st is
+// NFS4ERR_NOT_SAME.
+func txnEndResult(st nfsv4.Nfsstat4, report string) nfsv4.NfsResop4 {
+	var res extxdr.TxnEnd4res = &extxdr.TxnEnd4res_default{Status: st}
+	if st == nfsv4.NFS4ERR_NOT_SAME {
+		res = &extxdr.TxnEnd4res_NFS4ERR_NOT_SAME{Report: report}
+	}
+	return &extResult{res: &extxdr.ExtResop4_OP_TXN_END{Optxnend: res}}
+}
+
+// result is the encodable result of t: OP_TXN's, TXN_JOIN's or OP_CHAIN's
+// (each a bare nfsstat4).
+func (t *txnResult) result() nfsv4.NfsResop4 {
+	var res extxdr.ExtResop4
+	switch t.op {
+	case OpTxnJoin:
+		res = &extxdr.ExtResop4_OP_TXN_JOIN{Optxnjoin: extxdr.TxnJoin4res{Status: t.status}}
+	case OpChain:
+		res = &extxdr.ExtResop4_OP_CHAIN{Opchain: extxdr.Chain4res{Status: t.status}}
 	default:
-		return nil, false, false
+		res = &extxdr.ExtResop4_OP_TXN{Optxn: extxdr.Txn4res{Status: t.status}}
 	}
-	return arg, true, ok
-}
-
-// rest returns the unread part of args.
-func rest(r *bytes.Reader, args []byte) []byte { return args[len(args)-r.Len():] }
-
-// opaqueAt returns the variable-length opaque at b[0:] of at most max
-// bytes, aliasing b, and the encoded size (length, bytes, padding).
-// Padding must be zero, as for the generated decoder.
-func opaqueAt(b []byte, max uint32) (v []byte, size int, ok bool) {
-	if len(b) < 4 {
-		return nil, 0, false
-	}
-	n := uint64(binary.BigEndian.Uint32(b))
-	if n > uint64(max) {
-		return nil, 0, false
-	}
-	padded := (n + 3) &^ 3
-	if uint64(len(b)-4) < padded {
-		return nil, 0, false
-	}
-	for _, p := range b[4+n : 4+padded] {
-		if p != 0 {
-			return nil, 0, false
-		}
-	}
-	return b[4 : 4+n : 4+n], 4 + int(padded), true
-}
-
-// readString reads an XDR UTF-8 string of at most max bytes at r's
-// position in args (a copy: strings outlive the record).
-func readString(r *bytes.Reader, args []byte, max uint32) (string, bool) {
-	v, size, ok := opaqueAt(rest(r, args), max)
-	if !ok || !utf8.Valid(v) {
-		return "", false
-	}
-	r.Seek(int64(size), io.SeekCurrent)
-	return string(v), true
-}
-
-// decodePutFH decodes PUTFH4args; the handle aliases args.
-func decodePutFH(r *bytes.Reader, args []byte) (nfsv4.NfsArgop4, bool) {
-	b := rest(r, args)
-	if len(b) < 4 {
-		return nil, false
-	}
-	v, size, ok := opaqueAt(b[4:], nfsv4.NFS4_FHSIZE)
-	if !ok {
-		return nil, false
-	}
-	r.Seek(int64(4+size), io.SeekCurrent)
-	return &nfsv4.NfsArgop4_OP_PUTFH{Opputfh: nfsv4.Putfh4args{Object: v}}, true
-}
-
-// decodeWrite decodes WRITE4args without copying the data: Data aliases
-// args (the generated decoder grows a buffer by doubling: it cost half
-// the CPU of a 1 MiB WRITE).
-func decodeWrite(r *bytes.Reader, args []byte) (nfsv4.NfsArgop4, bool) {
-	b := rest(r, args)
-	const fixed = 4 + 16 + 8 + 4 // opcode, stateid, offset, stable
-	if len(b) < fixed {
-		return nil, false
-	}
-	var a nfsv4.Write4args
-	a.Stateid.Seqid = binary.BigEndian.Uint32(b[4:])
-	copy(a.Stateid.Other[:], b[8:20])
-	a.Offset = binary.BigEndian.Uint64(b[20:])
-	a.Stable = nfsv4.StableHow4(binary.BigEndian.Uint32(b[28:]))
-	switch a.Stable {
-	case nfsv4.UNSTABLE4, nfsv4.DATA_SYNC4, nfsv4.FILE_SYNC4:
-	default:
-		return nil, false
-	}
-	v, size, ok := opaqueAt(b[fixed:], ^uint32(0))
-	if !ok {
-		return nil, false
-	}
-	a.Data = v
-	r.Seek(int64(fixed+size), io.SeekCurrent)
-	return &nfsv4.NfsArgop4_OP_WRITE{Opwrite: a}, true
-}
-
-// decodeLookup decodes LOOKUP4args.
-func decodeLookup(r *bytes.Reader, args []byte) (nfsv4.NfsArgop4, bool) {
-	r.Seek(4, io.SeekCurrent)
-	name, ok := readString(r, args, ^uint32(0))
-	if !ok {
-		return nil, false
-	}
-	return &nfsv4.NfsArgop4_OP_LOOKUP{Oplookup: nfsv4.Lookup4args{Objname: name}}, true
-}
-
-// decodeGetattr decodes GETATTR4args.
-func decodeGetattr(r *bytes.Reader, args []byte) (nfsv4.NfsArgop4, bool) {
-	b := rest(r, args)
-	if len(b) < 8 {
-		return nil, false
-	}
-	n := uint64(binary.BigEndian.Uint32(b[4:]))
-	if uint64(len(b)-8) < 4*n {
-		return nil, false
-	}
-	var mask []uint32 // nil when empty, as decoded by the generated code
-	if n > 0 {
-		mask = make([]uint32, n)
-		for i := range mask {
-			mask[i] = binary.BigEndian.Uint32(b[8+4*i:])
-		}
-	}
-	r.Seek(int64(8+4*n), io.SeekCurrent)
-	return &nfsv4.NfsArgop4_OP_GETATTR{Opgetattr: nfsv4.Getattr4args{AttrRequest: mask}}, true
-}
-
-// decodeSequence decodes SEQUENCE4args.
-func decodeSequence(r *bytes.Reader, args []byte) (nfsv4.NfsArgop4, bool) {
-	b := rest(r, args)
-	const size = 4 + 16 + 4 + 4 + 4 + 4 // opcode, session, seqid, slot, highest slot, cachethis
-	if len(b) < size {
-		return nil, false
-	}
-	var a nfsv4.Sequence4args
-	copy(a.SaSessionid[:], b[4:20])
-	a.SaSequenceid = binary.BigEndian.Uint32(b[20:])
-	a.SaSlotid = binary.BigEndian.Uint32(b[24:])
-	a.SaHighestSlotid = binary.BigEndian.Uint32(b[28:])
-	switch binary.BigEndian.Uint32(b[32:]) {
-	case 0:
-	case 1:
-		a.SaCachethis = true
-	default:
-		return nil, false
-	}
-	r.Seek(size, io.SeekCurrent)
-	return &nfsv4.NfsArgop4_OP_SEQUENCE{Opsequence: a}, true
+	return &extResult{res: res}
 }

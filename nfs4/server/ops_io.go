@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/binary"
 	"errors"
-	"io"
 	"math"
 	"time"
 
@@ -706,34 +705,6 @@ func (c *compound) payloadCRC(data []byte) (uint32, bool) {
 	return crc, ok
 }
 
-// appendOffsetRes is OpAppendOffset's result: nfsstat4, then offset4 if
-// the status is NFS4_OK. It embeds a generated result type only to
-// satisfy nfsv4.NfsResop4 (whose marker method is unexported); its own
-// methods encode the private result.
-type appendOffsetRes struct {
-	nfsv4.NfsResop4_OP_ILLEGAL
-	status nfsv4.Nfsstat4
-	off    uint64
-}
-
-func (r *appendOffsetRes) GetResop() nfsv4.NfsOpnum4 { return OpAppendOffset }
-
-func (r *appendOffsetRes) GetEncodedSizeBytes() int {
-	if r.status == nfsv4.NFS4_OK {
-		return 16
-	}
-	return 8
-}
-
-func (r *appendOffsetRes) WriteTo(w io.Writer) (int64, error) {
-	var b [16]byte
-	binary.BigEndian.PutUint32(b[:], uint32(OpAppendOffset))
-	binary.BigEndian.PutUint32(b[4:], uint32(r.status))
-	binary.BigEndian.PutUint64(b[8:], r.off)
-	n, err := w.Write(b[:r.GetEncodedSizeBytes()])
-	return int64(n), err
-}
-
 // appendOffset implements OpAppendOffset: the offset the immediately
 // preceding WRITE wrote at.
 func (c *compound) appendOffset(flags uint32, wrote bool) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
@@ -742,7 +713,7 @@ func (c *compound) appendOffset(flags uint32, wrote bool) (nfsv4.NfsResop4, nfsv
 	case flags != 0, !wrote:
 		st = nfsv4.NFS4ERR_INVAL
 	}
-	return &appendOffsetRes{status: st, off: c.wroteOff}, st
+	return appendOffsetResult(st, c.wroteOff), st
 }
 
 func (c *compound) commit() (nfsv4.NfsResop4, nfsv4.Nfsstat4) {

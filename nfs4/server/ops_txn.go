@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txnfs/txnfs/fs"
+	"github.com/txnfs/txnfs/nfs4/internal/extxdr"
 )
 
 // Multi-compound transactions (docs/protocol.md §3). TXN_BEGIN opens a
@@ -25,11 +26,11 @@ import (
 // compound semantics; TXN_END commits or aborts it.
 const (
 	// OpTxnBegin opens a multi-compound transaction and returns its id.
-	OpTxnBegin nfsv4.NfsOpnum4 = 0x74786e02 // "txn\2"
+	OpTxnBegin nfsv4.NfsOpnum4 = extxdr.OP_TXN_BEGIN // "txn\2"
 	// OpTxnJoin, first in a COMPOUND, runs the COMPOUND in a transaction.
-	OpTxnJoin nfsv4.NfsOpnum4 = 0x74786e03 // "txn\3"
+	OpTxnJoin nfsv4.NfsOpnum4 = extxdr.OP_TXN_JOIN // "txn\3"
 	// OpTxnEnd commits or aborts a transaction.
-	OpTxnEnd nfsv4.NfsOpnum4 = 0x74786e04 // "txn\4"
+	OpTxnEnd nfsv4.NfsOpnum4 = extxdr.OP_TXN_END // "txn\4"
 )
 
 func init() {
@@ -58,104 +59,6 @@ type txnArgs struct {
 
 func isTxnExtOp(code nfsv4.NfsOpnum4) bool {
 	return code == OpTxnBegin || code == OpTxnJoin || code == OpTxnEnd
-}
-
-// decodeTxnArgs decodes the arguments of the operation (code) at r's
-// position in args, opcode included; ok is false if they are truncated or
-// malformed (BADXDR).
-func decodeTxnArgs(r *bytes.Reader, args []byte, code nfsv4.NfsOpnum4) (*txnArgs, bool) {
-	b := args[len(args)-r.Len():]
-	var a txnArgs
-	var n int
-	switch code {
-	case OpTxnBegin:
-		n = 4 + 4 + 8
-		if len(b) < n {
-			return nil, false
-		}
-		a.flags = binary.BigEndian.Uint32(b[4:])
-		a.clientID = binary.BigEndian.Uint64(b[8:])
-	case OpTxnJoin, OpTxnEnd:
-		n = 4 + 16 + 8
-		if code == OpTxnEnd {
-			n += 4
-		}
-		if len(b) < n {
-			return nil, false
-		}
-		copy(a.id[:], b[4:20])
-		a.clientID = binary.BigEndian.Uint64(b[20:])
-		if code == OpTxnEnd {
-			switch binary.BigEndian.Uint32(b[28:]) {
-			case 0:
-			case 1:
-				a.commit = true
-			default:
-				return nil, false // an XDR bool is 0 or 1
-			}
-		}
-	default:
-		return nil, false
-	}
-	r.Seek(int64(n), io.SeekCurrent)
-	return &a, true
-}
-
-// txnBeginRes is TXN_BEGIN4res: nfsstat4, then the txnid4 if OK. Like
-// appendOffsetRes it embeds a generated type only to satisfy
-// nfsv4.NfsResop4.
-type txnBeginRes struct {
-	nfsv4.NfsResop4_OP_ILLEGAL
-	status nfsv4.Nfsstat4
-	id     [16]byte
-}
-
-func (r *txnBeginRes) GetResop() nfsv4.NfsOpnum4 { return OpTxnBegin }
-
-func (r *txnBeginRes) GetEncodedSizeBytes() int {
-	if r.status == nfsv4.NFS4_OK {
-		return 24
-	}
-	return 8
-}
-
-func (r *txnBeginRes) WriteTo(w io.Writer) (int64, error) {
-	var b [24]byte
-	binary.BigEndian.PutUint32(b[:], uint32(OpTxnBegin))
-	binary.BigEndian.PutUint32(b[4:], uint32(r.status))
-	copy(b[8:], r.id[:])
-	n, err := w.Write(b[:r.GetEncodedSizeBytes()])
-	return int64(n), err
-}
-
-// txnEndRes is TXN_END4res: nfsstat4, then, for NFS4ERR_NOT_SAME (a
-// commit conflict), the report as an XDR string.
-type txnEndRes struct {
-	nfsv4.NfsResop4_OP_ILLEGAL
-	status nfsv4.Nfsstat4
-	report string
-}
-
-func (r *txnEndRes) GetResop() nfsv4.NfsOpnum4 { return OpTxnEnd }
-
-func (r *txnEndRes) GetEncodedSizeBytes() int {
-	if r.status == nfsv4.NFS4ERR_NOT_SAME {
-		return 12 + (len(r.report)+3)&^3
-	}
-	return 8
-}
-
-func (r *txnEndRes) WriteTo(w io.Writer) (int64, error) {
-	b := make([]byte, 8, r.GetEncodedSizeBytes())
-	binary.BigEndian.PutUint32(b, uint32(OpTxnEnd))
-	binary.BigEndian.PutUint32(b[4:], uint32(r.status))
-	if r.status == nfsv4.NFS4ERR_NOT_SAME {
-		b = binary.BigEndian.AppendUint32(b, uint32(len(r.report)))
-		b = append(b, r.report...)
-		b = append(b, make([]byte, (4-len(r.report)%4)%4)...)
-	}
-	n, err := w.Write(b)
-	return int64(n), err
 }
 
 // mtxn is one open multi-compound transaction.
@@ -405,10 +308,10 @@ func (tt *txnTable) closeAll() {
 func (c *compound) txnOp(op decodedOp) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 	if op.code == OpTxnBegin {
 		st, id := c.txnBegin(op.txn)
-		return &txnBeginRes{status: st, id: id}, st
+		return txnBeginResult(st, id), st
 	}
 	st, report := c.txnEnd(op.txn)
-	return &txnEndRes{status: st, report: report}, st
+	return txnEndResult(st, report), st
 }
 
 func (c *compound) txnBegin(a *txnArgs) (nfsv4.Nfsstat4, [16]byte) {
@@ -728,7 +631,7 @@ func (x *mtxn) report(ctx context.Context, f *fs.FS, err error) string {
 	}
 	list("What it read:", x.reads, x.moreReads)
 	list("What it changed (discarded):", x.changes, x.moreChanges)
-	s := b.String()
+	s := strings.ToValidUTF8(b.String(), "?") // names need not be UTF-8; the report must
 	if len(s) > maxTxnReport {
 		s = strings.ToValidUTF8(s[:maxTxnReport-4], "") + "...\n"
 	}
