@@ -2,14 +2,11 @@ package client
 
 import (
 	"bytes"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 )
@@ -95,200 +92,129 @@ func parseID(s string) (uint32, bool) {
 	return uint32(v), true
 }
 
-// DecodeAttrs decodes f. Every attribute present in f.Attrmask must be
-// one this package knows; values are laid out in bitmap order.
-//
-// The values are read from f.AttrVals in place (xdrCursor) rather than
-// through the generated readers, which copy every opaque and string
-// through a growing buffer: DecodeAttrs was 15-18% of the vectorized
-// ls -lR's process CPU. Handle is a subslice of f.AttrVals (capacity
-// clipped), which the caller must not modify afterwards; the decoded
-// replies' AttrVals are fresh copies owned by the reply.
+// DecodeAttrs decodes f with the generated per-attribute readers
+// (nfsv4.ReadFattr4*). Every attribute present in f.Attrmask must be one
+// this package knows; values are laid out in bitmap order.
 func DecodeAttrs(f nfsv4.Fattr4) (Attrs, error) {
 	a := Attrs{Mask: Bitmap(f.Attrmask)}
-	c := xdrCursor{b: f.AttrVals}
+	r := bytes.NewReader(f.AttrVals)
 	for w, word := range f.Attrmask {
 		for bit := uint32(0); bit < 32; bit++ {
 			if word&(1<<bit) == 0 {
 				continue
 			}
 			n := uint32(w)*32 + bit
+			var err error
 			switch n {
 			case nfsv4.FATTR4_SUPPORTED_ATTRS:
-				a.Supported = c.bitmap()
+				a.Supported, _, err = nfsv4.ReadFattr4SupportedAttrs(r)
 			case nfsv4.FATTR4_TYPE:
-				a.Type = nfsv4.NfsFtype4(c.u32())
-			case nfsv4.FATTR4_FH_EXPIRE_TYPE, nfsv4.FATTR4_ACLSUPPORT, nfsv4.FATTR4_MAXLINK,
-				nfsv4.FATTR4_MAXNAME:
-				c.u32()
+				a.Type, _, err = nfsv4.ReadFattr4Type(r)
+			case nfsv4.FATTR4_FH_EXPIRE_TYPE:
+				_, _, err = nfsv4.ReadFattr4FhExpireType(r)
 			case nfsv4.FATTR4_CHANGE:
-				a.Change = c.u64()
+				a.Change, _, err = nfsv4.ReadFattr4Change(r)
 			case nfsv4.FATTR4_SIZE:
-				a.Size = c.u64()
-			case nfsv4.FATTR4_LINK_SUPPORT, nfsv4.FATTR4_SYMLINK_SUPPORT, nfsv4.FATTR4_NAMED_ATTR,
-				nfsv4.FATTR4_UNIQUE_HANDLES, nfsv4.FATTR4_CANSETTIME, nfsv4.FATTR4_CASE_INSENSITIVE,
-				nfsv4.FATTR4_CASE_PRESERVING, nfsv4.FATTR4_CHOWN_RESTRICTED, nfsv4.FATTR4_HOMOGENEOUS,
-				nfsv4.FATTR4_NO_TRUNC:
-				c.boolean()
+				a.Size, _, err = nfsv4.ReadFattr4Size(r)
+			case nfsv4.FATTR4_LINK_SUPPORT:
+				_, _, err = nfsv4.ReadFattr4LinkSupport(r)
+			case nfsv4.FATTR4_SYMLINK_SUPPORT:
+				_, _, err = nfsv4.ReadFattr4SymlinkSupport(r)
+			case nfsv4.FATTR4_NAMED_ATTR:
+				_, _, err = nfsv4.ReadFattr4NamedAttr(r)
 			case nfsv4.FATTR4_FSID:
-				c.u64()
-				c.u64()
+				var v nfsv4.Fsid4
+				_, err = nfsv4.ReadFattr4Fsid(r, &v)
+			case nfsv4.FATTR4_UNIQUE_HANDLES:
+				_, _, err = nfsv4.ReadFattr4UniqueHandles(r)
 			case nfsv4.FATTR4_LEASE_TIME:
-				a.LeaseTime = c.u32()
+				a.LeaseTime, _, err = nfsv4.ReadFattr4LeaseTime(r)
 			case nfsv4.FATTR4_RDATTR_ERROR:
-				a.Error = nfsv4.Nfsstat4(c.u32())
+				a.Error, _, err = nfsv4.ReadFattr4RdattrError(r)
 			case nfsv4.FATTR4_FILEHANDLE:
-				a.Handle = c.opaque(nfsv4.NFS4_FHSIZE)
+				a.Handle, _, err = nfsv4.ReadFattr4Filehandle(r)
+			case nfsv4.FATTR4_ACLSUPPORT:
+				_, _, err = nfsv4.ReadFattr4Aclsupport(r)
+			case nfsv4.FATTR4_CANSETTIME:
+				_, _, err = nfsv4.ReadFattr4Cansettime(r)
+			case nfsv4.FATTR4_CASE_INSENSITIVE:
+				_, _, err = nfsv4.ReadFattr4CaseInsensitive(r)
+			case nfsv4.FATTR4_CASE_PRESERVING:
+				_, _, err = nfsv4.ReadFattr4CasePreserving(r)
+			case nfsv4.FATTR4_CHOWN_RESTRICTED:
+				_, _, err = nfsv4.ReadFattr4ChownRestricted(r)
 			case nfsv4.FATTR4_FILEID:
-				a.FileID = c.u64()
-			case nfsv4.FATTR4_FILES_AVAIL, nfsv4.FATTR4_FILES_FREE, nfsv4.FATTR4_FILES_TOTAL,
-				nfsv4.FATTR4_MAXFILESIZE, nfsv4.FATTR4_SPACE_AVAIL, nfsv4.FATTR4_SPACE_FREE,
-				nfsv4.FATTR4_SPACE_TOTAL, nfsv4.FATTR4_MOUNTED_ON_FILEID:
-				c.u64()
+				a.FileID, _, err = nfsv4.ReadFattr4Fileid(r)
+			case nfsv4.FATTR4_FILES_AVAIL:
+				_, _, err = nfsv4.ReadFattr4FilesAvail(r)
+			case nfsv4.FATTR4_FILES_FREE:
+				_, _, err = nfsv4.ReadFattr4FilesFree(r)
+			case nfsv4.FATTR4_FILES_TOTAL:
+				_, _, err = nfsv4.ReadFattr4FilesTotal(r)
+			case nfsv4.FATTR4_HOMOGENEOUS:
+				_, _, err = nfsv4.ReadFattr4Homogeneous(r)
+			case nfsv4.FATTR4_MAXFILESIZE:
+				_, _, err = nfsv4.ReadFattr4Maxfilesize(r)
+			case nfsv4.FATTR4_MAXLINK:
+				_, _, err = nfsv4.ReadFattr4Maxlink(r)
+			case nfsv4.FATTR4_MAXNAME:
+				_, _, err = nfsv4.ReadFattr4Maxname(r)
 			case nfsv4.FATTR4_MAXREAD:
-				a.MaxRead = c.u64()
+				a.MaxRead, _, err = nfsv4.ReadFattr4Maxread(r)
 			case nfsv4.FATTR4_MAXWRITE:
-				a.MaxWrite = c.u64()
+				a.MaxWrite, _, err = nfsv4.ReadFattr4Maxwrite(r)
 			case nfsv4.FATTR4_MODE:
-				a.Mode = c.u32()
+				a.Mode, _, err = nfsv4.ReadFattr4Mode(r)
+			case nfsv4.FATTR4_NO_TRUNC:
+				_, _, err = nfsv4.ReadFattr4NoTrunc(r)
 			case nfsv4.FATTR4_NUMLINKS:
-				a.Nlink = c.u32()
+				a.Nlink, _, err = nfsv4.ReadFattr4Numlinks(r)
 			case nfsv4.FATTR4_OWNER:
-				a.Owner = c.str()
+				a.Owner, _, err = nfsv4.ReadFattr4Owner(r)
 			case nfsv4.FATTR4_OWNER_GROUP:
-				a.Group = c.str()
+				a.Group, _, err = nfsv4.ReadFattr4OwnerGroup(r)
 			case nfsv4.FATTR4_RAWDEV:
-				a.Rdev.Specdata1 = c.u32()
-				a.Rdev.Specdata2 = c.u32()
+				_, err = nfsv4.ReadFattr4Rawdev(r, &a.Rdev)
+			case nfsv4.FATTR4_SPACE_AVAIL:
+				_, _, err = nfsv4.ReadFattr4SpaceAvail(r)
+			case nfsv4.FATTR4_SPACE_FREE:
+				_, _, err = nfsv4.ReadFattr4SpaceFree(r)
+			case nfsv4.FATTR4_SPACE_TOTAL:
+				_, _, err = nfsv4.ReadFattr4SpaceTotal(r)
 			case nfsv4.FATTR4_SPACE_USED:
-				a.SpaceUsed = c.u64()
+				a.SpaceUsed, _, err = nfsv4.ReadFattr4SpaceUsed(r)
 			case nfsv4.FATTR4_TIME_ACCESS:
-				a.Atime = c.time()
+				a.Atime, err = readTime(r, nfsv4.ReadFattr4TimeAccess)
+			case nfsv4.FATTR4_TIME_CREATE:
+				_, err = readTime(r, nfsv4.ReadFattr4TimeCreate)
+			case nfsv4.FATTR4_TIME_DELTA:
+				_, err = readTime(r, nfsv4.ReadFattr4TimeDelta)
 			case nfsv4.FATTR4_TIME_METADATA:
-				a.Ctime = c.time()
+				a.Ctime, err = readTime(r, nfsv4.ReadFattr4TimeMetadata)
 			case nfsv4.FATTR4_TIME_MODIFY:
-				a.Mtime = c.time()
-			case nfsv4.FATTR4_TIME_CREATE, nfsv4.FATTR4_TIME_DELTA:
-				c.time()
+				a.Mtime, err = readTime(r, nfsv4.ReadFattr4TimeModify)
+			case nfsv4.FATTR4_MOUNTED_ON_FILEID:
+				_, _, err = nfsv4.ReadFattr4MountedOnFileid(r)
 			case nfsv4.FATTR4_CLONE_BLKSIZE:
-				a.CloneBlk = c.u32()
+				a.CloneBlk, _, err = nfsv4.ReadFattr4CloneBlksize(r)
 			default:
 				return a, fmt.Errorf("nfs4 client: cannot decode attribute %d", n)
 			}
-			if c.err != nil {
-				return a, fmt.Errorf("nfs4 client: decoding attribute %d: %w", n, c.err)
+			if err != nil {
+				return a, fmt.Errorf("nfs4 client: decoding attribute %d: %w", n, err)
 			}
 		}
 	}
 	return a, nil
 }
 
-// xdrCursor reads XDR values from b in place. The first error sticks:
-// later reads return zero values.
-type xdrCursor struct {
-	b   []byte
-	err error
-}
-
-// take returns the next n bytes.
-func (c *xdrCursor) take(n uint64) []byte {
-	if c.err != nil {
-		return nil
+// readTime reads an nfstime4 attribute with its generated reader.
+func readTime(r io.Reader, read func(io.Reader, *nfsv4.Nfstime4) (int64, error)) (time.Time, error) {
+	var t nfsv4.Nfstime4
+	if _, err := read(r, &t); err != nil {
+		return time.Time{}, err
 	}
-	if uint64(len(c.b)) < n {
-		c.err = io.ErrUnexpectedEOF
-		return nil
-	}
-	v := c.b[:n:n]
-	c.b = c.b[n:]
-	return v
-}
-
-func (c *xdrCursor) u32() uint32 {
-	if v := c.take(4); v != nil {
-		return binary.BigEndian.Uint32(v)
-	}
-	return 0
-}
-
-func (c *xdrCursor) u64() uint64 {
-	if v := c.take(8); v != nil {
-		return binary.BigEndian.Uint64(v)
-	}
-	return 0
-}
-
-func (c *xdrCursor) boolean() bool {
-	switch v := c.u32(); v {
-	case 0, 1:
-		return v == 1
-	default:
-		if c.err == nil {
-			c.err = fmt.Errorf("invalid boolean %#x", v)
-		}
-		return false
-	}
-}
-
-// opaque reads a variable-length opaque of at most max bytes, returned
-// in place (capacity clipped).
-func (c *xdrCursor) opaque(max uint32) []byte {
-	n := c.u32()
-	if c.err != nil {
-		return nil
-	}
-	if n > max {
-		c.err = fmt.Errorf("size of %d bytes exceeds the maximum of %d", n, max)
-		return nil
-	}
-	padded := c.take((uint64(n) + 3) &^ 3)
-	if c.err != nil || n == 0 {
-		return nil // n == 0: nil, as the generated reader
-	}
-	return padded[:n:n]
-}
-
-// str reads a UTF-8 string (utf8str_mixed).
-func (c *xdrCursor) str() string {
-	b := c.opaque(^uint32(0))
-	if c.err != nil {
-		return ""
-	}
-	if !utf8.Valid(b) {
-		c.err = errors.New("string is not valid UTF-8")
-		return ""
-	}
-	return string(b)
-}
-
-// bitmap reads a bitmap4.
-func (c *xdrCursor) bitmap() []uint32 {
-	n := c.u32()
-	if c.err != nil {
-		return nil
-	}
-	if uint64(n)*4 > uint64(len(c.b)) {
-		c.err = io.ErrUnexpectedEOF
-		return nil
-	}
-	if n == 0 {
-		return nil // as the generated reader
-	}
-	m := make([]uint32, n)
-	for i := range m {
-		m[i] = c.u32()
-	}
-	return m
-}
-
-// time reads an nfstime4.
-func (c *xdrCursor) time() time.Time {
-	sec := int64(c.u64())
-	nsec := c.u32()
-	if c.err != nil {
-		return time.Time{}
-	}
-	return time.Unix(sec, int64(nsec))
+	return time.Unix(t.Seconds, int64(t.Nseconds)), nil
 }
 
 func nfsTime(t time.Time) nfsv4.Nfstime4 {

@@ -2,10 +2,10 @@ package client
 
 import (
 	"errors"
-	"io"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
-	"github.com/buildbarn/go-xdr/pkg/runtime"
+
+	"github.com/txnfs/txnfs/nfs4/internal/extxdr"
 )
 
 // OpChain is the private operation of the txnfs ordered-chain extension
@@ -15,7 +15,7 @@ import (
 // chain that stopped early, so a client may keep several ordered
 // COMPOUNDs in flight. A server without it answers OP_ILLEGAL before
 // executing anything.
-const OpChain nfsv4.NfsOpnum4 = 0x74786e05
+const OpChain nfsv4.NfsOpnum4 = extxdr.OP_CHAIN
 
 // chainLast is the CHAIN4args flag of a chain's last COMPOUND.
 const chainLast = 0x1
@@ -61,18 +61,6 @@ func chainErr(st nfsv4.Nfsstat4) error {
 		return ErrChainUnsupported
 	}
 	return &chainRefused{st}
-}
-
-// writeChain encodes OP_CHAIN(ch).
-func writeChain(b io.Writer, ch *Chain) {
-	runtime.WriteUnsignedInt(b, uint32(OpChain))
-	runtime.WriteUnsignedHyper(b, ch.ID)
-	runtime.WriteUnsignedInt(b, ch.Seq)
-	var flags uint32
-	if ch.Last {
-		flags |= chainLast
-	}
-	runtime.WriteUnsignedInt(b, flags)
 }
 
 // NewChainID returns an ID for a new chain of this client.

@@ -2,13 +2,14 @@ package client
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 	"github.com/buildbarn/go-xdr/pkg/runtime"
+
+	"github.com/txnfs/txnfs/nfs4/internal/extxdr"
 )
 
 // OpTxn is the private operation number of the txnfs transactional-compound
@@ -17,7 +18,7 @@ import (
 // transaction. Its argument is one uint32 of flags (zero); its result is a
 // bare nfsstat4. A server without the extension answers OP_ILLEGAL (or
 // GARBAGE_ARGS) before executing anything.
-const OpTxn nfsv4.NfsOpnum4 = 0x74786e00
+const OpTxn nfsv4.NfsOpnum4 = extxdr.OP_TXN
 
 // AppendOffset is the WRITE offset of the vNFS append extension: a WRITE
 // at this offset appends atomically at the end of the file.
@@ -428,15 +429,17 @@ func encodeArgsJoin(tag string, minor uint32, txn bool, join TxnID, clientID uin
 		n++
 	}
 	runtime.WriteUnsignedInt(b, uint32(n))
-	if chain != nil {
-		writeChain(b, chain)
+	var first nfsv4.NfsArgop4 // the extension's operation that comes first
+	switch {
+	case chain != nil:
+		first = chainArg(chain)
+	case txn:
+		first = txnArg()
+	case !join.IsZero():
+		first = txnJoinArg(join, clientID)
 	}
-	if txn {
-		runtime.WriteUnsignedInt(b, uint32(OpTxn))
-		runtime.WriteUnsignedInt(b, 0)
-	}
-	if !join.IsZero() {
-		writeTxnJoin(b, join, clientID)
+	if first != nil {
+		first.WriteTo(b)
 	}
 	if seq != nil {
 		op := nfsv4.NfsArgop4_OP_SEQUENCE{Opsequence: *seq}
@@ -461,67 +464,13 @@ type rawReply struct {
 	statuses []nfsv4.Nfsstat4
 }
 
-// decodeReadOK decodes the READ4resok at the start of b (after opcode and
-// status) and returns the result and the bytes it took. The data is a
-// subslice of b, not a copy: reply records are allocated per reply and
-// owned by the caller (transport.call). The generated decoder copies
-// through a growing bytes.Buffer (repeated allocation, zeroing and
-// copying: 11% of the vectorized tar's process CPU).
-func decodeReadOK(b []byte) (nfsv4.NfsResop4, int, error) {
-	if len(b) < 8 {
-		return nil, 0, io.ErrUnexpectedEOF
-	}
-	var eof bool
-	switch binary.BigEndian.Uint32(b) {
-	case 0:
-	case 1:
-		eof = true
-	default:
-		return nil, 0, fmt.Errorf("bad eof boolean %#x", binary.BigEndian.Uint32(b))
-	}
-	n := uint64(binary.BigEndian.Uint32(b[4:]))
-	padded := (n + 3) &^ 3
-	if padded > uint64(len(b)-8) {
-		return nil, 0, fmt.Errorf("data of %d bytes: %w", n, io.ErrUnexpectedEOF)
-	}
-	data := b[8 : 8+n : 8+n]
-	return &nfsv4.NfsResop4_OP_READ{Opread: &nfsv4.Read4res_NFS4_OK{
-		Resok4: nfsv4.Read4resok{Eof: eof, Data: data}}}, 8 + int(padded), nil
-}
-
-// decodeReaddirOK decodes the READDIR4resok at the start of b (after
-// opcode and status) and returns the result and the bytes it took. Names
-// are copied; each entry's attribute values are a subslice of b (see
-// decodeReadOK). The generated decoder copied every name and attribute
-// list through a growing buffer (9% of the vectorized ls -lR's CPU).
-func decodeReaddirOK(b []byte) (nfsv4.NfsResop4, int, error) {
-	c := xdrCursor{b: b}
-	ok := &nfsv4.Readdir4res_NFS4_OK{}
-	copy(ok.Resok4.Cookieverf[:], c.take(8))
-	next := &ok.Resok4.Reply.Entries
-	for c.err == nil {
-		if !c.boolean() {
-			break
-		}
-		e := &nfsv4.Entry4{Cookie: c.u64(), Name: c.str()}
-		e.Attrs.Attrmask = c.bitmap()
-		e.Attrs.AttrVals = c.opaque(^uint32(0))
-		*next = e
-		next = &e.Nextentry
-	}
-	ok.Resok4.Reply.Eof = c.boolean()
-	if c.err != nil {
-		return nil, 0, c.err
-	}
-	return &nfsv4.NfsResop4_OP_READDIR{Opreaddir: ok}, len(b) - len(c.b), nil
-}
-
-// decodeReply decodes COMPOUND4res. Every NFSv4 result begins with its
-// opcode and status, which are read before the generated decoder runs.
+// decodeReply decodes COMPOUND4res with the generated decoders: nfsv4's
+// for the standard results, extxdr's for the extension's (which
+// nfs_resop4 does not know, hence the loop over the results here).
 func decodeReply(b []byte) (*rawReply, error) {
 	r := bytes.NewReader(b)
-	st, _, err := runtime.ReadInt(r)
-	if err != nil {
+	var st nfsv4.Nfsstat4
+	if _, err := st.ReadFrom(r); err != nil {
 		return nil, err
 	}
 	if _, _, err := runtime.ReadUTF8String(r, 1<<16); err != nil {
@@ -531,59 +480,54 @@ func decodeReply(b []byte) (*rawReply, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &rawReply{status: nfsv4.Nfsstat4(st)}
+	rep := &rawReply{status: st}
 	for i := uint32(0); i < n; i++ {
-		pos := len(b) - r.Len()
-		if r.Len() < 8 {
-			return nil, fmt.Errorf("result %d: truncated", i)
-		}
-		op := nfsv4.NfsOpnum4(binary.BigEndian.Uint32(b[pos:]))
-		ost := nfsv4.Nfsstat4(binary.BigEndian.Uint32(b[pos+4:]))
-		if op == OpChain && i == 0 {
-			r.Seek(8, io.SeekCurrent)
-			rep.chain = &ost
-			continue
-		}
-		if (op == OpTxn || op == OpTxnJoin) && i == 0 {
-			r.Seek(8, io.SeekCurrent)
-			rep.txn = &ost
-			continue
-		}
-		if op == OpTxnBegin || op == OpTxnEnd {
-			res, err := decodeTxnResult(r, op, ost)
-			if err != nil {
-				return nil, fmt.Errorf("result %d: %w", i, err)
-			}
-			rep.results = append(rep.results, res)
-			rep.statuses = append(rep.statuses, ost)
-			continue
-		}
-		if op == nfsv4.OP_READ && ost == nfsv4.NFS4_OK {
-			res, n, err := decodeReadOK(b[pos+8:])
-			if err != nil {
-				return nil, fmt.Errorf("result %d (READ): %w", i, err)
-			}
-			r.Seek(int64(8+n), io.SeekCurrent)
-			rep.results = append(rep.results, res)
-			rep.statuses = append(rep.statuses, ost)
-			continue
-		}
-		if op == nfsv4.OP_READDIR && ost == nfsv4.NFS4_OK {
-			res, n, err := decodeReaddirOK(b[pos+8:])
-			if err != nil {
-				return nil, fmt.Errorf("result %d (READDIR): %w", i, err)
-			}
-			r.Seek(int64(8+n), io.SeekCurrent)
-			rep.results = append(rep.results, res)
-			rep.statuses = append(rep.statuses, ost)
-			continue
-		}
-		res, _, err := nfsv4.ReadNfsResop4(r)
+		op, ost, err := peekResult(r)
 		if err != nil {
-			return nil, fmt.Errorf("result %d (%s): %w", i, OpName(op), err)
+			return nil, fmt.Errorf("result %d: %w", i, err)
 		}
-		rep.results = append(rep.results, res)
-		rep.statuses = append(rep.statuses, ost)
+		switch {
+		case (op == OpChain || op == OpTxn || op == OpTxnJoin) && i == 0, op == OpTxnBegin || op == OpTxnEnd:
+			res, ost, err := readExtResult(r)
+			if err != nil {
+				return nil, fmt.Errorf("result %d (%s): %w", i, OpName(op), err)
+			}
+			switch op {
+			case OpChain:
+				rep.chain = &ost
+			case OpTxn, OpTxnJoin:
+				rep.txn = &ost
+			default:
+				rep.results = append(rep.results, &extRes{res: res})
+				rep.statuses = append(rep.statuses, ost)
+			}
+		default:
+			res, _, err := nfsv4.ReadNfsResop4(r)
+			if err != nil {
+				return nil, fmt.Errorf("result %d (%s): %w", i, OpName(op), err)
+			}
+			rep.results = append(rep.results, res)
+			rep.statuses = append(rep.statuses, ost)
+		}
 	}
 	return rep, nil
+}
+
+// peekResult returns the opcode and status that begin the result at r's
+// position (every nfs_resop4 begins with them: RFC 8881 §16.2.3), read by
+// the generated decoders, without consuming them.
+func peekResult(r *bytes.Reader) (nfsv4.NfsOpnum4, nfsv4.Nfsstat4, error) {
+	var op nfsv4.NfsOpnum4
+	var st nfsv4.Nfsstat4
+	n, err := op.ReadFrom(r)
+	if err == nil {
+		var m int64
+		m, err = st.ReadFrom(r)
+		n += m
+	}
+	r.Seek(-n, io.SeekCurrent)
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return op, st, err
 }

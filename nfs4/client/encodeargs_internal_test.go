@@ -24,7 +24,7 @@ func generatedArgs(t *testing.T, tag string, minor uint32, chain *Chain, seq *nf
 	}
 	xdr.WriteUnsignedInt(&b, uint32(n))
 	if chain != nil {
-		writeChain(&b, chain)
+		chainArg(chain).WriteTo(&b)
 	}
 	op := nfsv4.NfsArgop4_OP_SEQUENCE{Opsequence: *seq}
 	if _, err := op.WriteTo(&b); err != nil {

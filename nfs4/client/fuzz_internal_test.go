@@ -3,8 +3,6 @@ package client
 import (
 	"bytes"
 	"encoding/binary"
-	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
@@ -13,11 +11,10 @@ import (
 )
 
 // Fuzz targets for everything the client parses from the network: the RPC
-// reply header (parseReply), COMPOUND4res with the hand-written READ and
-// READDIR decoders and the transaction results (decodeReply), and
-// attribute lists (DecodeAttrs). None may panic; where the generated
-// go-xdr decoder is the reference, the hand decoder must accept exactly
-// what it accepts and return the same values.
+// reply header (parseReply), COMPOUND4res with the extension's results
+// (decodeReply, whose loop over the results must agree with the generated
+// COMPOUND4res decoder when there are none), and attribute lists
+// (DecodeAttrs). None may panic.
 //
 //	go test -run '^$' -fuzz FuzzDecodeReply -fuzztime 10m ./nfs4/client
 //	go test -run '^$' -fuzz FuzzDecodeAttrs -fuzztime 5m ./nfs4/client
@@ -95,10 +92,9 @@ func encodeResult(t *testing.T, r nfsv4.NfsResop4) []byte {
 }
 
 // FuzzDecodeReply checks decodeReply against the generated Compound4res
-// decoder: no panic, returned data within the input, the same results
-// whenever the generated decoder accepts the input, and acceptance by the
-// generated decoder whenever decodeReply accepts one without extension
-// results (or non-zero padding, which only the generated decoder checks).
+// decoder: no panic, the same results whenever the generated decoder
+// accepts the input, and acceptance by the generated decoder whenever
+// decodeReply accepts one without extension results.
 func FuzzDecodeReply(f *testing.F) {
 	for _, s := range fuzzReplySeeds(f) {
 		f.Add(s)
@@ -136,12 +132,6 @@ func FuzzDecodeReply(f *testing.F) {
 		if hasExtensionResult(rep) {
 			return
 		}
-		if gerr != nil && strings.Contains(gerr.Error(), "padding contains non-zero") {
-			// The in-place decoders skip XDR padding without checking
-			// that it is zero (as the Linux client does); the generated
-			// ones refuse non-zero padding. A deliberate difference.
-			return
-		}
 		if gerr != nil {
 			t.Fatalf("decodeReply accepts what the generated decoder refuses (%v): %d results", gerr, len(rep.results))
 		}
@@ -156,9 +146,8 @@ func FuzzDecodeReply(f *testing.F) {
 	})
 }
 
-// FuzzDecodeAttrs checks DecodeAttrs (in-place reads) against the
-// generated readers (decodeAttrsGenerated): no panic, the same error or
-// not, the same attributes.
+// FuzzDecodeAttrs checks that DecodeAttrs does not panic on any attribute
+// list, and that what it accepts is within the protocol's bounds.
 func FuzzDecodeAttrs(f *testing.F) {
 	var vals bytes.Buffer
 	runtime.WriteUnsignedInt(&vals, uint32(nfsv4.NF4REG))
@@ -183,18 +172,8 @@ func FuzzDecodeAttrs(f *testing.F) {
 		}
 		in := nfsv4.Fattr4{Attrmask: mask, AttrVals: vals}
 		got, err := DecodeAttrs(in)
-		want, werr := decodeAttrsGenerated(in)
-		if err == nil && werr != nil && strings.Contains(werr.Error(), "padding contains non-zero") {
-			return // only the generated readers check padding (see FuzzDecodeReply)
-		}
-		if (err == nil) != (werr == nil) {
-			t.Fatalf("error %v, generated %v", err, werr)
-		}
-		if err == nil && !reflect.DeepEqual(got, want) {
-			t.Fatalf("decoded\n%+v\ngenerated\n%+v", got, want)
-		}
-		if len(got.Handle) > 0 && cap(got.Handle) != len(got.Handle) {
-			t.Fatalf("handle capacity %d past its %d bytes", cap(got.Handle), len(got.Handle))
+		if err == nil && len(got.Handle) > nfsv4.NFS4_FHSIZE {
+			t.Fatalf("handle of %d bytes", len(got.Handle))
 		}
 	})
 }

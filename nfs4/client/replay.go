@@ -149,8 +149,10 @@ func opReplyBound(op nfsv4.NfsArgop4) int {
 		return 0
 	case *nfsv4.NfsArgop4_OP_SEEK:
 		return 4 + 8
-	case *txnBeginArgs:
-		return 16
+	case *extArg:
+		if a.GetArgop() == OpTxnBegin {
+			return 16
+		}
 	}
 	return -1
 }

@@ -1,28 +1,26 @@
 package client
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
-	"github.com/buildbarn/go-xdr/pkg/runtime"
+
+	"github.com/txnfs/txnfs/nfs4/internal/extxdr"
 )
 
 // Private operations of txnfs multi-compound transactions
 // (docs/protocol.md §3). A server without them answers OP_ILLEGAL.
 const (
 	// OpTxnBegin opens a transaction on the server and returns its id.
-	OpTxnBegin nfsv4.NfsOpnum4 = 0x74786e02
+	OpTxnBegin nfsv4.NfsOpnum4 = extxdr.OP_TXN_BEGIN
 	// OpTxnJoin, sent first in a COMPOUND (before SEQUENCE), runs the
 	// COMPOUND inside a transaction (see Compound.TxnID).
-	OpTxnJoin nfsv4.NfsOpnum4 = 0x74786e03
+	OpTxnJoin nfsv4.NfsOpnum4 = extxdr.OP_TXN_JOIN
 	// OpTxnEnd commits or aborts a transaction.
-	OpTxnEnd nfsv4.NfsOpnum4 = 0x74786e04
+	OpTxnEnd nfsv4.NfsOpnum4 = extxdr.OP_TXN_END
 )
 
 // TxnID identifies a server-side multi-compound transaction (txnid4). The
@@ -92,7 +90,7 @@ func txnStatusErr(op nfsv4.NfsOpnum4, st nfsv4.Nfsstat4) error {
 // extension (nothing was done); ErrTxnLimit that it has too many open.
 func (c *Client) TxnBegin(ctx context.Context) (TxnID, error) {
 	var cp Compound
-	cp.Add(&txnBeginArgs{clientID: c.ClientID()})
+	cp.Add(txnBeginArg(c.ClientID()))
 	rep, err := c.Do(ctx, &cp)
 	if err != nil {
 		return TxnID{}, err
@@ -103,7 +101,11 @@ func (c *Client) TxnBegin(ctx context.Context) (TxnID, error) {
 	if rep.Status != nfsv4.NFS4_OK {
 		return TxnID{}, txnStatusErr(rep.Results[0].GetResop(), rep.Status)
 	}
-	r, ok := rep.Results[0].(*txnBeginRes)
+	r, ok := rep.Results[0].(*extRes)
+	var id TxnID
+	if ok {
+		id, ok = r.txnID()
+	}
 	if !ok {
 		return TxnID{}, fmt.Errorf("nfs4 client: TXN_BEGIN: unexpected result %s", OpName(rep.Results[0].GetResop()))
 	}
@@ -111,9 +113,9 @@ func (c *Client) TxnBegin(ctx context.Context) (TxnID, error) {
 	if c.mu.txns == nil {
 		c.mu.txns = make(map[TxnID]bool)
 	}
-	c.mu.txns[r.id] = true
+	c.mu.txns[id] = true
 	c.mu.Unlock()
-	return r.id, nil
+	return id, nil
 }
 
 // abortTxns aborts the transactions TxnBegin opened and TxnEnd did not
@@ -143,7 +145,7 @@ func (c *Client) abortTxns(ctx context.Context) {
 // included: then the outcome is unknown).
 func (c *Client) TxnEnd(ctx context.Context, id TxnID, commit bool) error {
 	var cp Compound
-	cp.Add(&txnEndArgs{id: id, clientID: c.ClientID(), commit: commit})
+	cp.Add(txnEndArg(id, c.ClientID(), commit))
 	rep, err := c.Do(ctx, &cp)
 	if err != nil {
 		return err
@@ -155,8 +157,10 @@ func (c *Client) TxnEnd(ctx context.Context, id TxnID, commit bool) error {
 		return nil
 	}
 	if len(rep.Results) == 1 {
-		if r, ok := rep.Results[0].(*txnEndRes); ok && r.status == nfsv4.NFS4ERR_NOT_SAME {
-			return &TxnConflictError{ID: id, Report: r.report}
+		if r, ok := rep.Results[0].(*extRes); ok {
+			if report, isConflict := r.conflict(); isConflict {
+				return &TxnConflictError{ID: id, Report: report}
+			}
 		}
 		return txnStatusErr(rep.Results[0].GetResop(), rep.Status)
 	}
@@ -170,107 +174,6 @@ func txnJoinErr(st nfsv4.Nfsstat4) error { return txnStatusErr(OpTxnJoin, st) }
 // isTxnOp reports the private transaction operations.
 func isTxnOp(op nfsv4.NfsOpnum4) bool {
 	return op == OpTxnBegin || op == OpTxnJoin || op == OpTxnEnd
-}
-
-// privateArg is an operation the generated XDR code does not know. It
-// embeds a generated argument type only to satisfy nfsv4.NfsArgop4 (whose
-// marker method is unexported); its own methods encode it.
-type privateArg struct{ nfsv4.NfsArgop4_OP_ILLEGAL }
-
-// txnBeginArgs is TXN_BEGIN4args.
-type txnBeginArgs struct {
-	privateArg
-	clientID uint64
-}
-
-func (a *txnBeginArgs) GetArgop() nfsv4.NfsOpnum4 { return OpTxnBegin }
-func (a *txnBeginArgs) GetEncodedSizeBytes() int  { return 16 }
-func (a *txnBeginArgs) WriteTo(w io.Writer) (int64, error) {
-	var b [16]byte
-	binary.BigEndian.PutUint32(b[:], uint32(OpTxnBegin))
-	binary.BigEndian.PutUint64(b[8:], a.clientID) // flags (b[4:8]) = 0
-	n, err := w.Write(b[:])
-	return int64(n), err
-}
-
-// txnEndArgs is TXN_END4args.
-type txnEndArgs struct {
-	privateArg
-	id       TxnID
-	clientID uint64
-	commit   bool
-}
-
-func (a *txnEndArgs) GetArgop() nfsv4.NfsOpnum4 { return OpTxnEnd }
-func (a *txnEndArgs) GetEncodedSizeBytes() int  { return 32 }
-func (a *txnEndArgs) WriteTo(w io.Writer) (int64, error) {
-	var b [32]byte
-	binary.BigEndian.PutUint32(b[:], uint32(OpTxnEnd))
-	copy(b[4:], a.id[:])
-	binary.BigEndian.PutUint64(b[20:], a.clientID)
-	if a.commit {
-		b[31] = 1
-	}
-	n, err := w.Write(b[:])
-	return int64(n), err
-}
-
-// writeTxnJoin encodes TXN_JOIN4args (opcode included).
-func writeTxnJoin(w io.Writer, id TxnID, clientID uint64) {
-	var b [28]byte
-	binary.BigEndian.PutUint32(b[:], uint32(OpTxnJoin))
-	copy(b[4:], id[:])
-	binary.BigEndian.PutUint64(b[20:], clientID)
-	w.Write(b[:])
-}
-
-// privateRes is a result the generated XDR code does not know (see
-// privateArg).
-type privateRes struct{ nfsv4.NfsResop4_OP_ILLEGAL }
-
-// txnBeginRes is TXN_BEGIN4res.
-type txnBeginRes struct {
-	privateRes
-	status nfsv4.Nfsstat4
-	id     TxnID
-}
-
-func (r *txnBeginRes) GetResop() nfsv4.NfsOpnum4 { return OpTxnBegin }
-
-// txnEndRes is TXN_END4res.
-type txnEndRes struct {
-	privateRes
-	status nfsv4.Nfsstat4
-	report string
-}
-
-func (r *txnEndRes) GetResop() nfsv4.NfsOpnum4 { return OpTxnEnd }
-
-// decodeTxnResult decodes a TXN_BEGIN or TXN_END result (opcode
-// included) at r's position.
-func decodeTxnResult(r *bytes.Reader, op nfsv4.NfsOpnum4, st nfsv4.Nfsstat4) (nfsv4.NfsResop4, error) {
-	r.Seek(8, io.SeekCurrent)
-	switch op {
-	case OpTxnBegin:
-		res := &txnBeginRes{status: st}
-		if st == nfsv4.NFS4_OK {
-			if _, err := io.ReadFull(r, res.id[:]); err != nil {
-				return nil, fmt.Errorf("TXN_BEGIN: %w", err)
-			}
-		}
-		return res, nil
-	case OpTxnEnd:
-		res := &txnEndRes{status: st}
-		if st == nfsv4.NFS4ERR_NOT_SAME {
-			s, _, err := runtime.ReadUTF8String(r, 1<<16)
-			if err != nil {
-				return nil, fmt.Errorf("TXN_END: %w", err)
-			}
-			res.report = s
-		}
-		return res, nil
-	}
-	return nil, fmt.Errorf("unexpected %s result", OpName(op))
 }
 
 func init() {
