@@ -2,7 +2,6 @@ package fuse
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -971,31 +970,13 @@ func (m *RemoteServer) StatFs(cancel <-chan struct{}, h *raw.InHeader, out *raw.
 	if ok == nil {
 		return raw.EIO
 	}
-	f := ok.Resok4.ObjAttributes
-	b := f.AttrVals
-	var vals [7]uint64
-	for i, attr := range []uint32{nfsv4.FATTR4_FILES_AVAIL, nfsv4.FATTR4_FILES_FREE, nfsv4.FATTR4_FILES_TOTAL,
-		nfsv4.FATTR4_MAXNAME, nfsv4.FATTR4_SPACE_AVAIL, nfsv4.FATTR4_SPACE_FREE, nfsv4.FATTR4_SPACE_TOTAL} {
-		if !client.Bitmap(f.Attrmask).Has(attr) {
-			continue
-		}
-		w := 8
-		if attr == nfsv4.FATTR4_MAXNAME {
-			w = 4
-		}
-		if len(b) < w {
-			return raw.EIO
-		}
-		if w == 4 {
-			vals[i] = uint64(binary.BigEndian.Uint32(b))
-		} else {
-			vals[i] = binary.BigEndian.Uint64(b)
-		}
-		b = b[w:]
+	a, err := client.DecodeAttrs(ok.Resok4.ObjAttributes)
+	if err != nil {
+		return raw.EIO
 	}
 	const bs = 4096
-	*out = raw.StatfsOut{Files: vals[2], Ffree: vals[1], NameLen: uint32(vals[3]),
-		Blocks: vals[6] / bs, Bfree: vals[5] / bs, Bavail: vals[4] / bs, Bsize: bs, Frsize: bs}
+	*out = raw.StatfsOut{Files: a.FilesTotal, Ffree: a.FilesFree, NameLen: a.MaxName,
+		Blocks: a.SpaceTotal / bs, Bfree: a.SpaceFree / bs, Bavail: a.SpaceAvail / bs, Bsize: bs, Frsize: bs}
 	if out.NameLen == 0 {
 		out.NameLen = 255
 	}
@@ -1621,12 +1602,7 @@ func (m *RemoteServer) readDir(cancel <-chan struct{}, in *raw.ReadIn, out *raw.
 	dir.verf = ok.Resok4.Cookieverf
 	m.nodes.mu.Unlock()
 	for e := ok.Resok4.Reply.Entries; e != nil; e = e.Nextentry {
-		var fh []byte
-		attrs := e.Attrs
-		if plus {
-			fh, attrs = splitFH(attrs)
-		}
-		a, err := client.DecodeAttrs(attrs)
+		a, err := client.DecodeAttrs(e.Attrs)
 		if err != nil {
 			return m.status("readdir", err)
 		}
@@ -1641,41 +1617,11 @@ func (m *RemoteServer) readDir(cancel <-chan struct{}, in *raw.ReadIn, out *raw.
 		if eo == nil {
 			break
 		}
-		if fh != nil && a.Mask.Has(nfsv4.FATTR4_CHANGE) && a.Error == nfsv4.NFS4_OK {
-			m.entry(eo, fh, &a)
+		if len(a.Handle) > 0 && a.Mask.Has(nfsv4.FATTR4_CHANGE) && a.Error == nfsv4.NFS4_OK {
+			m.entry(eo, a.Handle, &a)
 		}
 	}
 	return raw.OK
-}
-
-// splitFH takes the FATTR4_FILEHANDLE value out of a READDIR entry's
-// attributes, whose values are in attribute number order: before the
-// handle (19) come only TYPE (1), CHANGE (3) and SIZE (4), 20 bytes in
-// all, when the server returns what readdirPlusMask asks. Otherwise the
-// handle is nil and the entry gets no attributes.
-func splitFH(f nfsv4.Fattr4) ([]byte, nfsv4.Fattr4) {
-	mask := client.Bitmap(f.Attrmask)
-	if !mask.Has(nfsv4.FATTR4_FILEHANDLE) {
-		return nil, f
-	}
-	want := client.MakeBitmap(nfsv4.FATTR4_TYPE, nfsv4.FATTR4_CHANGE, nfsv4.FATTR4_SIZE)
-	if len(mask) == 0 || mask[0]&(1<<nfsv4.FATTR4_FILEHANDLE-1) != want[0] {
-		return nil, nfsv4.Fattr4{Attrmask: []uint32{}, AttrVals: nil}
-	}
-	v := f.AttrVals
-	if len(v) < 24 {
-		return nil, nfsv4.Fattr4{Attrmask: []uint32{}}
-	}
-	l := int(binary.BigEndian.Uint32(v[20:]))
-	end := 24 + (l+3)&^3
-	if l > 128 || len(v) < end {
-		return nil, nfsv4.Fattr4{Attrmask: []uint32{}}
-	}
-	fh := append([]byte(nil), v[24:24+l]...)
-	rest := append(append([]byte(nil), v[:20]...), v[end:]...)
-	nm := append(client.Bitmap(nil), mask...)
-	nm[0] &^= 1 << nfsv4.FATTR4_FILEHANDLE
-	return fh, nfsv4.Fattr4{Attrmask: nm, AttrVals: rest}
 }
 
 // Mounted is a served mount, local (Server) or remote (RemoteServer).

@@ -62,6 +62,15 @@ type Attrs struct {
 	CloneBlk  uint32          // FATTR4_CLONE_BLKSIZE
 	Error     nfsv4.Nfsstat4  // FATTR4_RDATTR_ERROR (READDIR entries)
 	Handle    []byte          // FATTR4_FILEHANDLE
+
+	// Capacity (statfs).
+	FilesAvail uint64 // FATTR4_FILES_AVAIL
+	FilesFree  uint64 // FATTR4_FILES_FREE
+	FilesTotal uint64 // FATTR4_FILES_TOTAL
+	MaxName    uint32 // FATTR4_MAXNAME
+	SpaceAvail uint64 // FATTR4_SPACE_AVAIL
+	SpaceFree  uint64 // FATTR4_SPACE_FREE
+	SpaceTotal uint64 // FATTR4_SPACE_TOTAL
 }
 
 // Common attribute masks.
@@ -146,11 +155,11 @@ func DecodeAttrs(f nfsv4.Fattr4) (Attrs, error) {
 			case nfsv4.FATTR4_FILEID:
 				a.FileID, _, err = nfsv4.ReadFattr4Fileid(r)
 			case nfsv4.FATTR4_FILES_AVAIL:
-				_, _, err = nfsv4.ReadFattr4FilesAvail(r)
+				a.FilesAvail, _, err = nfsv4.ReadFattr4FilesAvail(r)
 			case nfsv4.FATTR4_FILES_FREE:
-				_, _, err = nfsv4.ReadFattr4FilesFree(r)
+				a.FilesFree, _, err = nfsv4.ReadFattr4FilesFree(r)
 			case nfsv4.FATTR4_FILES_TOTAL:
-				_, _, err = nfsv4.ReadFattr4FilesTotal(r)
+				a.FilesTotal, _, err = nfsv4.ReadFattr4FilesTotal(r)
 			case nfsv4.FATTR4_HOMOGENEOUS:
 				_, _, err = nfsv4.ReadFattr4Homogeneous(r)
 			case nfsv4.FATTR4_MAXFILESIZE:
@@ -158,7 +167,7 @@ func DecodeAttrs(f nfsv4.Fattr4) (Attrs, error) {
 			case nfsv4.FATTR4_MAXLINK:
 				_, _, err = nfsv4.ReadFattr4Maxlink(r)
 			case nfsv4.FATTR4_MAXNAME:
-				_, _, err = nfsv4.ReadFattr4Maxname(r)
+				a.MaxName, _, err = nfsv4.ReadFattr4Maxname(r)
 			case nfsv4.FATTR4_MAXREAD:
 				a.MaxRead, _, err = nfsv4.ReadFattr4Maxread(r)
 			case nfsv4.FATTR4_MAXWRITE:
@@ -176,11 +185,11 @@ func DecodeAttrs(f nfsv4.Fattr4) (Attrs, error) {
 			case nfsv4.FATTR4_RAWDEV:
 				_, err = nfsv4.ReadFattr4Rawdev(r, &a.Rdev)
 			case nfsv4.FATTR4_SPACE_AVAIL:
-				_, _, err = nfsv4.ReadFattr4SpaceAvail(r)
+				a.SpaceAvail, _, err = nfsv4.ReadFattr4SpaceAvail(r)
 			case nfsv4.FATTR4_SPACE_FREE:
-				_, _, err = nfsv4.ReadFattr4SpaceFree(r)
+				a.SpaceFree, _, err = nfsv4.ReadFattr4SpaceFree(r)
 			case nfsv4.FATTR4_SPACE_TOTAL:
-				_, _, err = nfsv4.ReadFattr4SpaceTotal(r)
+				a.SpaceTotal, _, err = nfsv4.ReadFattr4SpaceTotal(r)
 			case nfsv4.FATTR4_SPACE_USED:
 				a.SpaceUsed, _, err = nfsv4.ReadFattr4SpaceUsed(r)
 			case nfsv4.FATTR4_TIME_ACCESS:

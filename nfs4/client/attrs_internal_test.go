@@ -95,9 +95,9 @@ func TestDecodeAttrs(t *testing.T) {
 			a.Handle = v
 		}},
 		{nfsv4.FATTR4_FILEID, u64(func(a *Attrs, v uint64) { a.FileID = v })},
-		{nfsv4.FATTR4_FILES_AVAIL, u64(nil)}, {nfsv4.FATTR4_FILES_FREE, u64(nil)}, {nfsv4.FATTR4_FILES_TOTAL, u64(nil)},
+		{nfsv4.FATTR4_FILES_AVAIL, u64(func(a *Attrs, v uint64) { a.FilesAvail = v })}, {nfsv4.FATTR4_FILES_FREE, u64(func(a *Attrs, v uint64) { a.FilesFree = v })}, {nfsv4.FATTR4_FILES_TOTAL, u64(func(a *Attrs, v uint64) { a.FilesTotal = v })},
 		{nfsv4.FATTR4_HOMOGENEOUS, boolean}, {nfsv4.FATTR4_MAXFILESIZE, u64(nil)}, {nfsv4.FATTR4_MAXLINK, u32(nil)},
-		{nfsv4.FATTR4_MAXNAME, u32(nil)}, {nfsv4.FATTR4_MAXREAD, u64(func(a *Attrs, v uint64) { a.MaxRead = v })},
+		{nfsv4.FATTR4_MAXNAME, u32(func(a *Attrs, v uint32) { a.MaxName = v })}, {nfsv4.FATTR4_MAXREAD, u64(func(a *Attrs, v uint64) { a.MaxRead = v })},
 		{nfsv4.FATTR4_MAXWRITE, u64(func(a *Attrs, v uint64) { a.MaxWrite = v })},
 		{nfsv4.FATTR4_MODE, u32(func(a *Attrs, v uint32) { a.Mode = v })}, {nfsv4.FATTR4_NO_TRUNC, boolean},
 		{nfsv4.FATTR4_NUMLINKS, u32(func(a *Attrs, v uint32) { a.Nlink = v })},
@@ -107,7 +107,7 @@ func TestDecodeAttrs(t *testing.T) {
 			u32(func(a *Attrs, v uint32) { a.Rdev.Specdata1 = v })(b, a)
 			u32(func(a *Attrs, v uint32) { a.Rdev.Specdata2 = v })(b, a)
 		}},
-		{nfsv4.FATTR4_SPACE_AVAIL, u64(nil)}, {nfsv4.FATTR4_SPACE_FREE, u64(nil)}, {nfsv4.FATTR4_SPACE_TOTAL, u64(nil)},
+		{nfsv4.FATTR4_SPACE_AVAIL, u64(func(a *Attrs, v uint64) { a.SpaceAvail = v })}, {nfsv4.FATTR4_SPACE_FREE, u64(func(a *Attrs, v uint64) { a.SpaceFree = v })}, {nfsv4.FATTR4_SPACE_TOTAL, u64(func(a *Attrs, v uint64) { a.SpaceTotal = v })},
 		{nfsv4.FATTR4_SPACE_USED, u64(func(a *Attrs, v uint64) { a.SpaceUsed = v })},
 		{nfsv4.FATTR4_TIME_ACCESS, tm(func(a *Attrs, v time.Time) { a.Atime = v })}, {nfsv4.FATTR4_TIME_CREATE, tm(nil)},
 		{nfsv4.FATTR4_TIME_DELTA, tm(nil)}, {nfsv4.FATTR4_TIME_METADATA, tm(func(a *Attrs, v time.Time) { a.Ctime = v })},
