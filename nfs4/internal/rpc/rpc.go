@@ -745,14 +745,14 @@ func EncodeReply(xid uint32, rep *Reply) []byte {
 		buf.Write(rep.Body)
 	}
 	b := buf.Bytes()
-	putRecordMark(b, len(b)-4)
+	PutRecordMark(b, len(b)-4)
 	return b
 }
 
-// putRecordMark writes at b[0:4] the record mark (RFC 5531 §11: record
+// PutRecordMark writes at b[0:4] the record mark (RFC 5531 §11: record
 // marking, the framing of RPC on TCP, not XDR) of a record of n bytes
 // sent as one last fragment.
-func putRecordMark(b []byte, n int) {
+func PutRecordMark(b []byte, n int) {
 	binary.BigEndian.PutUint32(b, uint32(n)|0x80000000)
 }
 
@@ -810,7 +810,7 @@ func successHeader(b []byte, xid uint32, n int) []byte {
 	w := appender{b: append(b, 0, 0, 0, 0)} // the record mark, set below
 	msg := rpcv2.RpcMsg{Xid: xid, Body: successReply}
 	msg.WriteTo(&w) // cannot fail: fixed types, appending
-	putRecordMark(w.b[len(b):], len(w.b)-len(b)-4+n)
+	PutRecordMark(w.b[len(b):], len(w.b)-len(b)-4+n)
 	return w.b
 }
 

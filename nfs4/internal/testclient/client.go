@@ -5,7 +5,6 @@ package testclient
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -17,37 +16,68 @@ import (
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
 	"github.com/buildbarn/go-xdr/pkg/runtime"
 
+	"github.com/txnfs/txnfs/nfs4/internal/extxdr"
 	"github.com/txnfs/txnfs/nfs4/internal/rpc"
 )
 
-// OpTxn mirrors server.OpTxn (kept here to avoid an import cycle in tests).
-const OpTxn = 0x74786e00
+// Opcodes of the txnfs extension (docs/protocol.md), from its generated
+// XDR code (nfs4/internal/extxdr), which the server uses too.
+const (
+	OpTxn          = extxdr.OP_TXN
+	OpAppendOffset = extxdr.OP_APPEND_OFFSET
+	OpTxnBegin     = extxdr.OP_TXN_BEGIN
+	OpTxnJoin      = extxdr.OP_TXN_JOIN
+	OpTxnEnd       = extxdr.OP_TXN_END
+	OpChain        = extxdr.OP_CHAIN
+)
 
-// OpAppendOffset mirrors server.OpAppendOffset.
-const OpAppendOffset = 0x74786e01
+// extArg is the nfsv4.NfsArgop4 methods of an operation of the
+// extension, encoded by the generated extxdr.ExtArgop4 that arg returns
+// (the embedded generated type only supplies the interface's unexported
+// marker method).
+type extArg struct{ nfsv4.NfsArgop4_OP_ILLEGAL }
 
 // AppendOffsetArgs is the private OpAppendOffset operation as an
-// nfsv4.NfsArgop4 (the embedded generated type only supplies the
-// interface's unexported marker method).
+// nfsv4.NfsArgop4.
 type AppendOffsetArgs struct {
-	nfsv4.NfsArgop4_OP_ILLEGAL
+	extArg
 	Flags uint32
+}
+
+func (a *AppendOffsetArgs) arg() extxdr.ExtArgop4 {
+	return &extxdr.ExtArgop4_OP_APPEND_OFFSET{Opappendoffset: extxdr.AppendOffset4args{Flags: a.Flags}}
 }
 
 // GetArgop implements nfsv4.NfsArgop4.
 func (a *AppendOffsetArgs) GetArgop() nfsv4.NfsOpnum4 { return OpAppendOffset }
 
 // GetEncodedSizeBytes implements nfsv4.NfsArgop4.
-func (a *AppendOffsetArgs) GetEncodedSizeBytes() int { return 8 }
+func (a *AppendOffsetArgs) GetEncodedSizeBytes() int { return a.arg().GetEncodedSizeBytes() }
 
 // WriteTo implements nfsv4.NfsArgop4.
-func (a *AppendOffsetArgs) WriteTo(w io.Writer) (int64, error) {
-	var b [8]byte
-	binary.BigEndian.PutUint32(b[:], OpAppendOffset)
-	binary.BigEndian.PutUint32(b[4:], a.Flags)
-	n, err := w.Write(b[:])
-	return int64(n), err
+func (a *AppendOffsetArgs) WriteTo(w io.Writer) (int64, error) { return a.arg().WriteTo(w) }
+
+// ChainArgs is the private OpChain operation (CHAIN4args) as an
+// nfsv4.NfsArgop4; it belongs first, before SEQUENCE.
+type ChainArgs struct {
+	extArg
+	ID    uint64
+	Seq   uint32
+	Flags uint32 // 1: CHAIN4_LAST
 }
+
+func (a *ChainArgs) arg() extxdr.ExtArgop4 {
+	return &extxdr.ExtArgop4_OP_CHAIN{Opchain: extxdr.Chain4args{Chain: a.ID, Seq: a.Seq, Flags: a.Flags}}
+}
+
+// GetArgop implements nfsv4.NfsArgop4.
+func (a *ChainArgs) GetArgop() nfsv4.NfsOpnum4 { return OpChain }
+
+// GetEncodedSizeBytes implements nfsv4.NfsArgop4.
+func (a *ChainArgs) GetEncodedSizeBytes() int { return a.arg().GetEncodedSizeBytes() }
+
+// WriteTo implements nfsv4.NfsArgop4.
+func (a *ChainArgs) WriteTo(w io.Writer) (int64, error) { return a.arg().WriteTo(w) }
 
 // AppendOffsetResult is a decoded OpAppendOffset result.
 type AppendOffsetResult struct {
@@ -58,43 +88,6 @@ type AppendOffsetResult struct {
 
 // GetResop implements nfsv4.NfsResop4.
 func (r *AppendOffsetResult) GetResop() nfsv4.NfsOpnum4 { return OpAppendOffset }
-
-// Opcodes of the multi-compound transaction operations (mirroring
-// server.OpTxnBegin, OpTxnJoin, OpTxnEnd; docs/protocol.md §3).
-const (
-	OpTxnBegin = 0x74786e02
-	OpTxnJoin  = 0x74786e03
-	OpTxnEnd   = 0x74786e04
-)
-
-// OpChain mirrors server.OpChain (docs/protocol.md §4).
-const OpChain = 0x74786e05
-
-// ChainArgs is the private OpChain operation (CHAIN4args) as an
-// nfsv4.NfsArgop4; it belongs first, before SEQUENCE.
-type ChainArgs struct {
-	nfsv4.NfsArgop4_OP_ILLEGAL
-	ID    uint64
-	Seq   uint32
-	Flags uint32 // 1: CHAIN4_LAST
-}
-
-// GetArgop implements nfsv4.NfsArgop4.
-func (a *ChainArgs) GetArgop() nfsv4.NfsOpnum4 { return OpChain }
-
-// GetEncodedSizeBytes implements nfsv4.NfsArgop4.
-func (a *ChainArgs) GetEncodedSizeBytes() int { return 20 }
-
-// WriteTo implements nfsv4.NfsArgop4.
-func (a *ChainArgs) WriteTo(w io.Writer) (int64, error) {
-	var b [20]byte
-	binary.BigEndian.PutUint32(b[:], OpChain)
-	binary.BigEndian.PutUint64(b[4:], a.ID)
-	binary.BigEndian.PutUint32(b[12:], a.Seq)
-	binary.BigEndian.PutUint32(b[16:], a.Flags)
-	n, err := w.Write(b[:])
-	return int64(n), err
-}
 
 // TxnResult is a decoded TXN_BEGIN or TXN_END result.
 type TxnResult struct {
@@ -169,7 +162,7 @@ func (c *Client) CallRaw(prog, vers, proc uint32, args []byte) (*RawReply, error
 		return nil, err
 	}
 	b := buf.Bytes()
-	binary.BigEndian.PutUint32(b, uint32(len(b)-4+len(args))|0x80000000)
+	rpc.PutRecordMark(b, len(b)-4+len(args))
 	c.conn.SetDeadline(time.Now().Add(30 * time.Second))
 	bufs := net.Buffers{b, args}
 	if _, err := bufs.WriteTo(c.conn); err != nil {
@@ -228,8 +221,7 @@ func EncodeCompound(minor uint32, txn bool, ops []nfsv4.NfsArgop4) []byte {
 	}
 	runtime.WriteUnsignedInt(buf, uint32(n))
 	if txn {
-		runtime.WriteUnsignedInt(buf, OpTxn)
-		runtime.WriteUnsignedInt(buf, 0)
+		(&extxdr.ExtArgop4_OP_TXN{}).WriteTo(buf)
 	}
 	for _, op := range ops {
 		if _, err := op.WriteTo(buf); err != nil {
@@ -258,70 +250,43 @@ func DecodeCompound(b []byte) (*Reply, error) {
 		return nil, err
 	}
 	for i := uint32(0); i < n; i++ {
-		if r.Len() >= 8 {
-			switch op := binary.BigEndian.Uint32(b[len(b)-r.Len():]); op {
-			case OpChain:
-				r.Seek(4, io.SeekCurrent)
-				st, _, _ := runtime.ReadInt(r)
-				s := nfsv4.Nfsstat4(st)
-				rep.Chain = &s
-				continue
-			case OpTxnJoin:
-				r.Seek(4, io.SeekCurrent)
-				st, _, _ := runtime.ReadInt(r)
-				s := nfsv4.Nfsstat4(st)
-				rep.Txn = &s
-				continue
-			case OpTxnBegin, OpTxnEnd:
-				r.Seek(4, io.SeekCurrent)
-				st, _, _ := runtime.ReadInt(r)
-				tr := &TxnResult{Op: nfsv4.NfsOpnum4(op), Status: nfsv4.Nfsstat4(st)}
-				switch {
-				case op == OpTxnBegin && tr.Status == nfsv4.NFS4_OK:
-					if _, err := io.ReadFull(r, tr.ID[:]); err != nil {
-						return nil, fmt.Errorf("result %d: %w", i, err)
-					}
-				case op == OpTxnEnd && tr.Status == nfsv4.NFS4ERR_NOT_SAME:
-					if tr.Report, _, err = runtime.ReadUTF8String(r, 1<<20); err != nil {
-						return nil, fmt.Errorf("result %d: %w", i, err)
-					}
+		var op nfsv4.NfsOpnum4
+		if _, err := op.ReadFrom(r); err != nil {
+			return nil, fmt.Errorf("result %d: %w", i, err)
+		}
+		r.Seek(-nfsv4.NfsOpnum4EncodedSizeBytes, io.SeekCurrent)
+		switch op {
+		case OpTxn, OpAppendOffset, OpTxnBegin, OpTxnJoin, OpTxnEnd, OpChain:
+			res, _, err := extxdr.ReadExtResop4(r)
+			if err != nil {
+				return nil, fmt.Errorf("result %d: %w", i, err)
+			}
+			switch res := res.(type) {
+			case *extxdr.ExtResop4_OP_TXN:
+				rep.Txn = &res.Optxn.Status
+			case *extxdr.ExtResop4_OP_TXN_JOIN:
+				rep.Txn = &res.Optxnjoin.Status
+			case *extxdr.ExtResop4_OP_CHAIN:
+				rep.Chain = &res.Opchain.Status
+			case *extxdr.ExtResop4_OP_APPEND_OFFSET:
+				ar := &AppendOffsetResult{Status: res.Opappendoffset.GetStatus()}
+				if ok, isOK := res.Opappendoffset.(*extxdr.AppendOffset4res_NFS4_OK); isOK {
+					ar.Offset = ok.Offset
+				}
+				rep.Results = append(rep.Results, ar)
+			case *extxdr.ExtResop4_OP_TXN_BEGIN:
+				tr := &TxnResult{Op: OpTxnBegin, Status: res.Optxnbegin.GetStatus()}
+				if ok, isOK := res.Optxnbegin.(*extxdr.TxnBegin4res_NFS4_OK); isOK {
+					tr.ID = ok.Txnid
 				}
 				rep.Results = append(rep.Results, tr)
-				continue
-			}
-		}
-		if r.Len() >= 8 && binary.BigEndian.Uint32(b[len(b)-r.Len():]) == OpTxn {
-			r.Seek(4, io.SeekCurrent)
-			st, _, _ := runtime.ReadInt(r)
-			s := nfsv4.Nfsstat4(st)
-			rep.Txn = &s
-			continue
-		}
-		if r.Len() >= 8 && binary.BigEndian.Uint32(b[len(b)-r.Len():]) == OpAppendOffset {
-			r.Seek(4, io.SeekCurrent)
-			st, _, _ := runtime.ReadInt(r)
-			ar := &AppendOffsetResult{Status: nfsv4.Nfsstat4(st)}
-			if ar.Status == nfsv4.NFS4_OK {
-				if ar.Offset, _, err = runtime.ReadUnsignedHyper(r); err != nil {
-					return nil, fmt.Errorf("result %d: %w", i, err)
+			case *extxdr.ExtResop4_OP_TXN_END:
+				tr := &TxnResult{Op: OpTxnEnd, Status: res.Optxnend.GetStatus()}
+				if c, isConflict := res.Optxnend.(*extxdr.TxnEnd4res_NFS4ERR_NOT_SAME); isConflict {
+					tr.Report = c.Report
 				}
+				rep.Results = append(rep.Results, tr)
 			}
-			rep.Results = append(rep.Results, ar)
-			continue
-		}
-		if r.Len() >= 16 && binary.BigEndian.Uint32(b[len(b)-r.Len():]) == uint32(nfsv4.OP_READ) &&
-			binary.BigEndian.Uint32(b[len(b)-r.Len()+4:]) == uint32(nfsv4.NFS4_OK) {
-			// READ data is sliced out of the reply, not copied (the
-			// generated decoder grows a buffer by doubling).
-			p := b[len(b)-r.Len():]
-			eof := binary.BigEndian.Uint32(p[8:]) != 0
-			n := uint64(binary.BigEndian.Uint32(p[12:]))
-			if uint64(len(p)-16) < (n+3)&^3 {
-				return nil, fmt.Errorf("result %d: truncated READ", i)
-			}
-			rep.Results = append(rep.Results, &nfsv4.NfsResop4_OP_READ{Opread: &nfsv4.Read4res_NFS4_OK{
-				Resok4: nfsv4.Read4resok{Eof: eof, Data: p[16 : 16+n : 16+n]}}})
-			r.Seek(int64(16+(n+3)&^3), io.SeekCurrent)
 			continue
 		}
 		res, _, err := nfsv4.ReadNfsResop4(r)
