@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/rpcv2"
+	"github.com/buildbarn/go-xdr/pkg/runtime"
 )
 
 // ErrTransport wraps failures of the TCP connection (dial, write, read,
@@ -86,11 +87,13 @@ func (t *transport) readLoop() {
 			t.fail(fmt.Errorf("%w: reading reply: %v", ErrTransport, err))
 			return
 		}
-		if len(rec) < 4 {
+		// The xid (rpc_msg's first field) routes the reply to its
+		// call; parseReply decodes the rest.
+		xid, _, err := runtime.ReadUnsignedInt(bytes.NewReader(rec))
+		if err != nil {
 			t.fail(fmt.Errorf("%w: short reply record", ErrTransport))
 			return
 		}
-		xid := binary.BigEndian.Uint32(rec)
 		t.mu.Lock()
 		ch, ok := t.mu.pending[xid]
 		delete(t.mu.pending, xid)
