@@ -336,7 +336,7 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 			ops = append(ops, decodedOp{code: nfsv4.OP_ILLEGAL})
 			break
 		}
-		arg, ok := decodeStdOp(r, call.Args)
+		arg, ok := decodeStdOp(r, call.Args, code)
 		if !ok {
 			s.log.Debug("nfs4: undecodable operation", "op", code)
 			return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
