@@ -12,18 +12,33 @@ func readPadding(r io.Reader, nTotal int64) (int64, error) {
 		return nTotal, nil
 	}
 
+	// Read as an integer of 4 bytes whose first ones are data: from an
+	// io.ByteReader without a heap-allocated array (see readUint).
 	var padding [4]byte
-	paddingSlice := padding[paddingToSkip:]
-	nPadding, err := io.ReadFull(r, paddingSlice)
-	nTotal += int64(nPadding)
-	if err != nil {
-		if err == io.EOF {
-			return nTotal, io.ErrUnexpectedEOF
+	if br, ok := r.(io.ByteReader); ok {
+		for i := paddingToSkip; i < 4; i++ {
+			c, err := br.ReadByte()
+			if err != nil {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return nTotal, err
+			}
+			nTotal++
+			padding[i] = c
 		}
-		return nTotal, err
+	} else {
+		nPadding, err := io.ReadFull(r, padding[paddingToSkip:])
+		nTotal += int64(nPadding)
+		if err != nil {
+			if err == io.EOF {
+				return nTotal, io.ErrUnexpectedEOF
+			}
+			return nTotal, err
+		}
 	}
 	if padding != [4]byte{} {
-		return nTotal, fmt.Errorf("padding contains non-zero values %v", paddingSlice)
+		return nTotal, fmt.Errorf("padding contains non-zero values %v", padding[paddingToSkip:])
 	}
 	return nTotal, nil
 }

@@ -93,3 +93,88 @@ func TestReadVariableLengthOpaqueLyingLength(t *testing.T) {
 		t.Fatal("over-long opaque accepted")
 	}
 }
+
+// plainReader hides bytes.Reader's ReadByte.
+type plainReader struct{ r *bytes.Reader }
+
+func (p plainReader) Read(b []byte) (int, error) { return p.r.Read(b) }
+
+// plainWriter hides bytes.Buffer's WriteByte.
+type plainWriter struct{ b *bytes.Buffer }
+
+func (p plainWriter) Write(b []byte) (int, error) { return p.b.Write(b) }
+
+// TestIntegersByteReader checks the integer readers and writers through
+// io.ByteReader / io.ByteWriter against the plain io.Reader / io.Writer
+// path (values, counts, errors of truncated input), and that they do not
+// allocate.
+func TestIntegersByteReader(t *testing.T) {
+	var bb, pb bytes.Buffer
+	WriteUnsignedInt(&bb, 0xdeadbeef)
+	WriteUnsignedHyper(&bb, 0x0123456789abcdef)
+	WriteInt(&bb, -5)
+	WriteHyper(&bb, -7)
+	WriteBool(&bb, true)
+	WriteUnsignedInt(plainWriter{&pb}, 0xdeadbeef)
+	WriteUnsignedHyper(plainWriter{&pb}, 0x0123456789abcdef)
+	WriteInt(plainWriter{&pb}, -5)
+	WriteHyper(plainWriter{&pb}, -7)
+	WriteBool(plainWriter{&pb}, true)
+	if !bytes.Equal(bb.Bytes(), pb.Bytes()) || bb.Len() != 4+8+4+8+4 {
+		t.Fatalf("ByteWriter %x, Writer %x", bb.Bytes(), pb.Bytes())
+	}
+	enc := bb.Bytes()
+	for cut := 0; cut <= len(enc); cut++ {
+		for _, r := range []io.Reader{bytes.NewReader(enc[:cut]), plainReader{bytes.NewReader(enc[:cut])}} {
+			var got []any
+			var errs []error
+			var ns []int64
+			u, n, err := ReadUnsignedInt(r)
+			got, errs, ns = append(got, u), append(errs, err), append(ns, n)
+			h, n, err := ReadUnsignedHyper(r)
+			got, errs, ns = append(got, h), append(errs, err), append(ns, n)
+			i, n, err := ReadInt(r)
+			got, errs, ns = append(got, i), append(errs, err), append(ns, n)
+			hh, n, err := ReadHyper(r)
+			got, errs, ns = append(got, hh), append(errs, err), append(ns, n)
+			b, n, err := ReadBool(r)
+			got, errs, ns = append(got, b), append(errs, err), append(ns, n)
+			want := []any{uint32(0xdeadbeef), uint64(0x0123456789abcdef), int32(-5), int64(-7), true}
+			off := 0
+			for k, size := range []int{4, 8, 4, 8, 4} {
+				switch {
+				case off+size <= cut:
+					if errs[k] != nil || got[k] != want[k] || ns[k] != int64(size) {
+						t.Fatalf("%T cut %d value %d: %v %v %d", r, cut, k, got[k], errs[k], ns[k])
+					}
+				case off >= cut:
+					if errs[k] != io.EOF || ns[k] != 0 {
+						t.Fatalf("%T cut %d value %d: %v %d, want EOF", r, cut, k, errs[k], ns[k])
+					}
+				default:
+					if errs[k] != io.ErrUnexpectedEOF || ns[k] != int64(cut-off) {
+						t.Fatalf("%T cut %d value %d: %v %d, want ErrUnexpectedEOF", r, cut, k, errs[k], ns[k])
+					}
+				}
+				off = min(off+size, cut)
+			}
+		}
+	}
+	r := bytes.NewReader(enc)
+	if n := testing.AllocsPerRun(100, func() {
+		r.Reset(enc)
+		ReadUnsignedInt(r)
+		ReadUnsignedHyper(r)
+		ReadBool(bytes.NewReader(enc[:0]))
+	}); n > 1 {
+		t.Errorf("reading integers from a bytes.Reader: %v allocations", n)
+	}
+	w := bytes.NewBuffer(make([]byte, 0, 64))
+	if n := testing.AllocsPerRun(100, func() {
+		w.Reset()
+		WriteUnsignedInt(w, 1)
+		WriteHyper(w, 2)
+	}); n != 0 {
+		t.Errorf("writing integers to a bytes.Buffer: %v allocations", n)
+	}
+}
