@@ -1020,6 +1020,13 @@ func (w *segmentWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// WriteByte implements io.ByteWriter, through which go-xdr's runtime
+// writes integers without allocating (third_party/go-xdr/PATCHES.md).
+func (w *segmentWriter) WriteByte(c byte) error {
+	w.cur = append(w.cur, c)
+	return nil
+}
+
 // ref appends p by reference. The bytes encoded so far become a segment;
 // later ones go on in the rest of the same buffer (appending past a
 // segment's length never changes the segment).
