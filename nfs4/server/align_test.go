@@ -338,3 +338,49 @@ func TestWritePayloadInPlace(t *testing.T) {
 		t.Fatal("file read back differs from the WRITEs")
 	}
 }
+
+// TestWriteUnstableCommitLent: a compound of an UNSTABLE WRITE and a
+// COMMIT (nfsbench's unstable+commit rows) takes the FILE_SYNC path: its
+// run commits durably, so every aligned payload is lent (its write
+// overlaps the commit and the log write), none written in place, and
+// none hashed by the connection after the first (docs/nfs-server.md
+// "Session 13"). The WRITE still answers UNSTABLE4 with the server's
+// verifier, and the data reads back.
+func TestWriteUnstableCommitLent(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	ts := startServerDir(t, t.TempDir(), func(c *server.Config) { c.Registry = reg })
+	reg.MustRegister(ts.eng.Metrics())
+	c := ts.session(t, 1, "unstable-commit")
+	fh := writeFile(t, c, "f", []byte("x"))
+	r := rand.New(rand.NewPCG(5, 6))
+	const n, size = 5, 1 << 20
+	want := make([]byte, n*size)
+	for i := range want {
+		want[i] = byte(r.Uint32())
+	}
+	for i := range n {
+		w := write(anon, uint64(i*size), want[i*size:(i+1)*size])
+		w.(*nfsv4.NfsArgop4_OP_WRITE).Opwrite.Stable = nfsv4.UNSTABLE4
+		rep := okT(t)(c.Compound(putfh(fh), w, &nfsv4.NfsArgop4_OP_COMMIT{}))
+		res := rep.Results[1].(*nfsv4.NfsResop4_OP_WRITE).Opwrite.(*nfsv4.Write4res_NFS4_OK).Resok4
+		verf := rep.Results[2].(*nfsv4.NfsResop4_OP_COMMIT).Opcommit.(*nfsv4.Commit4res_NFS4_OK).Resok4.Writeverf
+		if res.Committed != nfsv4.UNSTABLE4 || res.Writeverf != verf {
+			t.Errorf("WRITE %d: committed %v verifier %x, COMMIT's %x", i, res.Committed, res.Writeverf, verf)
+		}
+	}
+	hit, _ := alignedWrites(t, reg)
+	unstaged, lent := slicePuts(t, reg)
+	crcs := payloadCRCs(t, reg)
+	t.Logf("aligned payloads %v, unstaged puts %v, lent %v, CRCs from the rpc layer %v", hit, unstaged, lent, crcs)
+	if hit < n-1 || lent != hit || unstaged != 0 || crcs > 0 {
+		t.Errorf("%v aligned payloads, %v lent and %v unstaged puts, %v CRCs from the rpc layer; want every aligned one lent, none unstaged or hashed while it arrived", hit, lent, unstaged, crcs)
+	}
+	var got []byte
+	for off := 0; off < n*size; off += size {
+		d, _ := readData(t, okT(t)(c.Compound(putfh(fh), read(anon, uint64(off), size))).Results[1])
+		got = append(got, d...)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("file read back differs from the WRITEs")
+	}
+}
