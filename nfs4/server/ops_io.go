@@ -662,15 +662,23 @@ func (c *compound) write(a *nfsv4.Write4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 			if len(a.Data) < alignPayloadMin {
 				return t.Write(c.ctx, c.cur.ino, a.Offset, a.Data)
 			}
-			// A lent payload's write overlaps the commit: the slice
-			// store hashes it then, off the critical path, and the
-			// connection stops hashing records while they arrive,
-			// which delayed the write's start (docs/nfs-server.md
-			// "Session 13"). A payload written in place is hashed
-			// while it arrives.
+			if !c.payloadWrite {
+				c.payloadWrite = true
+				c.s.payloadWrites.Add(1)
+			}
 			lend := c.syncFollows || c.userTxn
 			if c.call != nil {
-				c.call.HashPayloads(!lend)
+				// A lent payload's write overlaps the commit: when
+				// it is the only large WRITE running, the slice
+				// store hashes it then, off the critical path, and
+				// the connection stops hashing records while they
+				// arrive, which delayed the write's start. With
+				// others running the CPU is what limits: the
+				// hashing right after each read, from the cache, is
+				// cheaper (docs/nfs-server.md "Session 13"). A
+				// payload written in place is hashed while it
+				// arrives.
+				c.call.HashPayloads(!lend || c.s.payloadWrites.Load() > 1)
 			}
 			pl := slice.PayloadOf(a.Data)
 			crc, hashed := c.payloadCRC(a.Data)
