@@ -1,0 +1,70 @@
+package server_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"github.com/txnfs/txnfs/nfs4/client"
+)
+
+// openStateid returns the stateid an OPEN result carries.
+func openStateid(t *testing.T, r nfsv4.NfsResop4) nfsv4.Stateid4 {
+	t.Helper()
+	ok, isOK := r.(*nfsv4.NfsResop4_OP_OPEN).Opopen.(*nfsv4.Open4res_NFS4_OK)
+	if !isOK {
+		t.Fatalf("OPEN failed: %v", r)
+	}
+	return ok.Resok4.Stateid
+}
+
+// TestChainSpecOwnerIgnoresClientidField: in NFSv4.1 the server ignores
+// the clientid field of an OPEN's open_owner4 (the session names the
+// client, RFC 8881 §18.16.3), so two OPENs whose owners differ only in
+// that field are the same open-owner. COMPOUND 1 must then not speculate
+// past COMPOUND 0: serially, COMPOUND 0's OPEN makes the open state
+// (seqid 1), COMPOUND 1's OPEN of the same file by the same owner
+// upgrades it (seqid 2) and its CLOSE closes it. Speculated, COMPOUND 1
+// made the state first: COMPOUND 0 got seqid 2 and COMPOUND 1's CLOSE,
+// applied at its commit with the stale seqid 1, failed silently — the
+// state stayed open although COMPOUND 1's reply says it closed it.
+func TestChainSpecOwnerIgnoresClientidField(t *testing.T) {
+	ts := startServer(t)
+	c := ts.dialClient(t)
+	putFile(t, c, "f", nil)
+	holdFirstUntilSpeculated(t, 0, 200*time.Millisecond)
+	id := c.NewChainID()
+	cp0 := &client.Compound{Chain: &client.Chain{ID: id, Seq: 0}}
+	cp0.PutRootFH()
+	open0 := cp0.Open(c.ClientID(), []byte("o"), client.OpenArgs{Name: "f", Access: nfsv4.OPEN4_SHARE_ACCESS_BOTH})
+	cp0.Write(client.CurrentStateid, 0, []byte("aaaa"), true)
+	cp1 := &client.Compound{Chain: &client.Chain{ID: id, Seq: 1, Last: true}}
+	cp1.PutRootFH()
+	open1 := cp1.Open(c.ClientID()+1, []byte("o"), client.OpenArgs{Name: "f", Access: nfsv4.OPEN4_SHARE_ACCESS_BOTH})
+	cp1.Write(client.CurrentStateid, 4, []byte("bbbb"), true)
+	cp1.Close(client.CurrentStateid)
+	reps, errs := sendFirstLast(t, c, []*client.Compound{cp0, cp1})
+	for i := range reps {
+		if errs[i] != nil || reps[i].Status != nfsv4.NFS4_OK {
+			t.Fatalf("COMPOUND %d: %v %v", i, errs[i], reps[i])
+		}
+	}
+	sid0, sid1 := openStateid(t, reps[0].Results[open0]), openStateid(t, reps[1].Results[open1])
+	if sid0.Other != sid1.Other || sid0.Seqid != 1 || sid1.Seqid != 2 {
+		t.Errorf("OPEN stateids %v then %v, want one state with seqid 1 then 2 (serial order)", sid0, sid1)
+	}
+	// COMPOUND 1 closed the owner's state: COMPOUND 0's stateid is bad.
+	var cp client.Compound
+	cp.PutRootFH()
+	cp.Lookup("f")
+	cp.Write(nfsv4.Stateid4{Other: sid0.Other}, 8, []byte("cccc"), true)
+	rep, err := c.Do(context.Background(), &cp)
+	if err != nil || rep.Status != nfsv4.NFS4ERR_BAD_STATEID {
+		t.Errorf("WRITE with the closed state: %v %v, want NFS4ERR_BAD_STATEID", err, rep)
+	}
+	if got := string(getFile(t, c, "f")); got != "aaaabbbb" {
+		t.Errorf("f holds %q, want aaaabbbb", got)
+	}
+}
