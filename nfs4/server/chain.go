@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync"
@@ -467,9 +466,10 @@ func speculable(minor uint32, ops []decodedOp) *specInfo {
 			if _, byName := o.Claim.(*nfsv4.OpenClaim4_CLAIM_NULL); !byName || o.ShareDeny != nfsv4.OPEN4_SHARE_DENY_NONE {
 				return info
 			}
-			var id [8]byte
-			binary.BigEndian.PutUint64(id[:], uint64(o.Owner.Clientid))
-			info.owners = append(info.owners, string(id[:])+string(o.Owner.Owner))
+			// The owner's name alone: in 4.1 the server ignores the
+			// clientid field (the session names the client, and all
+			// of a chain's COMPOUNDs are its session's).
+			info.owners = append(info.owners, string(o.Owner.Owner))
 			changes = true
 		case *nfsv4.NfsArgop4_OP_WRITE:
 			if !state.IsCurrent(a.Opwrite.Stateid) {
