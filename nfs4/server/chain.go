@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
@@ -44,8 +45,9 @@ var (
 )
 
 // chainEnterHook, if set (tests), is called when a chained COMPOUND may
-// run: in its turn, or speculatively (turn false).
-var chainEnterHook func(seq uint32, turn bool)
+// run: in its turn, or speculatively (turn false). Atomic: a test sets it
+// while the server of an earlier test may still run COMPOUNDs.
+var chainEnterHook atomic.Pointer[func(seq uint32, turn bool)]
 
 type chainKey struct {
 	sess [16]byte

@@ -29,7 +29,13 @@ func SetSyncForTest(s *Server, fn func(ctx context.Context, sync func(context.Co
 // SetChainEnterHookForTest sets a function called when a chained
 // COMPOUND may run, in its turn or speculatively (turn false); nil
 // removes it.
-func SetChainEnterHookForTest(fn func(seq uint32, turn bool)) { chainEnterHook = fn }
+func SetChainEnterHookForTest(fn func(seq uint32, turn bool)) {
+	if fn == nil {
+		chainEnterHook.Store(nil)
+		return
+	}
+	chainEnterHook.Store(&fn)
+}
 
 // ChainSpecForTest returns how many speculative runs of chained
 // COMPOUNDs ended with outcome (committed, conflict, failed, void, turn).

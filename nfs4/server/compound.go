@@ -475,8 +475,8 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 						chained = &chainRun{t: s.chains, sess: sess, a: chain, info: info, spec: !turn, from: from}
 						c.chained, c.chain = true, chained
 						defer chained.end(c.ctx) // after a panic: the chain stops
-						if chainEnterHook != nil {
-							chainEnterHook(chain.seq, turn)
+						if hook := chainEnterHook.Load(); hook != nil {
+							(*hook)(chain.seq, turn)
 						}
 					}
 				}
