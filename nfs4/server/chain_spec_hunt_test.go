@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -117,5 +118,80 @@ func TestChainSpecModifyTimesInChainOrder(t *testing.T) {
 	}
 	if m0, m1 := mtimeOf(t, c, "f0"), mtimeOf(t, c, "f1"); m1.Before(m0) {
 		t.Errorf("f1, written after f0 in the chain, has modification time %v, before f0's %v (by %v)", m1, m0, m0.Sub(m1))
+	}
+}
+
+// TestChainSpecUndoneOpenKeepsOthersStateid: a speculative OPEN makes
+// its owner's open state of f (seqid 1), or upgrades the one the owner
+// already has (seqid 1 → 2). While it waits for its turn, a plain
+// COMPOUND of the same owner opens f again and gets that state, upgraded
+// (seqid 2, or 3). The speculative run then conflicts (its GETATTR read
+// the size its predecessor changes) and is undone: the undo freed the
+// state, or put back its seqid 1 and access as before the speculative
+// OPEN, erasing the plain OPEN's upgrade — the plain OPEN's stateid
+// became NFS4ERR_BAD_STATEID, which no serial order gives. (A grouped
+// run's window between its OPEN and its commit is microseconds; a
+// speculative run's lasts its predecessors' execution.)
+func TestChainSpecUndoneOpenKeepsOthersStateid(t *testing.T) {
+	for _, had := range []bool{false, true} {
+		t.Run(fmt.Sprintf("had=%v", had), func(t *testing.T) { testUndoneOpenKeepsOthersStateid(t, had) })
+	}
+}
+
+func testUndoneOpenKeepsOthersStateid(t *testing.T, had bool) {
+	ts := startServer(t)
+	c := ts.dialClient(t)
+	putFile(t, c, "f", []byte("x"))
+	var rep *client.Reply
+	var err error
+	if had {
+		var cp client.Compound
+		cp.PutRootFH()
+		o := cp.Open(c.ClientID(), []byte("p"), client.OpenArgs{Name: "f", Access: nfsv4.OPEN4_SHARE_ACCESS_READ})
+		rep, err = c.Do(context.Background(), &cp)
+		if err != nil || rep.Status != nfsv4.NFS4_OK {
+			t.Fatalf("OPEN: %v %v", err, rep)
+		}
+		if sid := openStateid(t, rep.Results[o]); sid.Seqid != 1 {
+			t.Fatalf("first OPEN: seqid %d", sid.Seqid)
+		}
+	}
+	holdFirstUntilSpeculated(t, 0, 300*time.Millisecond)
+	id := c.NewChainID()
+	cp0 := &client.Compound{Chain: &client.Chain{ID: id, Seq: 0}}
+	cp0.PutRootFH()
+	cp0.Open(c.ClientID(), []byte("u0"), client.OpenArgs{Name: "f", Access: nfsv4.OPEN4_SHARE_ACCESS_BOTH})
+	cp0.Write(client.CurrentStateid, 0, []byte("0000000000"), true)
+	cp0.Close(client.CurrentStateid)
+	cp1 := &client.Compound{Chain: &client.Chain{ID: id, Seq: 1, Last: true}}
+	cp1.PutRootFH()
+	cp1.Open(c.ClientID(), []byte("p"), client.OpenArgs{Name: "f", Access: nfsv4.OPEN4_SHARE_ACCESS_BOTH})
+	cp1.GetAttr(client.MakeBitmap(nfsv4.FATTR4_SIZE))
+	cp1.Write(client.CurrentStateid, 0, []byte("1"), true)
+	wait1 := sendAll(c, []*client.Compound{cp1})
+	time.Sleep(20 * time.Millisecond)
+	wait0 := sendAll(c, []*client.Compound{cp0})
+	time.Sleep(150 * time.Millisecond) // COMPOUND 1 ran speculatively; 0 is held
+	var plain client.Compound
+	plain.PutRootFH()
+	po := plain.Open(c.ClientID(), []byte("p"), client.OpenArgs{Name: "f", Access: nfsv4.OPEN4_SHARE_ACCESS_BOTH})
+	rep, err = c.Do(context.Background(), &plain)
+	if err != nil || rep.Status != nfsv4.NFS4_OK {
+		t.Fatalf("plain OPEN: %v %v", err, rep)
+	}
+	psid := openStateid(t, rep.Results[po])
+	for i, w := range []func() ([]*client.Reply, []error){wait0, wait1} {
+		reps, errs := w()
+		if errs[0] != nil || reps[0].Status != nfsv4.NFS4_OK {
+			t.Fatalf("COMPOUND %d: %v %v", i, errs[0], reps[0])
+		}
+	}
+	var wr client.Compound
+	wr.PutRootFH()
+	wr.Lookup("f")
+	wr.Write(psid, 0, []byte("2"), true)
+	rep, err = c.Do(context.Background(), &wr)
+	if err != nil || rep.Status == nfsv4.NFS4ERR_BAD_STATEID {
+		t.Fatalf("WRITE with the plain OPEN's stateid %v: %v %v (no serial order makes it bad)", psid, err, rep)
 	}
 }
