@@ -822,11 +822,16 @@ type OpenUndo struct {
 }
 
 // UndoOpen reverses an Open: a state it created is freed; an upgraded
-// one gets its previous access, deny and seqid back.
+// one gets its previous access, deny and seqid back — unless the state
+// changed since (another OPEN of its owner upgraded it: a speculative
+// chained COMPOUND's OPEN is undone long after it ran): that OPEN's
+// client holds the newer stateid, which must stay valid, so the state
+// stays as it is, the undone OPEN's access and deny included (what each
+// OPEN added is not recorded apart).
 func (m *Manager) UndoOpen(u OpenUndo) {
 	m.lock()
 	defer m.unlock()
-	if m.mu.states[u.s.Other] != u.s {
+	if m.mu.states[u.s.Other] != u.s || u.s.Seqid != u.seqid+1 {
 		return
 	}
 	if u.created {

@@ -226,6 +226,27 @@ func TestUndoOpen(t *testing.T) {
 	}
 }
 
+// TestUndoOpenAfterLaterUpgrade: an OPEN undone after another OPEN of
+// the same owner upgraded the state it made or upgraded (a speculative
+// chained COMPOUND's run, undone at its turn) leaves the state as it is:
+// the later OPEN's stateid stays valid.
+func TestUndoOpenAfterLaterUpgrade(t *testing.T) {
+	m, _, _ := newManager(t)
+	c, _ := session(t, m, "u")
+	_, u, _ := m.Open(c, []byte("o"), 9, nfsv4.OPEN4_SHARE_ACCESS_READ, 0)
+	later, _, _ := m.Open(c, []byte("o"), 9, nfsv4.OPEN4_SHARE_ACCESS_WRITE, 0)
+	m.UndoOpen(u)
+	if s, st := m.Lookup(later, 1); st != OK || s.Access != nfsv4.OPEN4_SHARE_ACCESS_BOTH {
+		t.Fatalf("undone create freed the upgraded state: %d %+v", st, s)
+	}
+	_, u2, _ := m.Open(c, []byte("o"), 9, nfsv4.OPEN4_SHARE_ACCESS_READ, 0)
+	later2, _, _ := m.Open(c, []byte("o"), 9, nfsv4.OPEN4_SHARE_ACCESS_READ, 0)
+	m.UndoOpen(u2)
+	if s, st := m.Lookup(later2, 1); st != OK || s.Seqid != later2.Seqid {
+		t.Fatalf("undone upgrade put back an older seqid: %d %+v, want seqid %d", st, s, later2.Seqid)
+	}
+}
+
 // TestOwnerSeqid checks 4.0 owner sequencing (RFC 7530 §9.1.7) in the
 // state machine: first use, next, replay, bad, the undo of an advance,
 // wrap-around, and that a closed state still names its owner until the
