@@ -42,3 +42,11 @@ func SetChainEnterHookForTest(fn func(seq uint32, turn bool)) {
 func ChainSpecForTest(s *Server, outcome string) float64 {
 	return testutil.ToFloat64(s.met.chainSpec.WithLabelValues(outcome))
 }
+
+// SetSpecAheadForTest sets how far ahead of a chain's next COMPOUND one
+// may run speculatively (0: one per CPU but one) and returns the old value.
+func SetSpecAheadForTest(n uint32) uint32 {
+	old := specAheadForTest
+	specAheadForTest = n
+	return old
+}

@@ -15,12 +15,14 @@ import (
 	"github.com/txnfs/txnfs/nfs4/server"
 )
 
-// holdFirstUntilSpeculated installs a chain-enter hook that holds the
-// COMPOUND of seq 0 at its turn until want later ones began to run
-// speculatively (or hold passed, if want is 0), and records which seqs
-// speculated.
-func holdFirstUntilSpeculated(t *testing.T, want int, hold time.Duration) (speculated func() map[uint32]bool) {
+// holdFirstUntilSpeculated lets COMPOUNDs run speculatively up to ahead
+// after the chain's next one and installs a chain-enter hook that holds
+// the COMPOUND of seq 0 at its turn until want later ones began to run
+// speculatively (or hold passed, if want is 0); it records which seqs
+// speculated, and how many had when the hold ended (*whileHeld).
+func holdFirstUntilSpeculated(t *testing.T, ahead uint32, want int, hold time.Duration, whileHeld *int) (speculated func() map[uint32]bool) {
 	t.Helper()
+	old := server.SetSpecAheadForTest(ahead)
 	var mu sync.Mutex
 	spec := map[uint32]bool{}
 	var n atomic.Int32
@@ -39,8 +41,14 @@ func holdFirstUntilSpeculated(t *testing.T, want int, hold time.Duration) (specu
 		for (want == 0 || int(n.Load()) < want) && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
+		if whileHeld != nil {
+			*whileHeld = int(n.Load())
+		}
 	})
-	t.Cleanup(func() { server.SetChainEnterHookForTest(nil) })
+	t.Cleanup(func() {
+		server.SetChainEnterHookForTest(nil)
+		server.SetSpecAheadForTest(old)
+	})
 	return func() map[uint32]bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -100,7 +108,7 @@ func TestChainSpeculationCommits(t *testing.T) {
 	for i := range n {
 		putFile(t, c, fmt.Sprintf("f%d", i), []byte("old data, longer than the new"))
 	}
-	speculated := holdFirstUntilSpeculated(t, n-1, 5*time.Second)
+	speculated := holdFirstUntilSpeculated(t, n, n-1, 5*time.Second, nil)
 	id := c.NewChainID()
 	trunc := (&client.SetAttrs{SetSize: true}).Encode()
 	var cps []*client.Compound
@@ -149,7 +157,7 @@ func TestChainSpeculationSerialResults(t *testing.T) {
 				putFile(t, c, "f", nil)
 			}
 			const n = 6
-			speculated := holdFirstUntilSpeculated(t, n-1, 5*time.Second)
+			speculated := holdFirstUntilSpeculated(t, n, n-1, 5*time.Second, nil)
 			id := c.NewChainID()
 			var cps []*client.Compound
 			var sizeAt int
@@ -200,7 +208,7 @@ func TestChainSpeculationNotPastDeny(t *testing.T) {
 	ts := startServer(t)
 	c := ts.dialClient(t)
 	putFile(t, c, "f", []byte("data"))
-	speculated := holdFirstUntilSpeculated(t, 0, 100*time.Millisecond)
+	speculated := holdFirstUntilSpeculated(t, 8, 0, 100*time.Millisecond, nil)
 	id := c.NewChainID()
 	cp0 := &client.Compound{Chain: &client.Chain{ID: id, Seq: 0}}
 	cp0.PutRootFH()
@@ -228,5 +236,39 @@ func TestChainSpeculationNotPastDeny(t *testing.T) {
 	}
 	if got := string(getFile(t, c, "f")); got != "data" {
 		t.Fatalf("f holds %q", got)
+	}
+}
+
+// TestChainSpeculationAhead: COMPOUNDs run speculatively at most
+// SpecAhead after the chain's next one (by default one per CPU but one:
+// more only slow the next one down), the others once it executed.
+func TestChainSpeculationAhead(t *testing.T) {
+	ts := startServer(t)
+	c := ts.dialClient(t)
+	const n, ahead = 6, 2
+	for i := range n {
+		putFile(t, c, fmt.Sprintf("f%d", i), []byte("old"))
+	}
+	var whileHeld int
+	speculated := holdFirstUntilSpeculated(t, ahead, 0, 100*time.Millisecond, &whileHeld)
+	id := c.NewChainID()
+	var cps []*client.Compound
+	for i := range n {
+		cp := &client.Compound{Chain: &client.Chain{ID: id, Seq: uint32(i), Last: i == n-1}}
+		cp.PutRootFH()
+		cp.Open(c.ClientID(), []byte(fmt.Sprintf("owner%d", i)), client.OpenArgs{Name: fmt.Sprintf("f%d", i), Access: nfsv4.OPEN4_SHARE_ACCESS_WRITE})
+		cp.Write(client.CurrentStateid, 0, []byte("new"), true)
+		cp.Close(client.CurrentStateid)
+		cps = append(cps, cp)
+	}
+	reps, errs := sendFirstLast(t, c, cps)
+	for i := range cps {
+		if errs[i] != nil || reps[i].Status != nfsv4.NFS4_OK {
+			t.Fatalf("COMPOUND %d: %v %v", i, errs[i], reps[i])
+		}
+	}
+	s := speculated()
+	if whileHeld != ahead || !s[1] || !s[2] {
+		t.Fatalf("%d COMPOUNDs ran speculatively while the first waited (%v), want %d: 1 and 2", whileHeld, s, ahead)
 	}
 }
