@@ -241,14 +241,15 @@ func (s *chainState) maySpeculate(seq uint32, info *specInfo) bool {
 // flight), the first one executed in 6 ms instead of 1.3 and the
 // requests behind them were read 30 ms late.
 func specAhead() uint32 {
-	if specAheadForTest > 0 {
-		return specAheadForTest
+	if n := specAheadForTest.Load(); n > 0 {
+		return n
 	}
 	return uint32(max(1, runtime.GOMAXPROCS(0)-1))
 }
 
-// specAheadForTest, if not 0, replaces specAhead's value (tests).
-var specAheadForTest uint32
+// specAheadForTest, if not 0, replaces specAhead's value (tests; atomic
+// as chainEnterHook).
+var specAheadForTest atomic.Uint32
 
 // specValid reports whether the speculative execution of the COMPOUND a,
 // begun when the chain's next COMPOUND was from, still stands now that a

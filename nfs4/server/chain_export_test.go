@@ -46,7 +46,5 @@ func ChainSpecForTest(s *Server, outcome string) float64 {
 // SetSpecAheadForTest sets how far ahead of a chain's next COMPOUND one
 // may run speculatively (0: one per CPU but one) and returns the old value.
 func SetSpecAheadForTest(n uint32) uint32 {
-	old := specAheadForTest
-	specAheadForTest = n
-	return old
+	return specAheadForTest.Swap(n)
 }

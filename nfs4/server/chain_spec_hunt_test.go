@@ -35,7 +35,7 @@ func TestChainSpecOwnerIgnoresClientidField(t *testing.T) {
 	ts := startServer(t)
 	c := ts.dialClient(t)
 	putFile(t, c, "f", nil)
-	holdFirstUntilSpeculated(t, 0, 200*time.Millisecond)
+	holdFirstUntilSpeculated(t, 8, 0, 200*time.Millisecond, nil)
 	id := c.NewChainID()
 	cp0 := &client.Compound{Chain: &client.Chain{ID: id, Seq: 0}}
 	cp0.PutRootFH()
@@ -99,7 +99,7 @@ func mtimeOf(t *testing.T, c *client.Client, name string) time.Time {
 func TestChainSpecModifyTimesInChainOrder(t *testing.T) {
 	ts := startServer(t)
 	c := ts.dialClient(t)
-	holdFirstUntilSpeculated(t, 0, 100*time.Millisecond)
+	holdFirstUntilSpeculated(t, 8, 0, 100*time.Millisecond, nil)
 	id := c.NewChainID()
 	var cps []*client.Compound
 	for i, name := range []string{"f0", "f1"} {
@@ -156,7 +156,7 @@ func testUndoneOpenKeepsOthersStateid(t *testing.T, had bool) {
 			t.Fatalf("first OPEN: seqid %d", sid.Seqid)
 		}
 	}
-	holdFirstUntilSpeculated(t, 0, 300*time.Millisecond)
+	holdFirstUntilSpeculated(t, 8, 0, 300*time.Millisecond, nil)
 	id := c.NewChainID()
 	cp0 := &client.Compound{Chain: &client.Chain{ID: id, Seq: 0}}
 	cp0.PutRootFH()

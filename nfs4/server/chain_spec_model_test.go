@@ -274,7 +274,11 @@ func TestChainSpecModel(t *testing.T) {
 		time.Sleep(d)
 	})
 	t.Cleanup(func() { server.SetChainEnterHookForTest(nil) })
+	defer server.SetSpecAheadForTest(server.SetSpecAheadForTest(0))
 	for round := range rounds {
+		// How far ahead COMPOUNDs speculate: the default (one per CPU
+		// but one), or up to 8.
+		server.SetSpecAheadForTest(uint32(rng.IntN(9)))
 		g := &modelGen{rng: rng, round: round, owners: []string{"p0", "p1"}}
 		for _, n := range []string{"a", "b", "c"} {
 			g.names = append(g.names, fmt.Sprintf("r%d%s", round, n))
