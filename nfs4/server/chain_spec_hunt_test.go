@@ -9,6 +9,8 @@ import (
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
 	"github.com/txnfs/txnfs/nfs4/client"
+	"github.com/txnfs/txnfs/nfs4/internal/testclient"
+	"github.com/txnfs/txnfs/nfs4/server"
 )
 
 // openStateid returns the stateid an OPEN result carries.
@@ -193,5 +195,87 @@ func testUndoneOpenKeepsOthersStateid(t *testing.T, had bool) {
 	rep, err = c.Do(context.Background(), &wr)
 	if err != nil || rep.Status == nfsv4.NFS4ERR_BAD_STATEID {
 		t.Fatalf("WRITE with the plain OPEN's stateid %v: %v %v (no serial order makes it bad)", psid, err, rep)
+	}
+}
+
+// specWrite is the ops of a speculation-safe COMPOUND: OPEN name
+// (creating it) with its own owner, WRITE data, CLOSE.
+func specWrite(c *testclient.Client, name string, data []byte) []nfsv4.NfsArgop4 {
+	return []nfsv4.NfsArgop4{putroot(),
+		openWith(c, name, "w-"+name, nfsv4.OPEN4_SHARE_ACCESS_BOTH, nfsv4.OPEN4_SHARE_DENY_NONE, &nfsv4.Createhow4_UNCHECKED4{}),
+		write(current, 0, data), closeOp(current)}
+}
+
+// TestChainSpecClientGoneWhileWaiting: the connection of a COMPOUND that
+// ran speculatively closes while it waits for its turn. Whether it then
+// commits or is refused, the chain stays consistent: its file exists
+// exactly if the chain goes on after it (the next COMPOUND runs), and
+// nothing of a refused one remains.
+func TestChainSpecClientGoneWhileWaiting(t *testing.T) {
+	ts := startServer(t)
+	base := ts.session(t, 1, "chain-gone")
+	cs := chainSender{t, ts, base}
+	holdFirstUntilSpeculated(t, 8, 0, 300*time.Millisecond, nil)
+	gone := ts.dial(t)
+	goneDone := make(chan struct{})
+	go func() {
+		defer close(goneDone)
+		gone.CompoundRaw(1, false, cs.req(5, 1, 0, 1, 1, specWrite(base, "g", []byte("gone"))...)...)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	first := cs.send(cs.req(5, 0, 0, 2, 1, specWrite(base, "f", []byte("first"))...))
+	time.Sleep(100 * time.Millisecond) // COMPOUND 1 ran speculatively
+	gone.Close()
+	<-goneDone
+	if rep := cs.wait(first); rep.Status != nfsv4.NFS4_OK {
+		t.Fatalf("seq 0: status %d", rep.Status)
+	}
+	time.Sleep(50 * time.Millisecond)
+	last := cs.wait(cs.send(cs.req(5, 2, 1, 3, 1, specWrite(base, "h", []byte("last"))...)))
+	g, h := cs.exists("g"), cs.exists("h")
+	t.Logf("g exists %v, seq 2: chain status %d, status %d", g, chainStatus(last), last.Status)
+	switch {
+	case g && (chainStatus(last) != nfsv4.NFS4_OK || !h):
+		t.Fatalf("seq 1 ran (g exists) but seq 2 was refused (chain status %d) or did not run (h %v)", chainStatus(last), h)
+	case !g && (chainStatus(last) == nfsv4.NFS4_OK || h):
+		t.Fatalf("seq 1 did not run (no g) but seq 2 ran (chain status %d, h %v)", chainStatus(last), h)
+	}
+	if g {
+		if got := string(readFile(t, base, "g")); got != "gone" {
+			t.Fatalf("g holds %q", got)
+		}
+	}
+}
+
+// TestChainSpecReplyCached: a retransmission of a COMPOUND that ran
+// speculatively and committed (same slot and sequence id) gets the
+// cached reply and does not run again (the file's change attribute
+// stays).
+func TestChainSpecReplyCached(t *testing.T) {
+	ts := startServer(t)
+	base := ts.session(t, 1, "chain-cache")
+	cs := chainSender{t, ts, base}
+	holdFirstUntilSpeculated(t, 8, 1, time.Second, nil)
+	second := cs.req(6, 1, 1, 1, 1, append(specWrite(base, "g", []byte("second")), getattr(nfsv4.FATTR4_CHANGE))...)
+	sent := cs.send(second)
+	time.Sleep(20 * time.Millisecond)
+	if rep := cs.wait(cs.send(cs.req(6, 0, 0, 2, 1, specWrite(base, "f", []byte("first"))...))); rep.Status != nfsv4.NFS4_OK {
+		t.Fatalf("seq 0: status %d", rep.Status)
+	}
+	rep := cs.wait(sent)
+	if rep.Status != nfsv4.NFS4_OK || chainStatus(rep) != nfsv4.NFS4_OK {
+		t.Fatalf("seq 1: status %d chain %d", rep.Status, chainStatus(rep))
+	}
+	if got := server.ChainSpecForTest(ts.srv, "committed"); got != 1 {
+		t.Fatalf("%v speculative runs committed, want 1", got)
+	}
+	again := cs.wait(cs.send(second))
+	if again.Status != rep.Status || len(again.Results) != len(rep.Results) {
+		t.Fatalf("retransmission: status %d with %d results, want the cached %d with %d", again.Status, len(again.Results), rep.Status, len(rep.Results))
+	}
+	changeOf := func(r *testclient.Reply) string { return fmt.Sprint(attrVals(t, r.Last()).AttrVals) }
+	rep2 := okT(t)(base.Compound(putroot(), lookup("g"), getattr(nfsv4.FATTR4_CHANGE)))
+	if changeOf(again) != changeOf(rep) || changeOf(rep2) != changeOf(rep) {
+		t.Fatalf("change attribute: first reply %s, retransmission %s, now %s: the COMPOUND ran again", changeOf(rep), changeOf(again), changeOf(rep2))
 	}
 }
