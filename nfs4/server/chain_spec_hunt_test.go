@@ -279,3 +279,49 @@ func TestChainSpecReplyCached(t *testing.T) {
 		t.Fatalf("change attribute: first reply %s, retransmission %s, now %s: the COMPOUND ran again", changeOf(rep), changeOf(again), changeOf(rep2))
 	}
 }
+
+// TestChainSpecObserverSeesChainOrder: another client must not see a
+// chained COMPOUND's effects before those of an earlier COMPOUND of the
+// chain. COMPOUND 0 creates a; COMPOUND 1 opens the existing f for
+// writing. While COMPOUND 0 is held at its turn, COMPOUND 1 runs
+// speculatively and records its open (share reservation) at once: the
+// observer's OPEN of f denying writes is refused because of it — COMPOUND
+// 1 happened — and then the observer's LOOKUP of a finds nothing —
+// COMPOUND 0 did not. No execution in the chain's order explains both.
+func TestChainSpecObserverSeesChainOrder(t *testing.T) {
+	ts := startServer(t)
+	c := ts.dialClient(t)
+	putFile(t, c, "f", []byte("data"))
+	observer := ts.session(t, 1, "observer")
+	holdFirstUntilSpeculated(t, 8, 0, 300*time.Millisecond, nil)
+	id := c.NewChainID()
+	cp0 := &client.Compound{Chain: &client.Chain{ID: id, Seq: 0}}
+	cp0.PutRootFH()
+	cp0.Open(c.ClientID(), []byte("o0"), client.OpenArgs{Name: "a", Access: nfsv4.OPEN4_SHARE_ACCESS_BOTH, Create: true})
+	cp0.Close(client.CurrentStateid)
+	cp1 := &client.Compound{Chain: &client.Chain{ID: id, Seq: 1, Last: true}}
+	cp1.PutRootFH()
+	cp1.Open(c.ClientID(), []byte("o1"), client.OpenArgs{Name: "f", Access: nfsv4.OPEN4_SHARE_ACCESS_WRITE})
+	cp1.Write(client.CurrentStateid, 0, []byte("DATA"), true)
+	cp1.Close(client.CurrentStateid)
+	wait := sendAll(c, []*client.Compound{cp1})
+	time.Sleep(20 * time.Millisecond)
+	wait0 := sendAll(c, []*client.Compound{cp0})
+	time.Sleep(150 * time.Millisecond) // COMPOUND 1 ran speculatively; 0 is held
+	denied, err := observer.Compound(putroot(), openWith(observer, "f", "obs", nfsv4.OPEN4_SHARE_ACCESS_READ, nfsv4.OPEN4_SHARE_DENY_WRITE, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	look, err := observer.Compound(putroot(), lookup("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []func() ([]*client.Reply, []error){wait0, wait} {
+		if reps, errs := w(); errs[0] != nil || reps[0].Status != nfsv4.NFS4_OK {
+			t.Fatalf("chained COMPOUND: %v %v", errs[0], reps[0])
+		}
+	}
+	if denied.Status == nfsv4.NFS4ERR_SHARE_DENIED && look.Status == nfsv4.NFS4ERR_NOENT {
+		t.Fatal("the observer saw COMPOUND 1's open of f (its OPEN denying writes was refused) and then not COMPOUND 0's a")
+	}
+}
