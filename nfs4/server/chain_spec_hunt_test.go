@@ -283,7 +283,8 @@ func TestChainSpecReplyCached(t *testing.T) {
 // TestChainSpecObserverSeesChainOrder: another client must not see a
 // chained COMPOUND's effects before those of an earlier COMPOUND of the
 // chain. COMPOUND 0 creates a; COMPOUND 1 opens the existing f for
-// writing. While COMPOUND 0 is held at its turn, COMPOUND 1 runs
+// writing (and keeps it open: once the chain ran, it denies the
+// observer's OPEN). While COMPOUND 0 is held at its turn, COMPOUND 1 runs
 // speculatively and records its open (share reservation) at once: the
 // observer's OPEN of f denying writes is refused because of it — COMPOUND
 // 1 happened — and then the observer's LOOKUP of a finds nothing —
@@ -302,8 +303,7 @@ func TestChainSpecObserverSeesChainOrder(t *testing.T) {
 	cp1 := &client.Compound{Chain: &client.Chain{ID: id, Seq: 1, Last: true}}
 	cp1.PutRootFH()
 	cp1.Open(c.ClientID(), []byte("o1"), client.OpenArgs{Name: "f", Access: nfsv4.OPEN4_SHARE_ACCESS_WRITE})
-	cp1.Write(client.CurrentStateid, 0, []byte("DATA"), true)
-	cp1.Close(client.CurrentStateid)
+	cp1.Write(client.CurrentStateid, 0, []byte("DATA"), true) // and keeps f open
 	wait := sendAll(c, []*client.Compound{cp1})
 	time.Sleep(20 * time.Millisecond)
 	wait0 := sendAll(c, []*client.Compound{cp0})
@@ -323,5 +323,10 @@ func TestChainSpecObserverSeesChainOrder(t *testing.T) {
 	}
 	if denied.Status == nfsv4.NFS4ERR_SHARE_DENIED && look.Status == nfsv4.NFS4ERR_NOENT {
 		t.Fatal("the observer saw COMPOUND 1's open of f (its OPEN denying writes was refused) and then not COMPOUND 0's a")
+	}
+	// Now COMPOUND 1's open took effect: it denies the observer's.
+	rep, err := observer.Compound(putroot(), openWith(observer, "f", "obs", nfsv4.OPEN4_SHARE_ACCESS_READ, nfsv4.OPEN4_SHARE_DENY_WRITE, nil))
+	if err != nil || rep.Status != nfsv4.NFS4ERR_SHARE_DENIED {
+		t.Fatalf("OPEN denying writes after the chain: %v %v, want NFS4ERR_SHARE_DENIED", err, rep.Status)
 	}
 }
