@@ -31,7 +31,7 @@ func TestChainTableKeepsRunningChains(t *testing.T) {
 		if st := tab.enter(ctx, sess, a); st != nfsv4.NFS4_OK {
 			t.Fatalf("enter %d: %d", i, st)
 		}
-		tab.executed(sess, a, nil, nfsv4.NFS4_OK)
+		tab.executed(sess, a, nfsv4.NFS4_OK)
 		tab.replyTurn(ctx, sess, a, false)
 	}
 	if st := tab.enter(ctx, sess, &chainArgs{id: 1, seq: 0}); st != nfsv4.NFS4ERR_SEQ_MISORDERED {
@@ -39,14 +39,14 @@ func TestChainTableKeepsRunningChains(t *testing.T) {
 	}
 	// Executed, its sync in flight: the chain is kept (its reply needs
 	// the state) while the table fills again.
-	tab.executed(sess, running, nil, nfsv4.NFS4_OK)
+	tab.executed(sess, running, nfsv4.NFS4_OK)
 	time.Sleep(time.Millisecond)
 	for i := uint64(maxChains + 100); i < 2*maxChains+200; i++ {
 		a := &chainArgs{id: i, seq: 0}
 		if st := tab.enter(ctx, sess, a); st != nfsv4.NFS4_OK {
 			t.Fatalf("enter %d: %d", i, st)
 		}
-		tab.executed(sess, a, nil, nfsv4.NFS4_OK)
+		tab.executed(sess, a, nfsv4.NFS4_OK)
 		tab.replyTurn(ctx, sess, a, false)
 	}
 	if st := tab.enter(ctx, sess, &chainArgs{id: 1, seq: 1, flags: chainLast}); st != nfsv4.NFS4_OK {
@@ -142,7 +142,7 @@ func TestChainTableRandomSchedules(t *testing.T) {
 				}
 				mu.Lock()
 				done[sd.seq] = true
-				tab.executed(sess, a, nil, st)
+				tab.executed(sess, a, st)
 				mu.Unlock()
 				time.Sleep(sd.sync) // the next one may run meanwhile
 				last := a.flags&chainLast != 0
@@ -187,7 +187,7 @@ func TestChainTableSyncFailure(t *testing.T) {
 		if st := tab.enter(ctx, sess, x); st != nfsv4.NFS4_OK {
 			t.Fatalf("enter %d: %d", x.seq, st)
 		}
-		tab.executed(sess, x, nil, nfsv4.NFS4_OK)
+		tab.executed(sess, x, nfsv4.NFS4_OK)
 	}
 	later := make(chan bool)
 	go func() { later <- tab.replyTurn(ctx, sess, a[2], false) }() // its own sync succeeded
@@ -230,7 +230,7 @@ func TestChainNotEvictedWhileRunning(t *testing.T) {
 		if st := tab.enter(ctx, sess, a); st != nfsv4.NFS4_OK {
 			t.Fatalf("chain %d seq %d refused: %v", a.id, a.seq, st)
 		}
-		tab.executed(sess, a, nil, nfsv4.NFS4_OK)
+		tab.executed(sess, a, nfsv4.NFS4_OK)
 	}
 	a0, a1 := &chainArgs{id: 1 << 40, seq: 0}, &chainArgs{id: 1 << 40, seq: 1}
 	run(a0)

@@ -115,11 +115,6 @@ type compound struct {
 	// sync follows its execution (never a durable commit inside it), so
 	// that the chain's next compound runs meanwhile (chainRun).
 	chained bool
-	// chain is its part in the chain; while chain.spec is set it runs
-	// speculatively (see speculation in chain.go). chainRefused is the
-	// status refusing it if its turn never came (nothing of it ran).
-	chain        *chainRun
-	chainRefused nfsv4.Nfsstat4
 	// dirsHeld are the directory-lock stripes the current grouped run
 	// holds; split is set by an operation that must start a new run
 	// (lockDir).
@@ -465,20 +460,12 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 					// chain, so it breaks nothing (docs/protocol.md §4).
 				} else if st != nfsv4.NFS4_OK {
 					s.chains.refuse(sess, chain, st != nfsv4.NFS4ERR_BADSESSION)
+				} else if cst := s.chains.enter(c.ctx, sess, chain); cst != nfsv4.NFS4_OK {
+					chr.status, status = cst, cst
 				} else {
-					// It runs in turn, or speculatively until its
-					// turn (see speculation in chain.go).
-					info := speculable(minor, ops[1:])
-					if cst, turn, from := s.chains.enterSpec(c.ctx, sess, chain, info); cst != nfsv4.NFS4_OK {
-						chr.status, status = cst, cst
-					} else {
-						chained = &chainRun{t: s.chains, sess: sess, a: chain, info: info, spec: !turn, from: from}
-						c.chained, c.chain = true, chained
-						defer chained.end(c.ctx) // after a panic: the chain stops
-						if hook := chainEnterHook.Load(); hook != nil {
-							(*hook)(chain.seq, turn)
-						}
-					}
+					chained = &chainRun{t: s.chains, sess: sess, a: chain}
+					c.chained = true
+					defer chained.end(c.ctx) // after a panic: the chain stops
 				}
 			}
 		case nfsv4.OP_EXCHANGE_ID, nfsv4.OP_CREATE_SESSION, nfsv4.OP_DESTROY_SESSION,
@@ -510,12 +497,6 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 			res, st := c.runGrouped(ops[i:])
 			c.plain, c.syncFollows = false, false
 			c.endView()
-			if c.chainRefused != nfsv4.NFS4_OK {
-				// Its turn never came: nothing of it ran (the
-				// speculative run did not commit).
-				chr.status, status = c.chainRefused, c.chainRefused
-				goto encode
-			}
 			// The chain's next COMPOUND may run while this one syncs; its
 			// reply waits for this one's (docs/protocol.md §4).
 			chained.executed(st)
@@ -551,7 +532,6 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 			}
 		}
 	}
-encode:
 	c.endView()
 	if chr != nil {
 		txr = chr
@@ -781,8 +761,6 @@ func (c *compound) runGrouped(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat
 			durable := c.durableRun
 			c.durableRun = false
 			switch {
-			case failedAt == -2:
-				return nil, st // refused (chainRefused)
 			case failedAt == 0:
 				single = true // run the failing operation alone
 				continue
@@ -804,13 +782,6 @@ func (c *compound) runGrouped(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat
 			}
 			// Could not commit: one at a time.
 		}
-		if c.chain != nil && c.chain.spec {
-			// Only a grouped run's transaction can wait for its
-			// turn to commit: these run in turn.
-			if st := c.endSpeculation("turn"); st != nfsv4.NFS4_OK {
-				return nil, st
-			}
-		}
 		res, st := c.runOps(ops[:n])
 		results = append(results, res...)
 		if st != nfsv4.NFS4_OK {
@@ -823,9 +794,7 @@ func (c *compound) runGrouped(ops []decodedOp) ([]nfsv4.NfsResop4, nfsv4.Nfsstat
 
 // runGroup runs ops in one transaction and commits it if all succeed. If
 // operation k fails it returns failedAt = k, having discarded the
-// transaction; if the commit fails it returns res = nil and failedAt = -1;
-// if the compound runs speculatively and its chain refuses it at its
-// turn, failedAt = -2 and st is the refusal (c.chainRefused).
+// transaction; if the commit fails it returns res = nil and failedAt = -1.
 // In both cases nothing was committed and the compound's state is as
 // before. If operation k asks for a split (lockDir), the operations
 // before it commit and their k results are returned.
@@ -848,41 +817,15 @@ func (c *compound) runGroup(ops []decodedOp) (res []nfsv4.NfsResop4, st nfsv4.Nf
 		res, st = c.runOps(ops)
 		c.txn = nil
 		c.split = false
-		spec := c.chain != nil && c.chain.spec
 		if st != nfsv4.NFS4_OK {
 			t.Abort()
 			c.unlockDirs()
 			restore()
-			if spec {
-				// It may have failed on what a predecessor was
-				// about to change: it runs again in turn.
-				if st := c.endSpeculation("failed"); st != nfsv4.NFS4_OK {
-					return nil, st, -2
-				}
-				continue
-			}
 			return nil, st, len(res) - 1
-		}
-		if spec {
-			cst, valid := c.chain.turn(c.ctx)
-			if cst != nfsv4.NFS4_OK || !valid {
-				t.Abort()
-				c.unlockDirs()
-				restore()
-				if cst != nfsv4.NFS4_OK {
-					c.chainRefused = cst
-					return nil, cst, -2
-				}
-				c.s.met.chainSpec.WithLabelValues("void").Inc()
-				continue
-			}
 		}
 		err = t.Commit(c.ctx)
 		c.unlockDirs()
 		if err == nil {
-			if spec {
-				c.s.met.chainSpec.WithLabelValues("committed").Inc()
-			}
 			for _, f := range c.onCommit {
 				f()
 			}
@@ -893,16 +836,11 @@ func (c *compound) runGroup(ops []decodedOp) (res []nfsv4.NfsResop4, st nfsv4.Nf
 			return res, st, -1
 		}
 		restore()
-		if spec {
-			c.s.met.chainSpec.WithLabelValues("conflict").Inc()
-		}
 		if !errors.Is(err, fs.ErrConflict) || attempt >= c.s.cfg.TxnRetries {
 			c.s.log.Debug("nfs4: grouped operations run one by one", "err", err)
 			return nil, 0, -1
 		}
-		// A speculative run conflicts with its predecessors, which
-		// are done now: no backoff.
-		if !spec && !c.backoff(attempt) {
+		if !c.backoff(attempt) {
 			return nil, 0, -1
 		}
 	}
@@ -1303,18 +1241,4 @@ func errRes(code nfsv4.NfsOpnum4, st nfsv4.Nfsstat4) nfsv4.NfsResop4 {
 		return &nfsv4.NfsResop4_OP_ILLEGAL{Opillegal: nfsv4.Illegal4res{Status: st}}
 	}
 	return r
-}
-
-// endSpeculation ends the compound's speculative execution, which has
-// not changed anything yet (see speculation in chain.go): it waits for
-// the compound's turn and returns NFS4_OK, or the chain's refusal
-// (c.chainRefused): nothing of the compound may run.
-func (c *compound) endSpeculation(outcome string) nfsv4.Nfsstat4 {
-	st, _ := c.chain.turn(c.ctx)
-	if st != nfsv4.NFS4_OK {
-		c.chainRefused = st
-		return st
-	}
-	c.s.met.chainSpec.WithLabelValues(outcome).Inc()
-	return nfsv4.NFS4_OK
 }

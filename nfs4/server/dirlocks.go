@@ -89,11 +89,6 @@ func (c *compound) lockDir(dir fs.Ino) bool {
 	if l == nil || c.txn == nil || c.userTxn || !c.plain || c.minor == 0 {
 		return true
 	}
-	if c.chain != nil && c.chain.spec {
-		// A speculative run waits for its predecessors before its
-		// commit, and they may need this lock: it takes none.
-		return true
-	}
 	i := dirStripeOf(dir)
 	if slices.Contains(c.dirsHeld, i) {
 		return true

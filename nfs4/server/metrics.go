@@ -19,12 +19,6 @@ type metrics struct {
 	// (dirlocks.go): event wait (a run waited and got the lock), timeout
 	// (it went on without), split (a run committed early to take it).
 	dirLocks *prometheus.CounterVec
-	// chainSpec counts the speculative runs of chained compounds (see
-	// speculation in chain.go) by outcome: committed, conflict (the
-	// commit's replay saw different results), failed (an operation
-	// failed while speculating), void (specValid), turn (ended before
-	// running: not a grouped run). All but committed ran again in turn.
-	chainSpec *prometheus.CounterVec
 	// writeAligned counts WRITEs of at least alignPayloadMin bytes by
 	// whether their data arrived 4 KiB-aligned in the request record
 	// (result hit or miss; see notePayload).
@@ -110,10 +104,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "txnfs", Subsystem: "nfs4", Name: "dir_lock_total",
 			Help: "Directory-lock contention of grouped plain-compound runs (wait, timeout, split).",
 		}, []string{"event"}),
-		chainSpec: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "txnfs", Subsystem: "nfs4", Name: "chain_speculation_total",
-			Help: "Speculative runs of chained compounds by outcome (committed, conflict, failed, void, turn).",
-		}, []string{"outcome"}),
 		writeAligned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "txnfs", Subsystem: "nfs4", Name: "write_payload_aligned_total",
 			Help: "WRITEs of at least 64 KiB by whether their data arrived 4 KiB-aligned in the request buffer (hit: the slice store writes it without a staging copy).",
@@ -126,7 +116,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.alignHits, m.alignMiss = m.writeAligned.WithLabelValues("hit"), m.writeAligned.WithLabelValues("miss")
 	m.plain, m.txn, m.join = m.compounds.WithLabelValues("plain"), m.compounds.WithLabelValues("txn"), m.compounds.WithLabelValues("join")
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.ops, m.opLatency, m.compounds, m.txns, m.dirLocks, m.chainSpec, m.writeAligned, m.payloadCRC} {
+		for _, c := range []prometheus.Collector{m.ops, m.opLatency, m.compounds, m.txns, m.dirLocks, m.writeAligned, m.payloadCRC} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -374,23 +374,12 @@ func (c *compound) open(a *nfsv4.Open4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) {
 		}
 		return fail(nfsv4.NFS4ERR_WRONG_TYPE)
 	}
-	open := c.s.st.OpenSkipping
-	spec := c.chain != nil && c.chain.spec
-	if spec {
-		// Before its turn (see speculation in chain.go): other owners'
-		// OPENs that only this one would deny wait (NFS4ERR_DELAY)
-		// instead of seeing it before the chain's earlier COMPOUNDs.
-		open = c.s.st.OpenTentative
-	}
-	sid, undo, st := open(cl, a.Owner.Owner, uint64(obj.Ino), access, a.ShareDeny, c.isClosing)
+	sid, undo, st := c.s.st.OpenSkipping(cl, a.Owner.Owner, uint64(obj.Ino), access, a.ShareDeny, c.isClosing)
 	if st != nfsv4.NFS4_OK {
 		return fail(st)
 	}
 	if c.txn != nil {
 		c.undo = append(c.undo, func() { c.s.st.UndoOpen(undo) })
-	}
-	if spec {
-		c.onCommit = append(c.onCommit, func() { c.s.st.Settle(undo) })
 	}
 	c.setCurHandle(obj)
 	c.setSid(sid)

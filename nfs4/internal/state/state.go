@@ -221,11 +221,6 @@ type State struct {
 	Owner  *Owner
 	Access uint32 // open: OPEN4_SHARE_ACCESS_*
 	Deny   uint32
-	// Tentative are the access bits of Access that only OPENs not
-	// committed yet hold (OpenTentative): another owner's OPEN that
-	// they alone would deny is answered NFS4ERR_DELAY, not
-	// NFS4ERR_SHARE_DENIED, as the OPENs may never take effect.
-	Tentative uint32
 	// Open is the open state a lock state derives from.
 	Open *State
 	// Confirmed is false for a 4.0 open awaiting OPEN_CONFIRM.
@@ -758,50 +753,31 @@ func (m *Manager) Open(c *Client, owner []byte, ino uint64, access, deny uint32)
 // for conflicts: it is being closed (a CLOSE earlier in a transaction,
 // applied at its commit), so the OPEN gets a new state.
 func (m *Manager) OpenSkipping(c *Client, owner []byte, ino uint64, access, deny uint32, closing func(other [12]byte) bool) (nfsv4.Stateid4, OpenUndo, Status) {
-	return m.open(c, owner, ino, access, deny, closing, false)
-}
-
-// OpenTentative is OpenSkipping for an OPEN that may never take effect
-// (a chained COMPOUND's run before its turn, nfs4/server speculation):
-// the access it adds is tentative (State.Tentative) until Settle(undo)
-// or UndoOpen(undo), so that other owners are not refused because of it.
-func (m *Manager) OpenTentative(c *Client, owner []byte, ino uint64, access, deny uint32, closing func(other [12]byte) bool) (nfsv4.Stateid4, OpenUndo, Status) {
-	return m.open(c, owner, ino, access, deny, closing, true)
-}
-
-func (m *Manager) open(c *Client, owner []byte, ino uint64, access, deny uint32, closing func(other [12]byte) bool, tentative bool) (nfsv4.Stateid4, OpenUndo, Status) {
 	m.lock()
 	defer m.unlock()
 	if m.mu.clients[c.ID] != c {
 		return nfsv4.Stateid4{}, OpenUndo{}, nfsv4.NFS4ERR_EXPIRED
 	}
 	o := m.ownerLocked(c, owner, false)
-	mine, st := m.shareLocked(o, ino, access, deny, closing)
-	if st != OK {
-		return nfsv4.Stateid4{}, OpenUndo{}, st
+	mine, denied := m.shareLocked(o, ino, access, deny, closing)
+	if denied {
+		return nfsv4.Stateid4{}, OpenUndo{}, nfsv4.NFS4ERR_SHARE_DENIED
 	}
 	c.expires = m.expiryLocked()
 	if mine != nil {
-		u := OpenUndo{s: mine, access: mine.Access, deny: mine.Deny, seqid: mine.Seqid, tentative: mine.Tentative}
-		if tentative {
-			u.added = access &^ mine.Access
-			mine.Tentative |= u.added
-		}
+		u := OpenUndo{s: mine, access: mine.Access, deny: mine.Deny, seqid: mine.Seqid}
 		mine.Access |= access
 		mine.Deny |= deny
 		mine.Seqid++
 		return mine.Stateid(), u, OK
 	}
 	s := &State{Other: m.newOtherLocked(), Seqid: 1, Kind: KindOpen, Ino: ino, Owner: o, Access: access, Deny: deny, Confirmed: true}
-	if tentative {
-		s.Tentative = access
-	}
 	m.mu.states[s.Other] = s
 	m.mu.opens[ino] = append(m.mu.opens[ino], s)
 	if len(m.mu.opens[ino]) == 1 {
 		m.mu.deferred = append(m.mu.deferred, func() { m.cfg.Pin(ino) })
 	}
-	return s.Stateid(), OpenUndo{s: s, created: true, added: s.Tentative}, OK
+	return s.Stateid(), OpenUndo{s: s, created: true}, OK
 }
 
 // CheckOpen returns the error OpenSkipping would refuse the same open
@@ -813,16 +789,16 @@ func (m *Manager) CheckOpen(c *Client, owner []byte, ino uint64, access, deny ui
 	if m.mu.clients[c.ID] != c {
 		return nfsv4.NFS4ERR_EXPIRED
 	}
-	_, st := m.shareLocked(m.ownerLocked(c, owner, false), ino, access, deny, closing)
-	return st
+	if _, denied := m.shareLocked(m.ownerLocked(c, owner, false), ino, access, deny, closing); denied {
+		return nfsv4.NFS4ERR_SHARE_DENIED
+	}
+	return OK
 }
 
 // shareLocked returns open-owner o's open state of ino (nil if none, or
 // if closing says it is being closed) and whether another owner's share
-// reservation conflicts with access and deny: NFS4ERR_SHARE_DENIED, or
-// NFS4ERR_DELAY if only tentative access (State.Tentative) does.
-func (m *Manager) shareLocked(o *Owner, ino uint64, access, deny uint32, closing func(other [12]byte) bool) (mine *State, st Status) {
-	delay := false
+// reservation conflicts with access and deny.
+func (m *Manager) shareLocked(o *Owner, ino uint64, access, deny uint32, closing func(other [12]byte) bool) (mine *State, denied bool) {
 	for _, s := range m.mu.opens[ino] {
 		if s.Owner == o {
 			if closing == nil || !closing(s.Other) {
@@ -830,15 +806,11 @@ func (m *Manager) shareLocked(o *Owner, ino uint64, access, deny uint32, closing
 			}
 			continue
 		}
-		if s.Deny&access != 0 || (s.Access&^s.Tentative)&deny != 0 {
-			return nil, nfsv4.NFS4ERR_SHARE_DENIED
+		if s.Deny&access != 0 || s.Access&deny != 0 {
+			return nil, true
 		}
-		delay = delay || s.Tentative&deny != 0
 	}
-	if delay {
-		return nil, nfsv4.NFS4ERR_DELAY
-	}
-	return mine, OK
+	return mine, false
 }
 
 // OpenUndo records what Open changed so a transactional compound that
@@ -847,43 +819,21 @@ type OpenUndo struct {
 	s                   *State
 	created             bool
 	access, deny, seqid uint32
-	// tentative is the state's Tentative before the OPEN; added the
-	// access bits a tentative OPEN made tentative (OpenTentative).
-	tentative, added uint32
-}
-
-// Settle makes the access a tentative OPEN (OpenTentative) added
-// definite: the OPEN took effect.
-func (m *Manager) Settle(u OpenUndo) {
-	m.lock()
-	defer m.unlock()
-	if m.mu.states[u.s.Other] == u.s {
-		u.s.Tentative &^= u.added
-	}
 }
 
 // UndoOpen reverses an Open: a state it created is freed; an upgraded
-// one gets its previous access, deny and seqid back — unless the state
-// changed since (another OPEN of its owner upgraded it: a speculative
-// chained COMPOUND's OPEN is undone long after it ran): that OPEN's
-// client holds the newer stateid, which must stay valid, so the state
-// stays as it is, the undone OPEN's access and deny included (what each
-// OPEN added is not recorded apart).
+// one gets its previous access, deny and seqid back.
 func (m *Manager) UndoOpen(u OpenUndo) {
 	m.lock()
 	defer m.unlock()
 	if m.mu.states[u.s.Other] != u.s {
 		return
 	}
-	if u.s.Seqid != u.seqid+1 {
-		u.s.Tentative &^= u.added // definite now, as the state stays
-		return
-	}
 	if u.created {
 		m.freeStateLocked(u.s.Other, u.s)
 		return
 	}
-	u.s.Access, u.s.Deny, u.s.Seqid, u.s.Tentative = u.access, u.deny, u.seqid, u.tentative
+	u.s.Access, u.s.Deny, u.s.Seqid = u.access, u.deny, u.seqid
 }
 
 // CheckClose runs Close's checks without closing: it returns the state

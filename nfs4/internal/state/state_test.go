@@ -226,57 +226,6 @@ func TestUndoOpen(t *testing.T) {
 	}
 }
 
-// TestUndoOpenAfterLaterUpgrade: an OPEN undone after another OPEN of
-// the same owner upgraded the state it made or upgraded (a speculative
-// chained COMPOUND's run, undone at its turn) leaves the state as it is:
-// the later OPEN's stateid stays valid.
-func TestUndoOpenAfterLaterUpgrade(t *testing.T) {
-	m, _, _ := newManager(t)
-	c, _ := session(t, m, "u")
-	_, u, _ := m.Open(c, []byte("o"), 9, nfsv4.OPEN4_SHARE_ACCESS_READ, 0)
-	later, _, _ := m.Open(c, []byte("o"), 9, nfsv4.OPEN4_SHARE_ACCESS_WRITE, 0)
-	m.UndoOpen(u)
-	if s, st := m.Lookup(later, 1); st != OK || s.Access != nfsv4.OPEN4_SHARE_ACCESS_BOTH {
-		t.Fatalf("undone create freed the upgraded state: %d %+v", st, s)
-	}
-	_, u2, _ := m.Open(c, []byte("o"), 9, nfsv4.OPEN4_SHARE_ACCESS_READ, 0)
-	later2, _, _ := m.Open(c, []byte("o"), 9, nfsv4.OPEN4_SHARE_ACCESS_READ, 0)
-	m.UndoOpen(u2)
-	if s, st := m.Lookup(later2, 1); st != OK || s.Seqid != later2.Seqid {
-		t.Fatalf("undone upgrade put back an older seqid: %d %+v, want seqid %d", st, s, later2.Seqid)
-	}
-}
-
-// TestOpenTentative: access a tentative OPEN added (OpenTentative) makes
-// another owner's conflicting OPEN wait (NFS4ERR_DELAY) until it is
-// settled (then NFS4ERR_SHARE_DENIED) or undone (then it succeeds);
-// access the state held before stays definite.
-func TestOpenTentative(t *testing.T) {
-	m, _, _ := newManager(t)
-	c, _ := session(t, m, "u")
-	const r, w = nfsv4.OPEN4_SHARE_ACCESS_READ, nfsv4.OPEN4_SHARE_ACCESS_WRITE
-	_, u, _ := m.OpenTentative(c, []byte("spec"), 9, w, 0, nil)
-	if st := m.CheckOpen(c, []byte("other"), 9, r, nfsv4.OPEN4_SHARE_DENY_WRITE, nil); st != nfsv4.NFS4ERR_DELAY {
-		t.Fatalf("deny-write OPEN against a tentative write open: %d, want DELAY", st)
-	}
-	m.Settle(u)
-	if st := m.CheckOpen(c, []byte("other"), 9, r, nfsv4.OPEN4_SHARE_DENY_WRITE, nil); st != nfsv4.NFS4ERR_SHARE_DENIED {
-		t.Fatalf("after Settle: %d, want SHARE_DENIED", st)
-	}
-	m.Open(c, []byte("had"), 7, r, 0)
-	_, u2, _ := m.OpenTentative(c, []byte("had"), 7, w, 0, nil)
-	if st := m.CheckOpen(c, []byte("other"), 7, r, nfsv4.OPEN4_SHARE_DENY_READ, nil); st != nfsv4.NFS4ERR_SHARE_DENIED {
-		t.Fatalf("deny-read OPEN against the definite read access: %d, want SHARE_DENIED", st)
-	}
-	if st := m.CheckOpen(c, []byte("other"), 7, r, nfsv4.OPEN4_SHARE_DENY_WRITE, nil); st != nfsv4.NFS4ERR_DELAY {
-		t.Fatalf("deny-write OPEN against the tentative write access: %d, want DELAY", st)
-	}
-	m.UndoOpen(u2)
-	if st := m.CheckOpen(c, []byte("other"), 7, r, nfsv4.OPEN4_SHARE_DENY_WRITE, nil); st != OK {
-		t.Fatalf("after UndoOpen: %d, want OK", st)
-	}
-}
-
 // TestOwnerSeqid checks 4.0 owner sequencing (RFC 7530 §9.1.7) in the
 // state machine: first use, next, replay, bad, the undo of an advance,
 // wrap-around, and that a closed state still names its owner until the

@@ -16,7 +16,6 @@ import (
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
 	"github.com/txnfs/txnfs/nfs4/client"
-	"github.com/txnfs/txnfs/nfs4/server"
 )
 
 // dialNoRetry connects a client that never resends a COMPOUND on
@@ -32,10 +31,10 @@ func dialNoRetry(t *testing.T, ts *testServer) *client.Client {
 	return c
 }
 
-// modelGen generates random chains of COMPOUNDs on a few names, most of
-// them speculation-safe (OPEN by name without deny, WRITE/SETATTR/CLOSE
-// on the current stateid, LOOKUP/GETATTR), some not (REMOVE, RENAME,
-// OPEN denying writes, WRITE with the anonymous stateid, read-only).
+// modelGen generates random chains of COMPOUNDs on a few names: OPEN by
+// name (creating, truncating) with WRITE/SETATTR/CLOSE on the current
+// stateid, exclusive creates, lookups, REMOVE, RENAME, OPEN denying
+// writes, WRITE with the anonymous stateid.
 type modelGen struct {
 	rng    *rand.Rand
 	names  []string
@@ -235,17 +234,17 @@ func modelState(t *testing.T, c *client.Client, names []string, sids []nfsv4.Sta
 	return b.String()
 }
 
-// TestChainSpecModel compares chained COMPOUNDs, sent concurrently to a
-// server that speculates, with the same COMPOUNDs sent one by one,
+// TestChainModel compares chained COMPOUNDs, sent concurrently (in a
+// random order, with random delays), with the same COMPOUNDs sent one by one,
 // unchained, in the chain's order to a second server: every reply (per
 // operation: status, stateid seqid, change_info, sizes, change
 // attributes, counts), the chain's stop (a COMPOUND after a failed one is
 // refused), the files' contents and attributes and the validity of every
 // stateid an OPEN returned must be the same. Random chains on three names
-// (most COMPOUNDs speculation-safe, some not), random delays at the turn
-// of each COMPOUND. TXNFS_SEED=n replays a seed; the seed is printed on
-// failure.
-func TestChainSpecModel(t *testing.T) {
+// (OPEN/WRITE/SETATTR/CLOSE on the current stateid, exclusive creates,
+// REMOVE, RENAME, OPEN denying writes, anonymous WRITEs, lookups).
+// TXNFS_SEED=n replays a seed; the seed is printed on failure.
+func TestChainModel(t *testing.T) {
 	seed := time.Now().UnixNano()
 	if s := os.Getenv("TXNFS_SEED"); s != "" {
 		seed, _ = strconv.ParseInt(s, 10, 64)
@@ -260,25 +259,9 @@ func TestChainSpecModel(t *testing.T) {
 	if testing.Short() {
 		rounds = 10
 	}
-	spec, ref := startServer(t), startServer(t)
-	cs, cr := dialNoRetry(t, spec), dialNoRetry(t, ref)
-	var hmu sync.Mutex
-	hrng := rand.New(rand.NewPCG(uint64(seed), 2))
-	server.SetChainEnterHookForTest(func(seq uint32, turn bool) {
-		if !turn {
-			return
-		}
-		hmu.Lock()
-		d := time.Duration(hrng.IntN(3000)) * time.Microsecond
-		hmu.Unlock()
-		time.Sleep(d)
-	})
-	t.Cleanup(func() { server.SetChainEnterHookForTest(nil) })
-	defer server.SetSpecAheadForTest(server.SetSpecAheadForTest(0))
+	srv, ref := startServer(t), startServer(t)
+	cs, cr := dialNoRetry(t, srv), dialNoRetry(t, ref)
 	for round := range rounds {
-		// How far ahead COMPOUNDs speculate: the default (one per CPU
-		// but one), or up to 8.
-		server.SetSpecAheadForTest(uint32(rng.IntN(9)))
 		g := &modelGen{rng: rng, round: round, owners: []string{"p0", "p1"}}
 		for _, n := range []string{"a", "b", "c"} {
 			g.names = append(g.names, fmt.Sprintf("r%d%s", round, n))
@@ -300,13 +283,14 @@ func TestChainSpecModel(t *testing.T) {
 		for i := range n {
 			cps[i] = builds[i](&client.Chain{ID: id, Seq: uint32(i), Last: i == n-1}, cs.ClientID())
 		}
-		var reps []*client.Reply
-		var errs []error
-		if rng.IntN(2) == 0 {
-			reps, errs = sendFirstLast(t, cs, cps)
-		} else {
-			reps, errs = sendAll(cs, cps)()
+		delays := make([]time.Duration, n)
+		for i := range delays {
+			delays[i] = time.Duration(rng.IntN(3000)) * time.Microsecond
 		}
+		if rng.IntN(2) == 0 {
+			delays[0] += 20 * time.Millisecond // the others wait for it
+		}
+		reps, errs := sendDelayed(cs, cps, delays)
 		var sidsS, sidsR []nfsv4.Stateid4
 		stopped := false
 		var log strings.Builder
@@ -337,12 +321,49 @@ func TestChainSpecModel(t *testing.T) {
 			t.Fatalf("round %d: state after the chain\n%s\nserially\n%s\nchain:\n%s", round, got, want, log.String())
 		}
 	}
-	t.Logf("speculative runs: committed %v conflict %v failed %v void %v turn %v",
-		server.ChainSpecForTest(spec.srv, "committed"), server.ChainSpecForTest(spec.srv, "conflict"),
-		server.ChainSpecForTest(spec.srv, "failed"), server.ChainSpecForTest(spec.srv, "void"), server.ChainSpecForTest(spec.srv, "turn"))
-	if server.ChainSpecForTest(spec.srv, "committed") == 0 {
-		t.Fatal("no speculative run committed: the test exercised nothing")
+}
+
+// sendDelayed sends cps concurrently, each after its delay, and returns
+// their outcomes.
+func sendDelayed(c *client.Client, cps []*client.Compound, delays []time.Duration) ([]*client.Reply, []error) {
+	reps, errs := make([]*client.Reply, len(cps)), make([]error, len(cps))
+	var wg sync.WaitGroup
+	for i := range cps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(delays[i])
+			reps[i], errs[i] = c.Do(context.Background(), cps[i])
+		}()
 	}
+	wg.Wait()
+	return reps, errs
+}
+
+func putFile(t *testing.T, c *client.Client, name string, data []byte) {
+	t.Helper()
+	var cp client.Compound
+	cp.PutRootFH()
+	cp.Open(c.ClientID(), []byte("setup"), client.OpenArgs{Name: name, Access: nfsv4.OPEN4_SHARE_ACCESS_BOTH, Create: true})
+	cp.Write(client.CurrentStateid, 0, data, true)
+	cp.Close(client.CurrentStateid)
+	if rep, err := c.Do(context.Background(), &cp); err != nil || rep.Status != nfsv4.NFS4_OK {
+		t.Fatalf("writing %s: %v %v", name, err, rep)
+	}
+}
+
+func getFile(t *testing.T, c *client.Client, name string) []byte {
+	t.Helper()
+	var cp client.Compound
+	cp.PutRootFH()
+	cp.Open(c.ClientID(), []byte("reader"), client.OpenArgs{Name: name, Access: nfsv4.OPEN4_SHARE_ACCESS_READ})
+	ri := cp.Read(client.CurrentStateid, 0, 1<<16)
+	cp.Close(client.CurrentStateid)
+	rep, err := c.Do(context.Background(), &cp)
+	if err != nil || rep.Status != nfsv4.NFS4_OK {
+		t.Fatalf("reading %s: %v %v", name, err, rep)
+	}
+	return rep.Results[ri].(*nfsv4.NfsResop4_OP_READ).Opread.(*nfsv4.Read4res_NFS4_OK).Resok4.Data
 }
 
 func slicesEqual(a, b []string) bool {
