@@ -22,13 +22,13 @@ import (
 // TestChainRandomSyncsWrites is TestChainRandomSyncs with small-file
 // writes (OPEN creating a new file exclusively, WRITE, CLOSE: vNFS's
 // vectorized write; one in 12 creates a file that exists: NFS4ERR_EXIST
-// stops the chain), three chains at a time, while every
+// stops the chain), two chains at a time, while every
 // sync is delayed at random and fails now and then: once a reply is not
 // OK every later one is NFS4ERR_IO or refused; a refused COMPOUND left
 // nothing (no file), an answered one its file with its data. The seed is
-// printed on failure (TXNFS_SEED replays it). (24 chained COMPOUNDs in
-// flight on 16 session slots: see TestChainMoreCompoundsThanSlots; a
-// round that stalls is broken by the chain wait, 10 s.)
+// printed on failure (TXNFS_SEED replays it). (16 chained COMPOUNDs in
+// flight at most, the client's slots: with more, a round could stall
+// for the chain wait, see TestChainMoreCompoundsThanSlots.)
 func TestChainRandomSyncsWrites(t *testing.T) {
 	seed := time.Now().UnixNano()
 	if s := os.Getenv("TXNFS_SEED"); s != "" {
@@ -53,7 +53,7 @@ func TestChainRandomSyncsWrites(t *testing.T) {
 		}
 		return sync(ctx)
 	})
-	const rounds, chains, chainLen = 5, 3, 8
+	const rounds, chains, chainLen = 5, 2, 8
 	var mu sync.Mutex
 	var problems []string
 	for r := range rounds {
