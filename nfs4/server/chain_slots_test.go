@@ -12,16 +12,13 @@ import (
 	"github.com/txnfs/txnfs/nfs4/server"
 )
 
-// This test fails: the fix belongs in nfs4/client (slots for a chain's
-// COMPOUNDs in the chain's order); see the H13 report.
-
 // TestChainMoreCompoundsThanSlots: a client with more chained COMPOUNDs
 // in flight than session slots (two concurrent vNFS vector calls: 2 × 16
 // on 16 slots) must not stall: here COMPOUNDs 1 and 2 of a chain take
 // both slots of a 2-slot session and wait at the server for COMPOUND 0,
-// which waits at the client for a slot — until the chain wait ends,
-// COMPOUND 1 is refused (NFS4ERR_DELAY) and the chain is broken. The
-// client should give a chain's COMPOUNDs slots in the chain's order.
+// which waited at the client for a slot — until the chain wait ended,
+// COMPOUND 1 was refused (NFS4ERR_DELAY) and the chain broken. The
+// client gives a chain's COMPOUNDs slots in the chain's order.
 func TestChainMoreCompoundsThanSlots(t *testing.T) {
 	defer server.SetChainWaitForTest(server.SetChainWaitForTest(time.Second))
 	ts := startServer(t)
