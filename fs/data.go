@@ -230,11 +230,11 @@ func sliceErr(err error) error {
 
 // storeData turns data destined for file offset off into extents in file
 // coordinates, split at region boundaries and slice.MaxSize; pieces larger
-// than the inline threshold are written to the slice store now. With
-// known set, crc is the CRC32C of all of data (Txn.WritePayload): a piece
-// that is all of data is put with it (slice.PutPayload); split pieces are
-// hashed by the store as usual.
-func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte, crc uint32, known bool) ([]filePiece, error) {
+// than the inline threshold are written to the slice store now. A non-nil
+// pl is the payload of all of data (Txn.WritePayload): a piece that is all
+// of data is put as it (slice.PutPayload, which the caller's buffer may be
+// written from in the background); split pieces are put as usual.
+func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte, pl *slice.Payload) ([]filePiece, error) {
 	if err := t.fs.space.admit(ctx, uint64(len(data))); err != nil {
 		return nil, err
 	}
@@ -249,8 +249,8 @@ func (t *Txn) storeData(ctx context.Context, ino Ino, off uint64, data []byte, c
 		} else {
 			var p slice.Pointer
 			var err error
-			if known && n == uint64(whole) {
-				p, err = t.putPayload(ctx, ino, off, slice.NewPayload(data, crc))
+			if pl != nil && n == uint64(whole) {
+				p, err = t.putPayload(ctx, ino, off, *pl)
 			} else {
 				p, err = t.putSlice(ctx, ino, off, data[:n])
 			}
@@ -291,7 +291,7 @@ func (t *Txn) putSlice(ctx context.Context, ino Ino, off uint64, data []byte) (s
 // (BenchmarkOverwritePayload).
 var retainPayloads = true
 
-// putPayload is putSlice of a payload whose CRC32C is known. With
+// putPayload is putSlice of a payload (WritePayload). With
 // retainPayloads the store may write it in the background from the
 // caller's buffer (a loan: the caller keeps the buffer until the
 // transaction ends, which waits for the write, waitRetained). A caller
@@ -327,12 +327,13 @@ func (t *Txn) putDone(p slice.Pointer, err error) (slice.Pointer, error) {
 // goes to the slice store before the metadata transaction; only pointers
 // are logged for replay. Permission is checked at open by the caller.
 func (t *Txn) Write(ctx context.Context, ino Ino, off uint64, data []byte) error {
-	return t.write(ctx, ino, off, data, 0, false)
+	return t.write(ctx, ino, off, data, nil)
 }
 
 // WritePayload is Write of p.Data(), whose CRC32C the caller computed
-// already (p.CRC(), see slice.Payload): when the data goes to the slice
-// store as one slice, the store does not hash it again. The caller must
+// already (p.CRC(), see slice.Payload; or which the store hashes, for a
+// slice.PayloadOf): when the data goes to the slice store as one slice,
+// the store does not hash it again. The caller must
 // keep p.Data() unchanged until the transaction ends (Commit or Abort
 // returns; with FS.Do, until Do returns): the store may write it
 // asynchronously from there (slice.WithLoan), overlapping the
@@ -341,18 +342,18 @@ func (t *Txn) Write(ctx context.Context, ino Ino, off uint64, data []byte) error
 // instead: the write may then run past the commit (which pledges it,
 // see Txn.settleSlices).
 func (t *Txn) WritePayload(ctx context.Context, ino Ino, off uint64, p slice.Payload) error {
-	return t.write(ctx, ino, off, p.Data(), p.CRC(), true)
+	return t.write(ctx, ino, off, p.Data(), &p)
 }
 
-// write is Write, with data's CRC32C given if known.
-func (t *Txn) write(ctx context.Context, ino Ino, off uint64, data []byte, crc uint32, known bool) error {
+// write is Write, of the payload pl (WritePayload) if pl is not nil.
+func (t *Txn) write(ctx context.Context, ino Ino, off uint64, data []byte, pl *slice.Payload) error {
 	if off+uint64(len(data)) > MaxFileSize || off+uint64(len(data)) < off {
 		return ErrFileTooBig
 	}
 	if t.done {
 		return ErrTxnDone
 	}
-	ps, err := t.storeData(ctx, ino, off, data, crc, known)
+	ps, err := t.storeData(ctx, ino, off, data, pl)
 	if err != nil {
 		return err
 	}
@@ -400,7 +401,7 @@ func (t *Txn) AppendAtEnd(ctx context.Context, ino Ino, data []byte) error {
 		return ErrTxnDone
 	}
 	// Pieces relative to offset 0, placed once the offset is known.
-	rel, err := t.storeData(ctx, ino, 0, data, 0, false)
+	rel, err := t.storeData(ctx, ino, 0, data, nil)
 	if err != nil {
 		return err
 	}

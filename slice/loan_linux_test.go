@@ -3,6 +3,7 @@ package slice
 import (
 	"bytes"
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -104,5 +105,75 @@ func TestPutLoan(t *testing.T) {
 	<-done3
 	if s := l.Stats(); s.UnstagedPuts-st.UnstagedPuts != 1 || s.LentPuts != st.LentPuts {
 		t.Errorf("WithUnstaged and WithLoan: %d unstaged, %d lent puts; want 1, 0", s.UnstagedPuts-st.UnstagedPuts, s.LentPuts-st.LentPuts)
+	}
+}
+
+// TestPutPayloadOf: a Payload whose CRC the store computes (PayloadOf)
+// gets its data's CRC32C in the pointer on every put path — lent (eager
+// or not: hashed once the background write started), unstaged
+// (synchronous), staged (aligned without a loan, and unaligned) — and
+// reads back intact. The lent puts are hashed while their write is held
+// in flight, so the hashing does not wait for the write.
+func TestPutPayloadOf(t *testing.T) {
+	ctx := context.Background()
+	l := openDirectOrSkip(t, t.TempDir())
+	defer l.Close()
+	if _, err := l.Put(ctx, 0, alignedData(1, MaxSize)); err != nil { // the probe
+		t.Fatal(err)
+	}
+	old := pwriteDirect
+	defer func() { pwriteDirect = old }()
+	var hold atomic.Pointer[chan struct{}] // set: writes wait for it to close
+	pwriteDirect = func(fd int, buf []byte, off int64) (int, error) {
+		if h := hold.Load(); h != nil {
+			<-*h
+		}
+		return old(fd, buf, off)
+	}
+	cases := []struct {
+		name    string
+		data    []byte
+		ctx     func(done func()) (context.Context, *Loan)
+		blocked bool // the write is held until Put returned
+	}{
+		{"eager loan", alignedData(2, MaxSize), func(done func()) (context.Context, *Loan) {
+			loan := NewEagerLoan(done)
+			return WithLoan(ctx, loan), loan
+		}, true},
+		{"loan", alignedData(3, 256<<10), func(done func()) (context.Context, *Loan) {
+			loan := NewLoan(done)
+			return WithLoan(ctx, loan), loan
+		}, true},
+		{"unstaged", alignedData(4, MaxSize), func(done func()) (context.Context, *Loan) {
+			return WithUnstaged(ctx), nil
+		}, false},
+		{"staged aligned", alignedData(5, 64<<10), func(done func()) (context.Context, *Loan) { return ctx, nil }, true},
+		{"staged unaligned", directData(6, MaxSize-512), func(done func()) (context.Context, *Loan) { return ctx, nil }, true},
+	}
+	for _, c := range cases {
+		want := bytes.Clone(c.data)
+		done := make(chan struct{})
+		pctx, loan := c.ctx(func() { close(done) })
+		gate := make(chan struct{})
+		if c.blocked {
+			hold.Store(&gate)
+		}
+		p, err := l.PutPayload(pctx, 0, PayloadOf(c.data))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		hold.Store(nil)
+		close(gate)
+		if p.CRC != Checksum(want) {
+			t.Errorf("%s: pointer CRC %08x, want %08x", c.name, p.CRC, Checksum(want))
+		}
+		if loan != nil {
+			loan.Release()
+			<-done
+		}
+		if err := l.WaitWritten(ctx, []Pointer{p}); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		mustGet(t, l, p, want)
 	}
 }

@@ -685,19 +685,21 @@ const maxDirectInflight = 16
 // copy). With a loan (WithLoan) aligned data is not staged either, but
 // written in the background from the caller's buffer like staged data:
 // the put holds the loan until its write is done (the caller keeps the
-// buffer unchanged until then).
+// buffer unchanged until then). Such data is hashed, if its CRC is not
+// known, only once its write has started: the hashing overlaps the
+// device write instead of delaying its start (both only read the
+// buffer).
 func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) (off uint64, crc uint32, refused bool, err error) {
 	data, crc := pl.data, pl.crc
 	var ab *[]byte // the staging buffer; nil: writing from data itself
 	var buf []byte
 	lent := false // writing from data in the background, holding loan
+	hash := false // data's CRC is still to be computed
 	n := alignUp(uint64(len(data)))
 	switch {
 	case isAligned(data) && (unstaged || loan != nil):
 		buf = data
-		if !pl.known {
-			crc = Checksum(data)
-		}
+		hash = !pl.known
 		if loan != nil {
 			lent = true
 			loan.hold()
@@ -754,6 +756,9 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 	}
 	if (ab == nil && !lent) || !b.directOK.Load() {
 		defer finish()
+		if hash {
+			crc = Checksum(data)
+		}
 		err := b.writeDirect(buf, off)
 		if err != nil && dw != nil {
 			dw.uncover(b)
@@ -810,6 +815,9 @@ func (l *Local) appendDirect(b *backing, pl Payload, unstaged bool, loan *Loan) 
 	}()
 	if lent && loan.eager {
 		runtime.Gosched() // see NewEagerLoan
+	}
+	if hash {
+		crc = Checksum(data) // while the write runs
 	}
 	return off, crc, false, nil
 }

@@ -28,6 +28,14 @@ type Payload struct {
 // NewPayload returns a Payload of data whose CRC32C is crc.
 func NewPayload(data []byte, crc uint32) Payload { return Payload{data: data, crc: crc, known: true} }
 
+// PayloadOf returns a Payload of data whose CRC32C the store computes. A
+// put of it behaves as one of a Payload with a known CRC (a lent buffer
+// is written from in the background, WithLoan), and a Local hashes the
+// data of such a background write only once the write has started, off
+// the critical path of a caller that waits for the write anyway
+// (docs/nfs-server.md "Session 13").
+func PayloadOf(data []byte) Payload { return Payload{data: data} }
+
 // Data returns the payload's bytes.
 func (p Payload) Data() []byte { return p.data }
 

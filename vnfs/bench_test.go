@@ -18,7 +18,9 @@ package vnfs_test
 // Environment: VNFS_BENCH_OPS (default "read,write,write-unordered"),
 // VNFS_BENCH_RTTS (default "0.2ms,1ms,5ms"), VNFS_BENCH_SIZES
 // (default "1KiB,16KiB,256KiB,1MiB"), VNFS_BENCH_FILES (default 1000),
-// VNFS_BENCH_SERVERS (default all). See docs/vnfs.md.
+// VNFS_BENCH_SERVERS (default all), VNFS_BENCH_SCALAR=0 (skip the scalar
+// runs, e.g. for a profile of the vectorized calls alone; scalar-ms and
+// speedup are then 0). See docs/vnfs.md.
 
 import (
 	"context"
@@ -192,7 +194,7 @@ func BenchmarkFiles(b *testing.B) {
 					// The scalar baseline has no unordered mode: the
 					// unordered write is compared with the scalar write.
 					scalar, scalarRPCs := scalarWrite, scalarWriteRPCs
-					if op != "write-unordered" || scalar == 0 {
+					if os.Getenv("VNFS_BENCH_SCALAR") != "0" && (op != "write-unordered" || scalar == 0) {
 						r0 := rpcs(s)
 						start := time.Now()
 						call(s)

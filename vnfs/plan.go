@@ -449,6 +449,9 @@ func (n *nfsFS) run(ctx context.Context, o runOpts, tasks []task) (int, error) {
 	}
 	// chain: ordered COMPOUNDs of this run are sent as one chain.
 	chain := window > 1 && !o.readOnly && !n.unordered && !o.txn && n.join.IsZero() && n.sh.chainOK.Load() != 2
+	if chain {
+		window = max(window, n.chainWindow)
+	}
 	var chainID uint64
 	var chainSeq uint32
 	if chain {

@@ -316,3 +316,39 @@ func TestHalfClose(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestCalibrateUnderLoad: on a busy machine most pings also wait for a
+// CPU. Calibrate must not take that wait for the proxy's overhead: with
+// 60% of the pings late by twice the target, the added delay stays near
+// the target (less the fixed overhead) and the reported RTT is the
+// target's, not the delayed pings'. (Calibrating on the median drove the
+// delay to zero.)
+func TestCalibrateUnderLoad(t *testing.T) {
+	p, err := New("127.0.0.1:1", 0) // no connection is made
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const target, overhead = 4 * time.Millisecond, 500 * time.Microsecond
+	i := 0
+	ping := func() error {
+		d := p.RTT() + overhead
+		if i%5 < 3 {
+			d += 2 * target // waiting for a CPU
+		}
+		i++
+		time.Sleep(d)
+		return nil
+	}
+	got, err := p.Calibrate(target, ping)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("added delay %v, measured %v", p.RTT(), got)
+	if d := p.RTT(); d <= target/2 || d > target {
+		t.Errorf("added delay %v, want about %v", d, target-overhead)
+	}
+	if got < target-target/4 || got > target+target/4 {
+		t.Errorf("measured RTT %v, want about %v", got, target)
+	}
+}

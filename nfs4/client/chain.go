@@ -1,7 +1,10 @@
 package client
 
 import (
+	"context"
 	"errors"
+	"sync"
+	"time"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
 
@@ -65,3 +68,72 @@ func chainErr(st nfsv4.Nfsstat4) error {
 
 // NewChainID returns an ID for a new chain of this client.
 func (c *Client) NewChainID() uint64 { return c.chainIDs.Add(1) }
+
+// chainSlots gives the COMPOUNDs of each chain their session slots in
+// the chain's order: a chained COMPOUND waits (at most chainSlotWait)
+// until the one before it got a slot. Otherwise a client with more
+// chained COMPOUNDs in flight than slots (two vNFS vector calls of 16 on
+// 16 slots) could give every slot to later COMPOUNDs, which wait at the
+// server for an earlier one that waits here for a slot — until the
+// server's chain wait (10 s) refuses them and breaks the chain
+// (nfs4/server TestChainMoreCompoundsThanSlots). In the chain's order,
+// the slots a chain holds include its earliest COMPOUND not run yet,
+// which runs.
+type chainSlots struct {
+	mu      sync.Mutex
+	next    map[uint64]uint32 // per chain ID: the seq of the next COMPOUND to get a slot
+	changed chan struct{}     // closed (and replaced) when next changes
+}
+
+// chainSlotWait bounds the wait for the previous COMPOUND of the chain
+// to get a slot (it may never be sent: the caller gave up on it).
+const chainSlotWait = time.Second
+
+// maxChainSlots bounds the chains remembered (a chain is forgotten at
+// its last COMPOUND; one whose last is never sent stays until then).
+const maxChainSlots = 4096
+
+// wait returns once the COMPOUND before ch in its chain got a slot, or
+// chainSlotWait passed, or ctx ended.
+func (o *chainSlots) wait(ctx context.Context, ch *Chain) {
+	timer := time.NewTimer(chainSlotWait)
+	defer timer.Stop()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for ch.Seq > o.next[ch.ID] {
+		if o.changed == nil {
+			o.changed = make(chan struct{})
+		}
+		changed := o.changed
+		o.mu.Unlock()
+		select {
+		case <-changed:
+		case <-timer.C:
+			o.mu.Lock()
+			return
+		case <-ctx.Done():
+			o.mu.Lock()
+			return
+		}
+		o.mu.Lock()
+	}
+}
+
+// got records that the COMPOUND ch got its slot (or gave up).
+func (o *chainSlots) got(ch *Chain) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case ch.Last:
+		delete(o.next, ch.ID)
+	case ch.Seq+1 > o.next[ch.ID]:
+		if o.next == nil || len(o.next) >= maxChainSlots {
+			o.next = map[uint64]uint32{}
+		}
+		o.next[ch.ID] = ch.Seq + 1
+	}
+	if o.changed != nil {
+		close(o.changed)
+		o.changed = nil
+	}
+}

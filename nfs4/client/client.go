@@ -166,8 +166,10 @@ type Client struct {
 	cred  []byte
 	verf  [8]byte
 	owner []byte // open-owner
-	// chainIDs numbers the client's chains (NewChainID).
-	chainIDs atomic.Uint64
+	// chainIDs numbers the client's chains (NewChainID); chainSlots
+	// orders their COMPOUNDs' slots.
+	chainIDs   atomic.Uint64
+	chainSlots chainSlots
 
 	mu struct {
 		sync.Mutex
@@ -698,10 +700,19 @@ func (e *sessionError) Error() string { return "session lost: " + StatusName(e.s
 
 func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Reply, error) {
 	var slot uint32
+	if cp.Chain != nil {
+		c.chainSlots.wait(ctx, cp.Chain)
+	}
 	select {
 	case slot = <-s.free:
 	case <-ctx.Done():
+		if cp.Chain != nil {
+			c.chainSlots.got(cp.Chain)
+		}
 		return nil, ctx.Err()
+	}
+	if cp.Chain != nil {
+		c.chainSlots.got(cp.Chain)
 	}
 	// A slot whose last request may or may not have reached the server
 	// cannot be reused: its next sequence id is unknown, and reusing the

@@ -82,6 +82,8 @@ type compound struct {
 	// before the request record can be reused.
 	payloads     *slice.Loan
 	payloadsDone chan struct{}
+	// payloadWrite: the compound counts in Server.payloadWrites.
+	payloadWrite bool
 
 	// 4.1+: set by SEQUENCE.
 	client  *state.Client
@@ -201,6 +203,9 @@ func (s *Server) compound(ctx context.Context, call *rpc.Call) (rpc.Reply, bool)
 		conn: call.Conn, reqSize: call.Size, maxReply: int(s.cfg.MaxRequest), maxCached: -1, call: call}
 	body, ok := s.runCompound(c, call)
 	c.waitPayloads()
+	if c.payloadWrite {
+		s.payloadWrites.Add(-1)
+	}
 	if !ok {
 		return rpc.Reply{}, false
 	}

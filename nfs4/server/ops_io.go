@@ -658,29 +658,58 @@ func (c *compound) write(a *nfsv4.Write4args) (nfsv4.NfsResop4, nfsv4.Nfsstat4) 
 			if err := c.checkAnonAccess(t, s, fs.AccessWrite); err != nil {
 				return err
 			}
-			if crc, ok := c.payloadCRC(a.Data); ok {
-				ctx := c.ctx
-				switch {
-				case c.syncFollows || c.userTxn:
-					// The compound waits for a log flush before
-					// its reply: the write overlaps the commit and
-					// the log write, and that flush follows it.
-					ctx = c.lendPayload(ctx)
-				case !c.moreWrites:
-					// The last WRITE of its transaction, which
-					// commits, and waits for the data, as soon as
-					// the operations after it (metadata only) ran:
-					// the write runs here, not in a goroutine of
-					// its own, whose start and end cost two thread
-					// wake-ups and overlapped nothing
-					// (docs/nfs-server.md "Session 11"). Earlier
-					// WRITEs lend their payload to a background
-					// write that overlaps the later ones.
-					ctx = slice.WithUnstaged(ctx)
-				}
-				return t.WritePayload(ctx, c.cur.ino, a.Offset, slice.NewPayload(a.Data, crc))
+			if len(a.Data) < alignPayloadMin {
+				return t.Write(c.ctx, c.cur.ino, a.Offset, a.Data)
 			}
-			return t.Write(c.ctx, c.cur.ino, a.Offset, a.Data)
+			if !c.payloadWrite {
+				c.payloadWrite = true
+				c.s.payloadWrites.Add(1)
+			}
+			lend := c.syncFollows || c.userTxn
+			if c.call != nil {
+				// A lent payload's write overlaps the commit: when
+				// it is the only large WRITE running, the slice
+				// store hashes it then, off the critical path, and
+				// the connection stops hashing records while they
+				// arrive, which delayed the write's start. With
+				// others running the CPU is what limits: the
+				// hashing right after each read, from the cache, is
+				// cheaper (docs/nfs-server.md "Session 13"). A
+				// payload written in place is hashed while it
+				// arrives.
+				c.call.HashPayloads(!lend || c.s.payloadWrites.Load() > 1)
+			}
+			pl := slice.PayloadOf(a.Data)
+			crc, hashed := c.payloadCRC(a.Data)
+			if hashed {
+				pl = slice.NewPayload(a.Data, crc)
+			}
+			ctx := c.ctx
+			switch {
+			case lend:
+				// The compound waits for a log flush before its
+				// reply: the write overlaps the commit and the log
+				// write, and that flush follows it.
+				ctx = c.lendPayload(ctx)
+			case !hashed:
+				// Not hashed while it arrived (not the
+				// compound's first payload, or the connection's
+				// previous one was lent): staged and hashed by
+				// the store.
+				return t.Write(c.ctx, c.cur.ino, a.Offset, a.Data)
+			case !c.moreWrites:
+				// The last WRITE of its transaction, which
+				// commits, and waits for the data, as soon as
+				// the operations after it (metadata only) ran:
+				// the write runs here, not in a goroutine of
+				// its own, whose start and end cost two thread
+				// wake-ups and overlapped nothing
+				// (docs/nfs-server.md "Session 11"). Earlier
+				// WRITEs lend their payload to a background
+				// write that overlaps the later ones.
+				ctx = slice.WithUnstaged(ctx)
+			}
+			return t.WritePayload(ctx, c.cur.ino, a.Offset, pl)
 		})
 	}
 	if err != nil {

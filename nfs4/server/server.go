@@ -158,6 +158,11 @@ type Server struct {
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bgWG     sync.WaitGroup
+
+	// payloadWrites counts the compounds running with a WRITE of at
+	// least alignPayloadMin bytes (compound.write decides from it where
+	// the next payloads of its connection are hashed).
+	payloadWrites atomic.Int64
 }
 
 // New returns a server for cfg.FS. The file-handle key is the engine's

@@ -20,8 +20,15 @@ import (
 // the connection where to hash later records from), and replies with
 // whether PayloadCRC knew the CRC (1 byte), its CRC32C and, when a
 // trailer is there, whether PayloadCRC of header+payload (not at the
-// hashed offset) and of the payload minus its first byte answered.
+// hashed offset) and of the payload minus its first byte answered. A
+// first header byte of hashOff or hashOn then calls HashPayloads(false)
+// or HashPayloads(true).
 type crcer struct{}
+
+const (
+	hashOff = 1
+	hashOn  = 2
+)
 
 func (crcer) Handle(ctx context.Context, c *Call) Reply {
 	c.ReuseArgs()
@@ -32,6 +39,14 @@ func (crcer) Handle(ctx context.Context, c *Call) Reply {
 	_, okWider := c.PayloadCRC(c.Args[8 : len(c.Args)-tr])
 	_, okShifted := c.PayloadCRC(p[1:])
 	c.AlignPayload(p)
+	if h > 0 {
+		switch c.Args[8] {
+		case hashOff:
+			c.HashPayloads(false)
+		case hashOn:
+			c.HashPayloads(true)
+		}
+	}
 	body := []byte{0, 0, 0}
 	if ok {
 		body[0] = 1
@@ -64,7 +79,9 @@ func crcArgs(h, n, tr int, rnd *rand.Rand) (args, payload []byte) {
 // longer than a block, in fragmented records and in records written in
 // small pieces with pauses (partial reads); a slice not starting at the
 // learnt offset, a record of another layout and a record before anything
-// was learnt get ok=false. Seeded (logged).
+// was learnt get ok=false; records read after the handler turned hashing
+// off (HashPayloads) get ok=false too, until it turns it on. Seeded
+// (logged).
 func TestPayloadCRC(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
@@ -76,6 +93,7 @@ func TestPayloadCRC(t *testing.T) {
 		frags    int  // >1: sent as that many fragments
 		trickle  bool // written in small pieces with pauses
 		want     bool // PayloadCRC must know the CRC
+		hash     byte // hashOff, hashOn: the handler calls HashPayloads
 	}
 	reqs := []req{
 		{h: 100, n: 128 << 10},                           // nothing learnt yet
@@ -93,10 +111,20 @@ func TestPayloadCRC(t *testing.T) {
 		{h: 5000, n: 200 << 10},                         // header past the learnt offset
 		{h: 5000, n: 200<<10 + 1, want: true},           // learnt
 		{h: 5000, n: 200 << 10, frags: 2, trickle: true, want: true},
-		{h: 5000, n: 200 << 10, frags: 7}, // first fragment below 64 KiB: not hashed
+		{h: 5000, n: 200 << 10, frags: 7},                      // first fragment below 64 KiB: not hashed
+		{h: 5000, n: 200 << 10, want: true, hash: hashOff},     // hashed; later records not
+		{h: 5000, n: 200 << 10},                                // not hashed
+		{h: 5000, n: 1 << 20, tr: 40, frags: 3, trickle: true}, // not hashed
+		{h: 5000, n: 200 << 10, hash: hashOn},                  // not hashed; later records are
+		{h: 5000, n: 1 << 20, tr: 40, frags: 2, want: true},    // hashed again
+		{h: 5000, n: 200 << 10, want: true, hash: hashOn},      // on and on
+		{h: 5000, n: 200 << 10, want: true},                    // hashed
 	}
 	for i, r := range reqs {
 		args, payload := crcArgs(r.h, r.n, r.tr, rnd)
+		if r.hash != 0 {
+			args[8] = r.hash
+		}
 		msg := call(uint32(i+1), 1, cred, args)
 		if r.frags > 1 {
 			body := msg[4:]
