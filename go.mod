@@ -56,3 +56,7 @@ require (
 	golang.org/x/text v0.14.0 // indirect
 	google.golang.org/protobuf v1.36.7 // indirect
 )
+
+// A copy of go-xdr's runtime and generated protocol packages at the
+// version above, with a patch to pkg/runtime (third_party/go-xdr/PATCHES.md).
+replace github.com/buildbarn/go-xdr => ./third_party/go-xdr

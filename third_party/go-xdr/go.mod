@@ -1,0 +1,3 @@
+module github.com/buildbarn/go-xdr
+
+go 1.21
