@@ -387,6 +387,13 @@ func (w *segmentWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// WriteByte implements io.ByteWriter, through which go-xdr's runtime
+// writes integers without allocating (third_party/go-xdr/PATCHES.md).
+func (w *segmentWriter) WriteByte(c byte) error {
+	w.buf = append(w.buf, c)
+	return nil
+}
+
 // segments returns the encoding written.
 func (w *segmentWriter) segments() encodedArgs {
 	segs := make(encodedArgs, 0, 2*len(w.refs)+1)

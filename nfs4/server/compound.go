@@ -336,7 +336,7 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 			ops = append(ops, decodedOp{code: nfsv4.OP_ILLEGAL})
 			break
 		}
-		arg, ok := decodeStdOp(r, call.Args)
+		arg, ok := decodeStdOp(r, call.Args, code)
 		if !ok {
 			s.log.Debug("nfs4: undecodable operation", "op", code)
 			return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true
@@ -1018,6 +1018,13 @@ func (w *segmentWriter) Write(p []byte) (int, error) {
 	}
 	w.ref(p)
 	return len(p), nil
+}
+
+// WriteByte implements io.ByteWriter, through which go-xdr's runtime
+// writes integers without allocating (third_party/go-xdr/PATCHES.md).
+func (w *segmentWriter) WriteByte(c byte) error {
+	w.cur = append(w.cur, c)
+	return nil
 }
 
 // ref appends p by reference. The bytes encoded so far become a segment;

@@ -69,33 +69,39 @@ func decodeExtOp(r *bytes.Reader) (op decodedOp, chain *chainArgs, ok bool) {
 	return op, chain, true
 }
 
-// decodeStdOp decodes the standard operation at r's position in args
-// (opcode included). A WRITE's data, which the generated decoder copies,
-// is pointed back at the same bytes in args (recordData): the zero-copy
-// write path (payload loans, aligned direct puts, the CRC computed while
-// the record arrived) works on the request record.
-func decodeStdOp(r *bytes.Reader, args []byte) (nfsv4.NfsArgop4, bool) {
-	arg, _, err := nfsv4.ReadNfsArgop4(r)
-	if err != nil {
-		return nil, false
+// decodeStdOp decodes the standard operation code at r's position in args
+// (opcode included). A WRITE is decoded from the record as a
+// runtime.SliceReader (recordReader), so its data is the record's bytes,
+// not a copy: the zero-copy write path (payload loans, aligned direct
+// puts, the CRC computed while the record arrived) works on the request
+// record. Every other operation's opaques are copies: owners, handles and
+// verifiers may outlive the record (a pooled record is reused once the
+// reply is written).
+func decodeStdOp(r *bytes.Reader, args []byte, code nfsv4.NfsOpnum4) (nfsv4.NfsArgop4, bool) {
+	var rd io.Reader = r
+	if code == nfsv4.OP_WRITE {
+		rd = &recordReader{Reader: r, rec: args}
 	}
-	if w, ok := arg.(*nfsv4.NfsArgop4_OP_WRITE); ok {
-		w.Opwrite.Data = recordData(args, len(args)-r.Len(), w.Opwrite.Data)
-	}
-	return arg, true
+	arg, _, err := nfsv4.ReadNfsArgop4(rd)
+	return arg, err == nil
 }
 
-// recordData returns the bytes of args that the generated decoder copied
-// into v, v being the last field of what it just decoded, which ended at
-// args[end] (WRITE4args' data). XDR pads an opaque to a multiple of 4
-// bytes, so v's bytes are the len(v) bytes at end-padded(len(v)).
-func recordData(args []byte, end int, v []byte) []byte {
-	start := end - (len(v)+3)&^3
-	if len(v) == 0 || start < 0 {
-		return v
-	}
-	return args[start : start+len(v) : start+len(v)]
+// recordReader reads the request record rec through r, as a
+// runtime.SliceReader: opaques decoded from it alias rec.
+type recordReader struct {
+	*bytes.Reader
+	rec []byte
 }
+
+// Slice implements runtime.SliceReader.
+func (r *recordReader) Slice(n int) []byte {
+	off := len(r.rec) - r.Len()
+	n = min(n, r.Len())
+	r.Seek(int64(n), io.SeekCurrent)
+	return r.rec[off : off+n]
+}
+
+var _ runtime.SliceReader = (*recordReader)(nil)
 
 // extResult is an extension operation's result among a COMPOUND's
 // results, encoded by the generated extxdr.ExtResop4 (opcode, then the

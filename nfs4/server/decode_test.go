@@ -12,7 +12,7 @@ import (
 )
 
 // TestDecodeWriteAliasesRecord checks that a WRITE decoded by decodeStdOp
-// has its data in the request record (recordData), equal to what was
+// has its data in the request record (recordReader), equal to what was
 // sent, for random data lengths (all paddings) and trailing bytes
 // (seeded: TXNFS_DECODE_SEED).
 func TestDecodeWriteAliasesRecord(t *testing.T) {
@@ -37,7 +37,7 @@ func TestDecodeWriteAliasesRecord(t *testing.T) {
 		args := b.Bytes()
 		r := bytes.NewReader(args)
 		r.Seek(int64(lead), 0)
-		arg, ok := decodeStdOp(r, args)
+		arg, ok := decodeStdOp(r, args, nfsv4.OP_WRITE)
 		if !ok {
 			t.Fatalf("WRITE of %d bytes does not decode", len(data))
 		}

@@ -1,3 +1,3 @@
 module github.com/buildbarn/go-xdr
 
-go 1.21
+go 1.22

@@ -822,6 +822,13 @@ func (a *appender) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// WriteByte implements io.ByteWriter (go-xdr's runtime writes integers
+// through it without allocating).
+func (a *appender) WriteByte(c byte) error {
+	a.b = append(a.b, c)
+	return nil
+}
+
 // write writes one reply whole (serialized with other replies, under the
 // write deadline).
 func (cn *conn) write(bufs net.Buffers) {

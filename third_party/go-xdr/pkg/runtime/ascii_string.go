@@ -3,8 +3,8 @@ package runtime
 import (
 	"fmt"
 	"io"
-	"strings"
 	"unicode"
+	"unsafe"
 )
 
 func validateASCII(s string) error {
@@ -18,16 +18,25 @@ func validateASCII(s string) error {
 
 // ReadASCIIString reads an XDR encoded ASCII string value.
 func ReadASCIIString(r io.Reader, maximumSizeBytes uint32) (string, int64, error) {
-	var builder strings.Builder
-	n, err := copyVariableLengthOpaque(r, &builder, maximumSizeBytes)
+	s, n, err := readString(r, maximumSizeBytes)
 	if err != nil {
 		return "", n, err
 	}
-	s := builder.String()
 	if err := validateASCII(s); err != nil {
 		return "", n, err
 	}
 	return s, n, err
+}
+
+// readString reads the bytes of an XDR string into a string allocated
+// once (a copy even from a SliceReader: a string must not change).
+func readString(r io.Reader, maximumSizeBytes uint32) (string, int64, error) {
+	b, n, err := readVariableLengthOpaque(r, maximumSizeBytes, false)
+	if err != nil || len(b) == 0 {
+		return "", n, err
+	}
+	// b is this function's own: nothing else can change it.
+	return unsafe.String(unsafe.SliceData(b), len(b)), n, nil
 }
 
 // WriteASCIIString writes an XDR encoded ASCII string value.

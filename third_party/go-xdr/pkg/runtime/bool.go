@@ -14,18 +14,17 @@ var errInvalidBoolean = errors.New("boolean value not zero or one")
 
 // ReadBool reads an XDR encoded boolean value.
 func ReadBool(r io.Reader) (bool, int64, error) {
-	var b [4]byte
-	n, err := io.ReadFull(r, b[:])
+	v, n, err := readUint(r, 4)
 	if err != nil {
-		return false, int64(n), err
+		return false, n, err
 	}
-	switch b {
-	case marshaledFalse:
-		return false, int64(n), nil
-	case marshaledTrue:
-		return true, int64(n), nil
+	switch v {
+	case 0:
+		return false, n, nil
+	case 1:
+		return true, n, nil
 	default:
-		return false, int64(n), errInvalidBoolean
+		return false, n, errInvalidBoolean
 	}
 }
 

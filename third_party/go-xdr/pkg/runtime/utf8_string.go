@@ -3,7 +3,6 @@ package runtime
 import (
 	"errors"
 	"io"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -14,12 +13,10 @@ var errBadUTF8 = errors.New("string is not valid UTF-8")
 // UTF-8 strings aren't part of RFC 4506, but are used by protocols such
 // as NFSv4, that it warrants supporting it as a native type.
 func ReadUTF8String(r io.Reader, maximumSizeBytes uint32) (string, int64, error) {
-	var builder strings.Builder
-	n, err := copyVariableLengthOpaque(r, &builder, maximumSizeBytes)
+	s, n, err := readString(r, maximumSizeBytes)
 	if err != nil {
 		return "", n, err
 	}
-	s := builder.String()
 	if !utf8.ValidString(s) {
 		return "", n, errBadUTF8
 	}
