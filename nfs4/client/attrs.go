@@ -204,6 +204,8 @@ func DecodeAttrs(f nfsv4.Fattr4) (Attrs, error) {
 				a.Mtime, err = readTime(r, nfsv4.ReadFattr4TimeModify)
 			case nfsv4.FATTR4_MOUNTED_ON_FILEID:
 				_, _, err = nfsv4.ReadFattr4MountedOnFileid(r)
+			case nfsv4.FATTR4_SUPPATTR_EXCLCREAT:
+				_, _, err = nfsv4.ReadFattr4SuppattrExclcreat(r)
 			case nfsv4.FATTR4_CLONE_BLKSIZE:
 				a.CloneBlk, _, err = nfsv4.ReadFattr4CloneBlksize(r)
 			default:

@@ -1093,6 +1093,10 @@ func readPayload(r nfsv4.NfsResop4) []byte {
 	return nil
 }
 
+// errResZeros is more than the largest failure arm of a result needs
+// (LOCK4denied with an empty owner: 32 bytes).
+const errResZeros = 64
+
 // errRes returns the result of op code with a non-OK status (or OK for
 // operations whose result is a bare status). It relies on every NFSv4
 // result starting with its status, and decodes (opcode, status) with the
@@ -1101,6 +1105,10 @@ func errRes(code nfsv4.NfsOpnum4, st nfsv4.Nfsstat4) nfsv4.NfsResop4 {
 	var b bytes.Buffer
 	code.WriteTo(&b)
 	st.WriteTo(&b)
+	// Zeros after the status: a failure arm that is not void decodes
+	// to empty or zero values (SETATTR4res's attrsset: an empty
+	// bitmap) instead of failing the decoding.
+	b.Write(make([]byte, errResZeros))
 	r, _, err := nfsv4.ReadNfsResop4(&b)
 	if err != nil {
 		return &nfsv4.NfsResop4_OP_ILLEGAL{Opillegal: nfsv4.Illegal4res{Status: st}}

@@ -114,3 +114,16 @@ func TestTxnResultEncoding(t *testing.T) {
 		}
 	}
 }
+
+// TestErrResOpcodes: errRes gives every operation's failure a result of
+// that operation (SETATTR's, whose failure arm carries attrsset, was an
+// OP_ILLEGAL result), also for LOCK's NFS4ERR_DENIED arm.
+func TestErrResOpcodes(t *testing.T) {
+	for code := nfsv4.OP_ACCESS; code <= nfsv4.OP_CLONE; code++ {
+		for _, st := range []nfsv4.Nfsstat4{nfsv4.NFS4ERR_IO, nfsv4.NFS4ERR_DELAY, nfsv4.NFS4ERR_REP_TOO_BIG, nfsv4.NFS4ERR_DENIED} {
+			if r := errRes(code, st); r.GetResop() != code {
+				t.Errorf("errRes(%s, %d) is a %s result", opName(code), st, opName(r.GetResop()))
+			}
+		}
+	}
+}
