@@ -12,6 +12,10 @@ go test ${TESTFLAGS:--count=1 -timeout 30m} -v ./... 2>&1 | tee "$log" | grep -E
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 grep -q '^FAIL' "$log" && status=1
 
+echo "== go test ./third_party/go-xdr/pkg/runtime (our patch of go-xdr's runtime: its own module)"
+(cd third_party/go-xdr && go test ${TESTFLAGS:--count=1 -timeout 30m} -v ./pkg/runtime/...) 2>&1 | tee -a "$log" | grep -E '^(ok|FAIL|panic|\s+--- FAIL)' || true
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
 echo "== go test -race (engine packages; -short for the data directory and the NFS packages)"
 go test -race -count=1 -timeout 20m ./kv/... ./slice/... ./meta/... ./fs/... >>"$log" 2>&1 || status=1
 go test -race -short -count=1 -timeout 20m ./datadir/... ./nfs4/... >>"$log" 2>&1 || status=1
