@@ -123,21 +123,7 @@ func TestChainRandomSyncs(t *testing.T) {
 						go func() {
 							defer cwg.Done()
 							time.Sleep(time.Duration(random(2000)) * time.Microsecond)
-							rep, err := c.Do(context.Background(), cp)
-							switch {
-							case errors.Is(err, client.ErrChainRefused):
-								statuses[k] = "refused"
-							case err != nil:
-								statuses[k] = err.Error()
-							case rep.Status == nfsv4.NFS4_OK:
-								statuses[k] = "ok"
-							case rep.Status == nfsv4.NFS4ERR_IO:
-								statuses[k] = "io"
-							case rep.Status == nfsv4.NFS4ERR_EXIST:
-								statuses[k] = "exist"
-							default:
-								statuses[k] = client.StatusName(rep.Status)
-							}
+							statuses[k] = chainOutcome(c.Do(context.Background(), cp))
 						}()
 					}
 					cwg.Wait()
@@ -146,28 +132,7 @@ func TestChainRandomSyncs(t *testing.T) {
 						problems = append(problems, fmt.Sprintf("chain %v: ", statuses)+fmt.Sprintf(format, args...))
 						mu.Unlock()
 					}
-					notOK := false
-					for k, st := range statuses {
-						switch st {
-						case "ok", "exist":
-							if notOK {
-								bad("COMPOUND %d answered %s after a failed one", k, st)
-							}
-							if st == "exist" && names[k] != "taken" {
-								bad("COMPOUND %d: exist", k)
-							}
-						case "io", "refused":
-						default:
-							bad("COMPOUND %d: unexpected %s", k, st)
-						}
-						notOK = notOK || st != "ok"
-						if names[k] == "taken" {
-							continue // exists anyway
-						}
-						if exists := chainExists(t, c, names[k]); exists != (st != "refused") {
-							bad("COMPOUND %d (%s): created=%v", k, st, exists)
-						}
-					}
+					checkChainOutcomes(t, c, names, statuses, bad, nil)
 				}()
 			}
 		}
@@ -177,6 +142,59 @@ func TestChainRandomSyncs(t *testing.T) {
 		t.Fatalf("seed %d: %d problems, first: %s", seed, len(problems), problems[0])
 	}
 	t.Logf("%d injected sync failures", failed.Load())
+}
+
+// chainOutcome names the outcome of a chained COMPOUND of the random
+// sync tests: ok, io, exist, refused, or the error or status.
+func chainOutcome(rep *client.Reply, err error) string {
+	switch {
+	case errors.Is(err, client.ErrChainRefused):
+		return "refused"
+	case err != nil:
+		return err.Error()
+	case rep.Status == nfsv4.NFS4_OK:
+		return "ok"
+	case rep.Status == nfsv4.NFS4ERR_IO:
+		return "io"
+	case rep.Status == nfsv4.NFS4ERR_EXIST:
+		return "exist"
+	default:
+		return client.StatusName(rep.Status)
+	}
+}
+
+// checkChainOutcomes checks one chain's outcomes (chainOutcome, by seq)
+// against docs/protocol.md §4: once a reply is not OK every later one is
+// NFS4ERR_IO or refused; only the COMPOUNDs naming "taken" (which
+// exists) may fail with NFS4ERR_EXIST; a refused COMPOUND created
+// nothing, an answered one its name, on which created (if not nil) then
+// checks more. Problems go to bad.
+func checkChainOutcomes(t *testing.T, c *client.Client, names, statuses []string, bad func(string, ...any), created func(k int)) {
+	notOK := false
+	for k, st := range statuses {
+		switch st {
+		case "ok", "exist":
+			if notOK {
+				bad("COMPOUND %d answered %s after a failed one", k, st)
+			}
+			if st == "exist" && names[k] != "taken" {
+				bad("COMPOUND %d: exist", k)
+			}
+		case "io", "refused":
+		default:
+			bad("COMPOUND %d: unexpected %s", k, st)
+		}
+		notOK = notOK || st != "ok"
+		if names[k] == "taken" {
+			continue // exists anyway
+		}
+		exists := chainExists(t, c, names[k])
+		if exists != (st != "refused") {
+			bad("COMPOUND %d (%s): created=%v", k, st, exists)
+		} else if exists && created != nil {
+			created(k)
+		}
+	}
 }
 
 // TestChainSlowSyncIsNotFailure: a COMPOUND whose predecessor's sync

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -80,21 +79,7 @@ func TestChainRandomSyncsWrites(t *testing.T) {
 					go func() {
 						defer cwg.Done()
 						time.Sleep(time.Duration(random(2000)) * time.Microsecond)
-						rep, err := c.Do(context.Background(), cp)
-						switch {
-						case errors.Is(err, client.ErrChainRefused):
-							statuses[k] = "refused"
-						case err != nil:
-							statuses[k] = err.Error()
-						case rep.Status == nfsv4.NFS4_OK:
-							statuses[k] = "ok"
-						case rep.Status == nfsv4.NFS4ERR_IO:
-							statuses[k] = "io"
-						case rep.Status == nfsv4.NFS4ERR_EXIST:
-							statuses[k] = "exist"
-						default:
-							statuses[k] = client.StatusName(rep.Status)
-						}
+						statuses[k] = chainOutcome(c.Do(context.Background(), cp))
 					}()
 				}
 				cwg.Wait()
@@ -103,33 +88,11 @@ func TestChainRandomSyncsWrites(t *testing.T) {
 					problems = append(problems, fmt.Sprintf("chain %v: ", statuses)+fmt.Sprintf(format, args...))
 					mu.Unlock()
 				}
-				notOK := false
-				for k, st := range statuses {
-					switch st {
-					case "ok", "exist":
-						if notOK {
-							bad("COMPOUND %d answered %s after a failed one", k, st)
-						}
-						if st == "exist" && names[k] != "taken" {
-							bad("COMPOUND %d: exist", k)
-						}
-					case "io", "refused":
-					default:
-						bad("COMPOUND %d: unexpected %s", k, st)
+				checkChainOutcomes(t, c, names, statuses, bad, func(k int) {
+					if got := string(getFile(t, c, names[k])); got != names[k] {
+						bad("COMPOUND %d: file holds %q", k, got)
 					}
-					notOK = notOK || st != "ok"
-					if names[k] == "taken" {
-						continue
-					}
-					exists := chainExists(t, c, names[k])
-					if exists != (st != "refused") {
-						bad("COMPOUND %d (%s): created=%v", k, st, exists)
-					} else if exists {
-						if got := string(getFile(t, c, names[k])); got != names[k] {
-							bad("COMPOUND %d (%s): file holds %q", k, st, got)
-						}
-					}
-				}
+				})
 			}()
 		}
 		wg.Wait()
