@@ -170,7 +170,9 @@ func readCrashFile(ctx context.Context, e *Engine, w, k int) ([]byte, bool, erro
 //	durable W K V         a durable commit of version V of file (W, K) returned
 //	commit W K V          a NoSync commit returned
 //	synced W              an FS.Sync by worker W returned (its commits before are durable)
-//	stats DIRECT INFLIGHT direct puts so far and direct writes in flight now
+//	stats DIRECT INFLIGHT DESCRIBED
+//	                      direct puts so far, direct writes in flight now, and
+//	                      (covered mode) covered-put descriptors in the store
 func TestDirectCrashChild(t *testing.T) {
 	dir := os.Getenv("TXNFS_DCRASH_DIR")
 	if dir == "" {
@@ -203,14 +205,22 @@ func TestDirectCrashChild(t *testing.T) {
 		os.Exit(2)
 	}
 	say("open")
-	go func() { // sample the direct writes in flight
+	go func() { // sample the direct writes in flight and the descriptors
 		var last slice.LocalStats
+		described, lastDescribed := 0, 0
 		for i := 0; ; i++ {
 			st := e.local.Stats()
-			if st.DirectInFlight > 0 || st.DirectPuts != last.DirectPuts || i%100 == 0 {
-				say("stats %d %d", st.DirectPuts, st.DirectInFlight)
+			if m.covered && i%4 == 0 {
+				n, err := coveredDescriptors(ctx, e)
+				if err != nil {
+					fail("descriptors: %v", err)
+				}
+				described = n
 			}
-			last = st
+			if st.DirectInFlight > 0 || st.DirectPuts != last.DirectPuts || described != lastDescribed || i%100 == 0 {
+				say("stats %d %d %d", st.DirectPuts, st.DirectInFlight, described)
+			}
+			last, lastDescribed = st, described
 			time.Sleep(500 * time.Microsecond)
 		}
 	}()
@@ -277,7 +287,10 @@ func directWorks(t *testing.T, dir string) bool {
 // TestDirectCrashKill9 kills the workload of TestDirectCrashChild with
 // SIGKILL at random moments (seeded; TXNFS_CRASH_SEED reruns a seed):
 // after a random number of acknowledged commits ("mixed"), or while the
-// child reports direct writes in flight ("inflight"). After each kill the
+// child reports direct writes in flight ("inflight"), or, with covered
+// puts ("covered"), at the first moment after a random number of commits
+// when the child reports covered-put descriptors in the store (the
+// collector deletes them, so most moments have none). After each kill the
 // data directory must reopen, pass fsck, and every file must hold exactly
 // one complete version, no older than the last acknowledged durable one.
 // Each variant runs for TXNFS_DCRASH_SECONDS (default 20; then at least
@@ -326,11 +339,9 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 	start := time.Now()
 	var directPuts, killsInFlight, acks, synceds, described uint64
 	it := 0
-	// The covered mode runs on (up to three budgets and three times the
-	// iterations) until a reopen has
-	// found a covered-put descriptor, which the check below requires:
-	// how many puts go into reused space within one budget varies with
-	// the machine's load.
+	// The covered mode kills where the child saw descriptors, and runs
+	// on (up to three budgets and three times the iterations) until a
+	// reopen has found one, which the check below requires.
 	more := func() bool {
 		if it < 2 || it < iterations && time.Since(start) < budget {
 			return true
@@ -357,10 +368,10 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 		// pending[w] holds worker w's NoSync commits not yet covered by a
 		// reported Sync.
 		pending := make([][][2]uint64, m.workers)
-		var lastDirect, lastInFlight uint64
+		var lastDirect, lastInFlight, lastDescribed uint64
 		handle := func(line string) (inflight bool) {
 			var w, k int
-			var v, d, n uint64
+			var v, d, n, c uint64
 			switch {
 			case sscan(line, "durable %d %d %d", &w, &k, &v):
 				durable[w][k] = max(durable[w][k], v)
@@ -374,8 +385,8 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 				}
 				pending[w] = nil
 				synceds++
-			case sscan(line, "stats %d %d", &d, &n):
-				lastDirect, lastInFlight = d, n
+			case sscan(line, "stats %d %d %d", &d, &n, &c):
+				lastDirect, lastInFlight, lastDescribed = d, n, c
 				return n >= 4
 			}
 			return false
@@ -399,7 +410,12 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 					if seen > waitFor || commits >= 400 {
 						break
 					}
-				} else if seen = commits; seen >= waitFor {
+				} else if seen = commits; seen >= waitFor && !m.covered {
+					break
+				} else if m.covered && seen >= waitFor && (lastDescribed > 0 || commits >= waitFor+400) {
+					// Covered: at the first sample after the waitFor-th
+					// commit that saw descriptors (or after 400 more
+					// commits without any).
 					break
 				}
 			}
@@ -462,8 +478,8 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 		if err := e.Close(); err != nil {
 			t.Fatalf("seed %d iteration %d: close: %v", seed, it, err)
 		}
-		t.Logf("iteration %d: killed after %d of %d (commits, or samples with >= 4 in flight) waited for; %d direct puts, %d in flight at the last sample; %d slices checked",
-			it, seen, waitFor, lastDirect, lastInFlight, rep.Slices)
+		t.Logf("iteration %d: killed after %d of %d (commits, or samples with >= 4 in flight) waited for; %d direct puts, %d in flight and %d descriptors at the last sample; %d slices checked",
+			it, seen, waitFor, lastDirect, lastInFlight, lastDescribed, rep.Slices)
 	}
 	t.Logf("%s: %d iterations in %v: %d commits acknowledged, %d Syncs, %d direct puts, %d kills with direct writes in flight, %d reopens with covered-put descriptors",
 		m.name, it, time.Since(start).Round(time.Millisecond), acks, synceds, directPuts, killsInFlight, described)
@@ -480,16 +496,23 @@ func directCrashKill9(t *testing.T, m directCrashMode, seed uint64, budget time.
 
 // countDescriptors returns the number of covered-put descriptors in e.
 func countDescriptors(t *testing.T, e *Engine) int {
-	tx, err := e.KV.Begin(context.Background(), kv.TxnOptions{ReadOnly: true})
+	n, err := coveredDescriptors(context.Background(), e)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return n
+}
+
+// coveredDescriptors returns the number of covered-put descriptors in e's
+// metadata store.
+func coveredDescriptors(ctx context.Context, e *Engine) (int, error) {
+	tx, err := e.KV.Begin(ctx, kv.TxnOptions{ReadOnly: true})
+	if err != nil {
+		return 0, err
 	}
 	defer tx.Rollback()
-	pairs, err := tx.Scan(context.Background(), meta.CoveredPrefix(), kv.PrefixEnd(meta.CoveredPrefix()), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(pairs)
+	pairs, err := tx.Scan(ctx, meta.CoveredPrefix(), kv.PrefixEnd(meta.CoveredPrefix()), 0)
+	return len(pairs), err
 }
 
 // sscan reports whether line parses as format.

@@ -207,8 +207,11 @@ type session struct {
 	id      [16]byte
 	seq     []uint32 // last sequence id used per slot
 	free    chan uint32
-	gen     uint64
-	limit   Limits
+	// dead is closed when every slot is retired: COMPOUNDs waiting for
+	// a free slot then go on to the session that replaces it.
+	dead  chan struct{}
+	gen   uint64
+	limit Limits
 }
 
 // Dial connects to the server, establishes a client ID and a session
@@ -499,7 +502,8 @@ func (c *Client) establish(ctx context.Context, old *session) error {
 	if len(eid.EirServerImplId) > 0 {
 		lim.ServerImpl = eid.EirServerImplId[0].NiiName
 	}
-	s := &session{id: cs.CsrResok4.CsrSessionid, seq: make([]uint32, lim.Slots), free: make(chan uint32, lim.Slots)}
+	s := &session{id: cs.CsrResok4.CsrSessionid, seq: make([]uint32, lim.Slots), free: make(chan uint32, lim.Slots),
+		dead: make(chan struct{})}
 	for i := uint32(0); i < lim.Slots; i++ {
 		s.free <- i
 	}
@@ -667,6 +671,9 @@ func (c *Client) doOnce(ctx context.Context, cp *Compound) (*Reply, error) {
 			continue
 		}
 		rep, err := c.doSession(ctx, cp, s)
+		if errors.Is(err, errSessionDead) {
+			continue // nothing was sent; s is stale now
+		}
 		var re *sessionError
 		if errors.As(err, &re) && cp.Chain != nil {
 			// The server broke the chain at this COMPOUND (its
@@ -698,6 +705,10 @@ type sessionError struct{ st nfsv4.Nfsstat4 }
 
 func (e *sessionError) Error() string { return "session lost: " + StatusName(e.st) }
 
+// errSessionDead: the session retired its last slot while a COMPOUND
+// waited for one (nothing was sent); Do goes on with the next session.
+var errSessionDead = errors.New("nfs4 client: every slot of the session retired")
+
 func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Reply, error) {
 	var slot uint32
 	if cp.Chain != nil {
@@ -705,6 +716,8 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 	}
 	select {
 	case slot = <-s.free:
+	case <-s.dead:
+		return nil, errSessionDead
 	case <-ctx.Done():
 		if cp.Chain != nil {
 			c.chainSlots.got(cp.Chain)
@@ -726,6 +739,7 @@ func (c *Client) doSession(ctx context.Context, cp *Compound, s *session) (*Repl
 		}
 		if s.retired.Add(1) == int32(len(s.seq)) {
 			c.markStale(s)
+			close(s.dead)
 		}
 	}()
 	var cred []byte

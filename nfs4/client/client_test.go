@@ -437,3 +437,78 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(b)
 }
+
+// TestSlotWaiterAfterRetiredSlots: a COMPOUND waiting for a free session
+// slot while the COMPOUNDs holding every slot fail with a transport error
+// (each retires its slot: the session is then replaced) returns instead of
+// waiting for ever for a slot of the dead session, and the client works
+// again once the server is back. (It waited for ever: TestCrashChainDurability
+// hung, its clients' COMPOUNDs in line for slots when the server was killed.)
+func TestSlotWaiterAfterRetiredSlots(t *testing.T) {
+	for _, p := range peers {
+		t.Run(p.Name, func(t *testing.T) {
+			// The proxy's round trip keeps the slot holders in flight
+			// while the waiter lines up.
+			px, err := latencyproxy.New(p.Addr, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer px.Close()
+			ctx := context.Background()
+			const slots = 2
+			c, err := client.Dial(ctx, client.Config{Addr: px.Addr(), Slots: slots})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			getattr := func() *client.Compound {
+				var cp client.Compound
+				lookupPath(&cp, p.Root)
+				cp.GetAttr(client.StatMask)
+				return &cp
+			}
+			px.SetRTT(10 * time.Second)
+			sent := c.Stats().Compounds
+			holders := make(chan error, slots)
+			for range slots {
+				go func() {
+					_, err := c.Do(ctx, getattr())
+					holders <- err
+				}()
+			}
+			for start := time.Now(); c.Stats().Compounds < sent+slots; time.Sleep(time.Millisecond) {
+				if time.Since(start) > 10*time.Second {
+					t.Fatal("the slot holders did not send their COMPOUNDs")
+				}
+			}
+			// Bounded so that the test fails instead of hanging.
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			waiter := make(chan error, 1)
+			go func() {
+				_, err := c.Do(wctx, getattr())
+				waiter <- err
+			}()
+			// The waiter lines up for a slot (a later start only makes
+			// the test pass without checking anything: it then finds
+			// the session replaced before waiting).
+			time.Sleep(100 * time.Millisecond)
+			px.SetDown(true)
+			for range slots {
+				if err := <-holders; !errors.Is(err, client.ErrTransport) {
+					t.Fatalf("slot holder when the server went down: %v, want ErrTransport", err)
+				}
+			}
+			if err := <-waiter; errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("the COMPOUND waiting for a slot of the dead session waited for ever: %v", err)
+			} else if !errors.Is(err, client.ErrTransport) {
+				t.Fatalf("the COMPOUND waiting for a slot: %v, want ErrTransport (the server is down)", err)
+			}
+			px.SetDown(false)
+			px.SetRTT(0)
+			if rep, err := c.Do(ctx, getattr()); err != nil || rep.Err() != nil {
+				t.Fatalf("after the outage: %v, %v", err, rep)
+			}
+		})
+	}
+}

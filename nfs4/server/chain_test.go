@@ -201,12 +201,18 @@ func holdSyncs(t *testing.T, ts *testServer) (entered chan struct{}, release fun
 	return entered, release
 }
 
-// waitExists polls until path exists, failing the test after a second.
+// heldSyncWait bounds the waits of the tests that hold every sync
+// (holdSyncs) for something that must happen meanwhile: the syncs stay
+// held, so it only turns a hang into a failure, and is long enough for a
+// loaded machine running the race detector.
+const heldSyncWait = 10 * time.Second
+
+// waitExists polls until path exists, failing the test after heldSyncWait.
 func waitExists(t *testing.T, c *client.Client, path ...string) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Second); !chainExists(t, c, path...); {
+	for deadline := time.Now().Add(heldSyncWait); !chainExists(t, c, path...); {
 		if time.Now().After(deadline) {
-			t.Fatalf("%v not created within a second", path)
+			t.Fatalf("%v not created within %v", path, heldSyncWait)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -280,10 +286,10 @@ func TestChainRunsDuringSyncNoDirOps(t *testing.T) {
 	}
 	select {
 	case <-entered: // COMPOUND 0 ran and waits in its sync
-	case <-time.After(time.Second):
+	case <-time.After(heldSyncWait):
 		t.Fatal("COMPOUND 0 did not sync after its execution")
 	}
-	for deadline := time.Now().Add(time.Second); ; time.Sleep(2 * time.Millisecond) {
+	for deadline := time.Now().Add(heldSyncWait); ; time.Sleep(2 * time.Millisecond) {
 		var cp client.Compound
 		cp.PutRootFH()
 		cp.GetAttr(client.MakeBitmap(nfsv4.FATTR4_MODE))

@@ -16,20 +16,18 @@ import (
 // end, forever (nothing else marks the connection as overlapping: each
 // request is read alone, after the previous call ended).
 func TestReleaseAfterWaiting(t *testing.T) {
-	c := serveAndDial(t, Config{Handler: echo{}})
-	c.Write(call(1, 98, rpcv2.OpaqueAuth{}, nil)) // Release finds nothing waiting: holds the connection
-	time.Sleep(10 * time.Millisecond)
+	c, s := serveStepper(t)
+	c.Write(call(1, 98, rpcv2.OpaqueAuth{}, nil))
+	<-s.at                                        // Release found nothing waiting: holds the connection
 	c.Write(call(2, 98, rpcv2.OpaqueAuth{}, nil)) // waits in the socket until call 1 ends
-	if m, _ := readReply(t, c); m.Xid != 1 {
-		t.Fatalf("reply %d first, want 1", m.Xid)
-	}
-	time.Sleep(10 * time.Millisecond) // call 2 runs (it waited: the client overlaps calls)
+	noReplyYet(t, c, "call 2 behind call 1")
+	s.done <- struct{}{}
+	wantReply(t, c, 1, "call 1")
+	<-s.at // call 2 runs, past its Release (it waited: the client overlaps calls)
 	c.Write(call(3, 1, rpcv2.OpaqueAuth{}, nil))
-	m2, _ := readReply(t, c)
-	m3, _ := readReply(t, c)
-	if m2.Xid != 3 || m3.Xid != 2 {
-		t.Fatalf("replies %d, %d; want 3 (fast, read while call 2 runs) before 2", m2.Xid, m3.Xid)
-	}
+	wantReply(t, c, 3, "call 3 (fast, read while call 2 runs)")
+	s.done <- struct{}{}
+	wantReply(t, c, 2, "call 2")
 }
 
 // BenchmarkTwoInFlight: a client that keeps two calls in flight, each

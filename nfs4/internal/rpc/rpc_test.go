@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 	"unsafe"
@@ -180,29 +182,100 @@ func TestRelease(t *testing.T) {
 }
 
 // releaseStep: a slow call with the proc given, then a fast one, sent
-// together or 10 ms apart, and the xid whose reply comes first.
+// together or one after the other, and the xid whose reply comes first.
 type releaseStep struct {
 	slowProc  uint32
 	together  bool
 	wantFirst uint32
 }
 
+// stepper is the handler of the Release tests. A slow call (proc 97: no
+// Release; 98: Release; 96: ReleaseNow; 95: Release once the test has
+// sent the next request) reports its xid on at once past its release
+// point (97 and 95: when it starts), then replies only when the test
+// sends on done; other procs reply at once. The tests order every step by
+// these signals: with sleeps instead (a slow call of 50 ms, the next
+// request sent 10 ms after it) a loaded machine reordered them (5 of 20
+// runs failed at load 20).
+type stepper struct {
+	at   chan uint32
+	sent chan struct{} // proc 95: the next request is in the socket
+	done chan struct{}
+}
+
+func (s stepper) Handle(ctx context.Context, c *Call) Reply {
+	switch c.Proc {
+	case 98:
+		c.Release()
+	case 96:
+		c.ReleaseNow()
+	case 97, 95:
+	default:
+		return Reply{Stat: rpcv2.SUCCESS, Body: c.Args}
+	}
+	s.at <- c.Xid
+	if c.Proc == 95 {
+		<-s.sent
+		c.Release()
+	}
+	<-s.done
+	return Reply{Stat: rpcv2.SUCCESS, Body: c.Args}
+}
+
+// serveStepper serves a stepper and dials it; the calls still held when
+// the test ends (a failed test leaves some) reply before the server stops.
+func serveStepper(t *testing.T) (net.Conn, stepper) {
+	s := stepper{at: make(chan uint32, 1), sent: make(chan struct{}), done: make(chan struct{})}
+	c := serveAndDial(t, Config{Handler: s})
+	t.Cleanup(func() { close(s.done) }) // runs before serveAndDial's
+	return c, s
+}
+
+// wantReply reads the next reply and fails unless it is xid's.
+func wantReply(t *testing.T, c net.Conn, xid uint32, what string) {
+	t.Helper()
+	if m, _ := readReply(t, c); m.Xid != xid {
+		t.Fatalf("%s: reply %d, want %d", what, m.Xid, xid)
+	}
+}
+
+// noReplyYet checks that no reply comes within 50 ms (a slow call holds
+// the connection: the request after it must wait).
+func noReplyYet(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	var b [1]byte
+	if n, err := c.Read(b[:]); n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("%s: a reply came while the slow call held the connection (%d bytes, %v)", what, n, err)
+	}
+}
+
 func testRelease(t *testing.T, steps []releaseStep) {
-	c := serveAndDial(t, Config{Handler: echo{}})
+	c, s := serveStepper(t)
 	for _, tc := range steps {
+		what := fmt.Sprintf("proc %d together=%v", tc.slowProc, tc.together)
 		slow := call(1, tc.slowProc, rpcv2.OpaqueAuth{}, nil)
 		fast := call(2, 1, rpcv2.OpaqueAuth{}, nil)
 		if tc.together {
 			c.Write(append(slow, fast...))
+			<-s.at
 		} else {
 			c.Write(slow)
-			time.Sleep(10 * time.Millisecond) // the slow call is running
+			<-s.at // the slow call runs, read alone
 			c.Write(fast)
 		}
-		m1, _ := readReply(t, c)
-		m2, _ := readReply(t, c)
-		if m1.Xid != tc.wantFirst || m1.Xid == m2.Xid {
-			t.Fatalf("proc %d together=%v: replies %d, %d; want %d first", tc.slowProc, tc.together, m1.Xid, m2.Xid, tc.wantFirst)
+		if tc.slowProc == 95 {
+			s.sent <- struct{}{}
+		}
+		if tc.wantFirst == 2 {
+			wantReply(t, c, 2, what+": the fast call, while the slow one runs")
+			s.done <- struct{}{}
+			wantReply(t, c, 1, what+": the slow call")
+		} else {
+			noReplyYet(t, c, what)
+			s.done <- struct{}{}
+			wantReply(t, c, 1, what+": the slow call")
+			wantReply(t, c, 2, what+": the fast call, after the slow one")
 		}
 	}
 }
