@@ -50,11 +50,18 @@ func TestChainSyncFailureFailsStoppedCompound(t *testing.T) {
 	stopped := chainMkdir(id, 1, true, nil, "y")
 	stopped.Lookup("missing") // NFS4ERR_NOENT after the MKDIR of y
 	cps := []*client.Compound{chainMkdir(id, 0, false, nil, "x"), stopped}
-	wait := sendAll(c, cps)
+	// COMPOUND 1 is sent once COMPOUND 0's sync is held, so the held
+	// (failing) sync is COMPOUND 0's: sent together, COMPOUND 1 could
+	// reach its own sync first under load, and COMPOUND 0's would then
+	// succeed (answered OK, rightly).
+	wait0 := sendAll(c, cps[:1])
 	<-entered
+	wait1 := sendAll(c, cps[1:])
 	waitExists(t, c, "y") // COMPOUND 1 ran during the sync of COMPOUND 0
 	close(gate)
-	reps, errs := wait()
+	rep0, err0 := wait0()
+	rep1, err1 := wait1()
+	reps, errs := append(rep0, rep1...), append(err0, err1...)
 	for i := range cps {
 		if errs[i] != nil || reps[i].Status != nfsv4.NFS4ERR_IO {
 			t.Errorf("COMPOUND %d: %v %v, want NFS4ERR_IO", i, errs[i], reps[i])
