@@ -505,7 +505,7 @@ func decodeReply(b []byte) (*rawReply, error) {
 			case OpTxn, OpTxnJoin:
 				rep.txn = &ost
 			default:
-				rep.results = append(rep.results, &extRes{res: res})
+				rep.results = append(rep.results, &extRes{extxdr.Result{Res: res}})
 				rep.statuses = append(rep.statuses, ost)
 			}
 		default:

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"fmt"
 	"io"
 
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
@@ -13,40 +12,24 @@ import (
 // and decoded only by the generated extxdr package (from
 // nfs4/internal/extxdr/ext.x).
 
-// extArg is an extension operation among a COMPOUND's arguments, encoded
-// by the generated extxdr.ExtArgop4 (opcode, then the arguments). It
-// embeds a generated standard argument only to satisfy nfsv4.NfsArgop4,
-// whose marker method is unexported; its own methods shadow the
-// embedded ones.
-type extArg struct {
-	nfsv4.NfsArgop4_OP_ILLEGAL
-	arg extxdr.ExtArgop4
-}
-
-func (a *extArg) GetArgop() nfsv4.NfsOpnum4 { return nfsv4.NfsOpnum4(a.arg.GetArgop()) }
-
-func (a *extArg) GetEncodedSizeBytes() int { return a.arg.GetEncodedSizeBytes() }
-
-func (a *extArg) WriteTo(w io.Writer) (int64, error) { return a.arg.WriteTo(w) }
-
 // txnArg is OP_TXN (flags 0).
 func txnArg() nfsv4.NfsArgop4 {
-	return &extArg{arg: &extxdr.ExtArgop4_OP_TXN{}}
+	return &extxdr.Arg{Op: &extxdr.ExtArgop4_OP_TXN{}}
 }
 
 // txnBeginArg is TXN_BEGIN (flags 0).
 func txnBeginArg(clientID uint64) nfsv4.NfsArgop4 {
-	return &extArg{arg: &extxdr.ExtArgop4_OP_TXN_BEGIN{Optxnbegin: extxdr.TxnBegin4args{Clientid: clientID}}}
+	return &extxdr.Arg{Op: &extxdr.ExtArgop4_OP_TXN_BEGIN{Optxnbegin: extxdr.TxnBegin4args{Clientid: clientID}}}
 }
 
 // txnJoinArg is TXN_JOIN.
 func txnJoinArg(id TxnID, clientID uint64) nfsv4.NfsArgop4 {
-	return &extArg{arg: &extxdr.ExtArgop4_OP_TXN_JOIN{Optxnjoin: extxdr.TxnJoin4args{Txnid: id, Clientid: clientID}}}
+	return &extxdr.Arg{Op: &extxdr.ExtArgop4_OP_TXN_JOIN{Optxnjoin: extxdr.TxnJoin4args{Txnid: id, Clientid: clientID}}}
 }
 
 // txnEndArg is TXN_END.
 func txnEndArg(id TxnID, clientID uint64, commit bool) nfsv4.NfsArgop4 {
-	return &extArg{arg: &extxdr.ExtArgop4_OP_TXN_END{Optxnend: extxdr.TxnEnd4args{Txnid: id, Clientid: clientID, Commit: commit}}}
+	return &extxdr.Arg{Op: &extxdr.ExtArgop4_OP_TXN_END{Optxnend: extxdr.TxnEnd4args{Txnid: id, Clientid: clientID, Commit: commit}}}
 }
 
 // chainArg is OP_CHAIN for ch.
@@ -55,27 +38,17 @@ func chainArg(ch *Chain) nfsv4.NfsArgop4 {
 	if ch.Last {
 		flags |= extxdr.CHAIN4_LAST
 	}
-	return &extArg{arg: &extxdr.ExtArgop4_OP_CHAIN{Opchain: extxdr.Chain4args{Chain: ch.ID, Seq: ch.Seq, Flags: flags}}}
+	return &extxdr.Arg{Op: &extxdr.ExtArgop4_OP_CHAIN{Opchain: extxdr.Chain4args{Chain: ch.ID, Seq: ch.Seq, Flags: flags}}}
 }
 
 // extRes is a decoded TXN_BEGIN or TXN_END result among a reply's
 // Results (the bare-status results of OP_TXN, TXN_JOIN and OP_CHAIN are
-// split out of Results by decodeReply). Like extArg it embeds a generated
-// type only to satisfy nfsv4.NfsResop4.
-type extRes struct {
-	nfsv4.NfsResop4_OP_ILLEGAL
-	res extxdr.ExtResop4
-}
-
-func (r *extRes) GetResop() nfsv4.NfsOpnum4 { return nfsv4.NfsOpnum4(r.res.GetResop()) }
-
-func (r *extRes) GetEncodedSizeBytes() int { return r.res.GetEncodedSizeBytes() }
-
-func (r *extRes) WriteTo(w io.Writer) (int64, error) { return r.res.WriteTo(w) }
+// split out of Results by decodeReply).
+type extRes struct{ extxdr.Result }
 
 // txnID returns the transaction id of a successful TXN_BEGIN result.
 func (r *extRes) txnID() (TxnID, bool) {
-	if b, ok := r.res.(*extxdr.ExtResop4_OP_TXN_BEGIN); ok {
+	if b, ok := r.Res.(*extxdr.ExtResop4_OP_TXN_BEGIN); ok {
 		if ok, isOK := b.Optxnbegin.(*extxdr.TxnBegin4res_NFS4_OK); isOK {
 			return ok.Txnid, true
 		}
@@ -86,7 +59,7 @@ func (r *extRes) txnID() (TxnID, bool) {
 // conflict returns the report of a TXN_END result that is a commit
 // conflict (NFS4ERR_NOT_SAME).
 func (r *extRes) conflict() (string, bool) {
-	if e, ok := r.res.(*extxdr.ExtResop4_OP_TXN_END); ok {
+	if e, ok := r.Res.(*extxdr.ExtResop4_OP_TXN_END); ok {
 		if c, isConflict := e.Optxnend.(*extxdr.TxnEnd4res_NFS4ERR_NOT_SAME); isConflict {
 			return c.Report, true
 		}
@@ -101,22 +74,5 @@ func readExtResult(r io.Reader) (extxdr.ExtResop4, nfsv4.Nfsstat4, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	var st nfsv4.Nfsstat4
-	switch res := res.(type) {
-	case *extxdr.ExtResop4_OP_TXN:
-		st = res.Optxn.Status
-	case *extxdr.ExtResop4_OP_TXN_JOIN:
-		st = res.Optxnjoin.Status
-	case *extxdr.ExtResop4_OP_CHAIN:
-		st = res.Opchain.Status
-	case *extxdr.ExtResop4_OP_TXN_BEGIN:
-		st = res.Optxnbegin.GetStatus()
-	case *extxdr.ExtResop4_OP_TXN_END:
-		st = res.Optxnend.GetStatus()
-	case *extxdr.ExtResop4_OP_APPEND_OFFSET:
-		st = res.Opappendoffset.GetStatus()
-	default:
-		return nil, 0, fmt.Errorf("unexpected extension result %#x", res.GetResop())
-	}
-	return res, st, nil
+	return res, extxdr.Status(res), nil
 }

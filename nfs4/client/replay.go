@@ -2,6 +2,8 @@ package client
 
 import (
 	"github.com/buildbarn/go-xdr/pkg/protocols/nfsv4"
+
+	"github.com/txnfs/txnfs/nfs4/internal/extxdr"
 )
 
 // Retransmission after a broken connection (RFC 8881 §2.10.6): the client
@@ -149,7 +151,7 @@ func opReplyBound(op nfsv4.NfsArgop4) int {
 		return 0
 	case *nfsv4.NfsArgop4_OP_SEEK:
 		return 4 + 8
-	case *extArg:
+	case *extxdr.Arg:
 		if a.GetArgop() == OpTxnBegin {
 			return 16
 		}

@@ -318,7 +318,7 @@ func (s *Server) runCompound(c *compound, call *rpc.Call) (encoded, bool) {
 		// OP_CHAIN and OP_TXN are operations only when first: elsewhere
 		// they are unknown (OP_ILLEGAL), like any opcode not in the
 		// minor version.
-		if isExtOp(code) && (i == 0 || (code != OpChain && code != OpTxn)) {
+		if extxdr.IsOp(code) && (i == 0 || (code != OpChain && code != OpTxn)) {
 			op, a, ok := decodeExtOp(r)
 			if !ok {
 				return encodeCompound(nfsv4.NFS4ERR_BADXDR, tag, nil, nil), true

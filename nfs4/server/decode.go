@@ -34,15 +34,6 @@ func peekOpcode(r *bytes.Reader) (nfsv4.NfsOpnum4, bool) {
 	return code, true
 }
 
-// isExtOp reports whether code is an operation of the extension.
-func isExtOp(code nfsv4.NfsOpnum4) bool {
-	switch code {
-	case OpTxn, OpAppendOffset, OpTxnBegin, OpTxnJoin, OpTxnEnd, OpChain:
-		return true
-	}
-	return false
-}
-
 // decodeExtOp decodes the extension operation at r's position (opcode
 // included) into op, or into chain for OpChain; ok=false means the
 // arguments do not decode (BADXDR).
@@ -103,22 +94,6 @@ func (r *recordReader) Slice(n int) []byte {
 
 var _ runtime.SliceReader = (*recordReader)(nil)
 
-// extResult is an extension operation's result among a COMPOUND's
-// results, encoded by the generated extxdr.ExtResop4 (opcode, then the
-// result). It embeds a generated standard result only to satisfy
-// nfsv4.NfsResop4, whose marker method is unexported; its own methods
-// shadow the embedded ones.
-type extResult struct {
-	nfsv4.NfsResop4_OP_ILLEGAL
-	res extxdr.ExtResop4
-}
-
-func (r *extResult) GetResop() nfsv4.NfsOpnum4 { return nfsv4.NfsOpnum4(r.res.GetResop()) }
-
-func (r *extResult) GetEncodedSizeBytes() int { return r.res.GetEncodedSizeBytes() }
-
-func (r *extResult) WriteTo(w io.Writer) (int64, error) { return r.res.WriteTo(w) }
-
 // appendOffsetResult is OP_APPEND_OFFSET's result: the offset if st is
 // NFS4_OK.
 func appendOffsetResult(st nfsv4.Nfsstat4, off uint64) nfsv4.NfsResop4 {
@@ -126,7 +101,7 @@ func appendOffsetResult(st nfsv4.Nfsstat4, off uint64) nfsv4.NfsResop4 {
 	if st == nfsv4.NFS4_OK {
 		res = &extxdr.AppendOffset4res_NFS4_OK{Offset: off}
 	}
-	return &extResult{res: &extxdr.ExtResop4_OP_APPEND_OFFSET{Opappendoffset: res}}
+	return &extxdr.Result{Res: &extxdr.ExtResop4_OP_APPEND_OFFSET{Opappendoffset: res}}
 }
 
 // txnBeginResult is TXN_BEGIN's result: the transaction's id if st is
@@ -136,7 +111,7 @@ func txnBeginResult(st nfsv4.Nfsstat4, id [16]byte) nfsv4.NfsResop4 {
 	if st == nfsv4.NFS4_OK {
 		res = &extxdr.TxnBegin4res_NFS4_OK{Txnid: id}
 	}
-	return &extResult{res: &extxdr.ExtResop4_OP_TXN_BEGIN{Optxnbegin: res}}
+	return &extxdr.Result{Res: &extxdr.ExtResop4_OP_TXN_BEGIN{Optxnbegin: res}}
 }
 
 // txnEndResult is TXN_END's result: the conflict report if st is
@@ -146,7 +121,7 @@ func txnEndResult(st nfsv4.Nfsstat4, report string) nfsv4.NfsResop4 {
 	if st == nfsv4.NFS4ERR_NOT_SAME {
 		res = &extxdr.TxnEnd4res_NFS4ERR_NOT_SAME{Report: report}
 	}
-	return &extResult{res: &extxdr.ExtResop4_OP_TXN_END{Optxnend: res}}
+	return &extxdr.Result{Res: &extxdr.ExtResop4_OP_TXN_END{Optxnend: res}}
 }
 
 // result is the encodable result of t: OP_TXN's, TXN_JOIN's or OP_CHAIN's
@@ -161,5 +136,5 @@ func (t *txnResult) result() nfsv4.NfsResop4 {
 	default:
 		res = &extxdr.ExtResop4_OP_TXN{Optxn: extxdr.Txn4res{Status: t.status}}
 	}
-	return &extResult{res: res}
+	return &extxdr.Result{Res: res}
 }

@@ -2,7 +2,9 @@
 // (docs/protocol.md): the arguments and results of OP_TXN,
 // OP_APPEND_OFFSET, TXN_BEGIN, TXN_JOIN, TXN_END and OP_CHAIN, and the
 // unions ExtArgop4 and ExtResop4 that encode them with their opcode, as
-// they appear in a COMPOUND. The server (nfs4/server) and the clients
+// they appear in a COMPOUND; compound.go (hand-written, no XDR) puts them
+// among nfsv4's standard arguments and results (Arg, Result, IsOp,
+// Status). The server (nfs4/server) and the clients
 // (nfs4/client, nfs4/internal/testclient) encode and decode the extension
 // only through this package.
 //

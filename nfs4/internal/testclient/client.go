@@ -255,8 +255,7 @@ func DecodeCompound(b []byte) (*Reply, error) {
 			return nil, fmt.Errorf("result %d: %w", i, err)
 		}
 		r.Seek(-nfsv4.NfsOpnum4EncodedSizeBytes, io.SeekCurrent)
-		switch op {
-		case OpTxn, OpAppendOffset, OpTxnBegin, OpTxnJoin, OpTxnEnd, OpChain:
+		if extxdr.IsOp(op) {
 			res, _, err := extxdr.ReadExtResop4(r)
 			if err != nil {
 				return nil, fmt.Errorf("result %d: %w", i, err)
